@@ -1,0 +1,42 @@
+# servediag: the single entry point. `make help` lists the targets.
+VENV ?= .venv
+PY := $(VENV)/bin/python
+SCENARIO ?= retrieval-launch
+export VENV
+
+.PHONY: help setup test lint generate check-generated bench demo clean
+
+help:
+	@echo "make demo      simulate an incident, load it into a local Prometheus, diagnose it"
+	@echo "make test      run the test suite"
+	@echo "make setup     install promtool/prometheus/alertmanager (root) and the Python packages"
+	@echo "make generate  write rules/ and runbooks/ from playbooks/"
+	@echo "make lint      ruff, mypy and promtool check rules"
+	@echo "make bench     benchmarks, printing figures"
+
+setup:
+	@scripts/install-deps
+
+test: setup
+	$(PY) -m pytest
+
+lint: setup
+	$(VENV)/bin/ruff check diagnoser tests
+	$(VENV)/bin/ruff format --check diagnoser tests
+	$(VENV)/bin/mypy
+	promtool check rules rules/recording.rules.yaml rules/alerts.rules.yaml
+
+generate: setup
+	$(VENV)/bin/servediag generate
+
+check-generated: setup
+	$(VENV)/bin/servediag generate --check
+
+bench: setup
+	$(PY) -m diagnoser.bench
+
+demo: setup
+	$(PY) -m diagnoser.demo --scenario $(SCENARIO)
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache build dist *.egg-info

@@ -1,0 +1,3 @@
+from diagnoser.cli import main
+
+main(prog_name="servediag")

@@ -1,0 +1,338 @@
+"""servediag: the command line. A thin layer: parse options, call the library, render.
+
+Exit status: 0 success; 1 a check found something (stale generated files); 2 bad usage,
+a bad playbook or config; 3 the metric source cannot be reached or answers garbage.
+Heavy modules are imported inside commands so ``--help`` stays fast.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import click
+
+if TYPE_CHECKING:
+    from diagnoser.catalog import Catalog, Playbook
+
+EXIT_FOUND = 1
+EXIT_USAGE = 2
+EXIT_SOURCE = 3
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def fail(message: str, code: int = EXIT_USAGE) -> None:
+    click.echo(f"servediag: error: {message}", err=True)
+    sys.exit(code)
+
+
+def handles_errors(fn: F) -> F:
+    """Turn the library's expected errors into one line on stderr and an exit status."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        from diagnoser.catalog import CatalogError
+        from diagnoser.config import ConfigError
+        from diagnoser.rules import PromtoolError
+
+        try:
+            return fn(*args, **kwargs)
+        except (CatalogError, ConfigError) as exc:
+            fail(str(exc))
+        except PromtoolError as exc:
+            fail(f"promtool: {exc}", EXIT_FOUND)
+
+    return wrapper  # type: ignore[return-value]
+
+
+catalog_option = click.option(
+    "--catalog",
+    "catalog_dirs",
+    multiple=True,
+    type=click.Path(file_okay=False, path_type=Path),
+    help="A directory of your own playbooks, added to the built-in catalog (repeatable).",
+)
+config_option = click.option(
+    "--config",
+    "config_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Rules config (selectors, runbook URL, thresholds); see README.",
+)
+
+
+def _catalog(dirs: tuple[Path, ...]) -> Catalog:
+    from diagnoser.catalog import load_catalog
+
+    return load_catalog(*dirs)
+
+
+def _playbook(catalog: Catalog, pid: str) -> Playbook:
+    if pid not in catalog:
+        import difflib
+
+        near = difflib.get_close_matches(pid, catalog.ids(), n=1)
+        hint = f"; did you mean {near[0]!r}?" if near else "; see 'servediag catalog list'"
+        fail(f"no playbook {pid!r}{hint}")
+    return catalog[pid]
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="servediag")
+def main() -> None:
+    """Diagnose LLM inference servers (vLLM) from Prometheus.
+
+    \b
+    Examples:
+      servediag catalog list
+      servediag runbook kv-cache-pressure
+      servediag generate --check
+    """
+
+
+# --- catalog --------------------------------------------------------------------------------
+
+
+@main.group()
+def catalog() -> None:
+    """The playbook catalog: symptom patterns with cause, fix and guardrail.
+
+    \b
+    Examples:
+      servediag catalog list
+      servediag catalog show stop-token-mismatch
+      servediag catalog validate ./my-playbooks
+    """
+
+
+@catalog.command("list")
+@catalog_option
+@click.option(
+    "--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True
+)
+@handles_errors
+def catalog_list(catalog_dirs: tuple[Path, ...], fmt: str) -> None:
+    """List every playbook with its kind, severity and alert.
+
+    Example: servediag catalog list --format json
+    """
+    cat = _catalog(catalog_dirs)
+    rows = [
+        {
+            "id": pb.id,
+            "kind": pb.kind,
+            "severity": pb.severity,
+            "chapter": pb.chapter,
+            "alert": pb.alert.name if pb.alert else None,
+            "title": pb.title,
+        }
+        for pb in cat
+    ]
+    if fmt == "json":
+        click.echo(json.dumps(rows, indent=2))
+        return
+    width = max(len(r["id"] or "") for r in rows)
+    for r in rows:
+        alert = r["alert"] or "-"
+        click.echo(
+            f"{r['id']:<{width}}  {r['kind']:<10}  {r['severity']:<8}  {alert:<32}  {r['title']}"
+        )
+    n_det = sum(1 for r in rows if r["kind"] == "detectable")
+    click.echo(f"\n{len(rows)} playbooks: {n_det} detectable, {len(rows) - n_det} advisory")
+
+
+@catalog.command("show")
+@click.argument("playbook_id")
+@catalog_option
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["text", "yaml"]),
+    default="text",
+    show_default=True,
+    help="text: a summary; yaml: the playbook file itself.",
+)
+@handles_errors
+def catalog_show(playbook_id: str, catalog_dirs: tuple[Path, ...], fmt: str) -> None:
+    """Show one playbook: symptom, signature, cause, fix, guardrail and alert.
+
+    Example: servediag catalog show kv-cache-pressure
+    """
+    pb = _playbook(_catalog(catalog_dirs), playbook_id)
+    if fmt == "yaml":
+        click.echo(pb.path.read_text(encoding="utf-8"), nl=False)
+        return
+    click.echo(_summary(pb))
+
+
+def _summary(pb: Playbook) -> str:
+    import textwrap
+
+    def para(label: str, text: str) -> list[str]:
+        return [f"{label}:", *textwrap.wrap(text, 92, initial_indent="  ", subsequent_indent="  ")]
+
+    lines = [
+        f"{pb.id}: {pb.title}",
+        f"  {pb.kind}, severity {pb.severity}, chapter '{pb.chapter_title}'",
+        "",
+    ]
+    lines += para("Symptom", pb.symptom)
+    if pb.signature:
+        lines.append("Signature:")
+        sig = pb.signature
+        lines += [f"  all:  {c.describe()}" for c in sig.all]
+        lines += [f"  any:  {c.describe()}" for c in sig.any]
+        lines += [f"  none: {c.describe()}  ({c.why})" for c in sig.none]
+        lines += [f"  +:    {c.describe()}" for c in sig.supporting]
+        if sig.explains:
+            lines.append(f"  explains: {', '.join(sig.explains)}")
+    lines += para("Cause", pb.cause)
+    lines.append("Fix:")
+    lines += [f"  {i}. {f}" for i, f in enumerate(pb.fix, 1)]
+    lines.append("Guardrail:")
+    lines += [f"  - {g}" for g in pb.guardrail]
+    if pb.alert:
+        lines.append(f"Alert: {pb.alert.name} ({pb.alert.severity}, for {pb.alert.for_})")
+    if pb.relates_to:
+        lines.append(f"Related: {', '.join(pb.relates_to)}")
+    lines.append(f"Evidence: {', '.join(pb.evidence)}")
+    return "\n".join(lines)
+
+
+@catalog.command("validate")
+@click.argument("directory", type=click.Path(path_type=Path))
+@handles_errors
+def catalog_validate(directory: Path) -> None:
+    """Check a directory of your own playbooks against the schema and the built-in catalog.
+
+    Prints one line per problem-free run; the first problem is reported with the file and
+    the field, and the exit status is 2.
+
+    Example: servediag catalog validate ./my-playbooks
+    """
+    from diagnoser.catalog import builtin_dir, load_catalog
+
+    cat = (
+        load_catalog()
+        if directory.resolve() == builtin_dir().resolve()
+        else load_catalog(directory)
+    )
+    mine = [pb for pb in cat if pb.path.parent.resolve() == directory.resolve()]
+    click.echo(f"ok: {len(mine)} playbook(s) in {directory} are valid")
+
+
+# --- signals, rules, runbooks ---------------------------------------------------------------
+
+
+@main.command("signals")
+@click.argument("name", required=False)
+@click.option("--instance", is_flag=True, help="Aggregate per (model_name, instance).")
+def signals_cmd(name: str | None, instance: bool) -> None:
+    """List the signal vocabulary, or print one signal's PromQL.
+
+    \b
+    Examples:
+      servediag signals
+      servediag signals ttft_p95 --instance
+    """
+    from diagnoser.promql import Scope
+    from diagnoser.signals import SIGNALS
+
+    if name is None:
+        for sig in SIGNALS:
+            click.echo(f"{sig.name:<34} {sig.unit:<9} {sig.help}")
+        return
+    if name not in SIGNALS:
+        fail(f"unknown signal {name!r}; see 'servediag signals'")
+    sig = SIGNALS[name]
+    by = (*sig.by, "instance") if instance and "instance" not in sig.by else sig.by
+    click.echo(f"# {sig.name} ({sig.unit}): {sig.help}")
+    click.echo(f"# recorded as {sig.record_name(by)}; needs {'; '.join(sig.provided_by())}")
+    click.echo(sig.render(Scope(by=by)))
+
+
+@main.command("generate")
+@click.option(
+    "--out",
+    "out_root",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=Path("."),
+    show_default=True,
+    help="Root directory; writes rules/ and runbooks/ under it.",
+)
+@click.option(
+    "--check", is_flag=True, help="Write nothing; exit 1 if any generated file is missing or stale."
+)
+@catalog_option
+@config_option
+@handles_errors
+def generate_cmd(
+    out_root: Path, check: bool, catalog_dirs: tuple[Path, ...], config_path: Path | None
+) -> None:
+    """Generate Prometheus rules (plain and PrometheusRule) and runbook pages.
+
+    \b
+    Examples:
+      servediag generate
+      servediag generate --config my-site.yaml --catalog ./my-playbooks --out deploy/
+      servediag generate --check
+    """
+    from diagnoser import generate
+    from diagnoser.config import load_config
+
+    files = generate.render(_catalog(catalog_dirs), load_config(config_path))
+    if check:
+        outdated = generate.stale(files, out_root)
+        for rel in outdated:
+            click.echo(f"stale: {rel}", err=True)
+        if outdated:
+            fail(f"{len(outdated)} generated file(s) are stale; run 'make generate'", EXIT_FOUND)
+        click.echo(f"ok: {len(files)} generated files are up to date")
+        return
+    changed = generate.write(files, out_root)
+    for rel in changed:
+        click.echo(f"wrote {rel}")
+    click.echo(f"{len(files)} files generated, {len(changed)} changed")
+
+
+@main.command("runbook")
+@click.argument("playbook_id")
+@catalog_option
+@config_option
+@handles_errors
+def runbook_cmd(playbook_id: str, catalog_dirs: tuple[Path, ...], config_path: Path | None) -> None:
+    """Print one playbook's runbook (Meaning, Impact, Diagnosis, Mitigation, Guardrail).
+
+    Example: servediag runbook queue-saturation
+    """
+    from diagnoser.config import load_config
+    from diagnoser.runbooks import render_runbook
+
+    cat = _catalog(catalog_dirs)
+    text = render_runbook(_playbook(cat, playbook_id), cat, load_config(config_path))
+    click.echo(text.split("\n", 1)[1], nl=False)
+
+
+# --- diagnose -------------------------------------------------------------------------------
+
+
+@main.command("diagnose", context_settings={"ignore_unknown_options": True})
+@click.argument("args", nargs=-1, type=click.UNPROCESSED)
+def diagnose_cmd(args: tuple[str, ...]) -> None:
+    """Match live Prometheus series against the playbooks (not in this build yet).
+
+    Example: servediag diagnose --since 1h
+    """
+    fail(
+        "diagnose is not available in this build yet; the catalog, rules and runbooks are "
+        "(see 'servediag --help')"
+    )
+
+
+def diagnose_main() -> None:
+    """The ``diagnose`` console script: the same as ``servediag diagnose``."""
+    main(args=["diagnose", *sys.argv[1:]], prog_name="diagnose")

@@ -1,0 +1,40 @@
+"""Write every generated artefact of the repository from the catalog: rules and runbooks."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from diagnoser import rules, runbooks
+from diagnoser.catalog import Catalog
+from diagnoser.config import RulesConfig
+
+
+def render(catalog: Catalog, cfg: RulesConfig) -> dict[Path, str]:
+    """Every generated file, by path relative to the output root."""
+    out: dict[Path, str] = {}
+    for name, text in rules.render_files(catalog, cfg).items():
+        out[Path("rules") / name] = text
+    for name, text in runbooks.render_all(catalog, cfg).items():
+        out[Path("runbooks") / name] = text
+    return out
+
+
+def stale(files: dict[Path, str], root: Path) -> list[Path]:
+    """Generated files whose content on disk differs from what the catalog renders."""
+    return [
+        rel
+        for rel, text in files.items()
+        if not (root / rel).exists() or (root / rel).read_text(encoding="utf-8") != text
+    ]
+
+
+def write(files: dict[Path, str], root: Path) -> list[Path]:
+    """Write what changed; remove runbook pages of playbooks that no longer exist."""
+    changed = stale(files, root)
+    for rel in changed:
+        path = root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(files[rel], encoding="utf-8")
+    pages = {rel.name: text for rel, text in files.items() if rel.parts[0] == "runbooks"}
+    removed = runbooks.prune(pages, root / "runbooks")
+    return changed + removed

@@ -1,0 +1,33 @@
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+# The shared design material sits beside the project's root (../shared).
+SHARED = Path(os.environ.get("SERVEDIAG_SHARED", ROOT.parent / "shared"))
+
+
+@pytest.fixture(scope="session")
+def catalog():
+    from diagnoser.catalog import load_catalog
+
+    return load_catalog()
+
+
+@pytest.fixture(scope="session")
+def shared_dir() -> Path:
+    if not SHARED.is_dir():
+        pytest.fail(f"the shared design material is missing: {SHARED} (set SERVEDIAG_SHARED)")
+    return SHARED
+
+
+@pytest.fixture(scope="session")
+def promtool_bin() -> str:
+    exe = shutil.which("promtool")
+    if exe is None:
+        pytest.fail("promtool not found: run scripts/install-deps (Debian package prometheus)")
+    return exe

@@ -1,0 +1,172 @@
+"""The catalog: every id of the design present, and bad playbooks rejected in one line."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from diagnoser.catalog import CatalogError, builtin_dir, load_catalog, load_playbook
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def design_ids(shared: Path) -> tuple[list[str], list[str]]:
+    text = (shared / "DESIGN.md").read_text()
+    det = text.split("Detectable from metrics:", 1)[1].split("Advisory", 1)[0]
+    adv = text.split("Advisory (not decidable", 1)[1].split("Every", 1)[0]
+    return re.findall(r"`([a-z0-9-]+)`", det), re.findall(r"`([a-z0-9-]+)`", adv)
+
+
+def test_every_design_id_is_in_the_catalog(shared_dir, catalog):
+    detectable, advisory = design_ids(shared_dir)
+    assert len(detectable) == 16 and len(advisory) == 4
+    assert sorted(p.id for p in catalog.detectable()) == sorted(detectable)
+    assert sorted(p.id for p in catalog.advisory()) == sorted(advisory)
+
+
+def test_detectable_playbooks_have_a_signature_and_an_alert(catalog):
+    for pb in catalog.detectable():
+        assert pb.signature is not None and pb.signature.all, pb.id
+        assert pb.alert is not None, pb.id
+        assert pb.alert.name.startswith("Vllm"), pb.alert.name
+
+
+def test_advisory_playbooks_point_at_detectable_ones(catalog):
+    for pb in catalog.advisory():
+        assert pb.relates_to, pb.id
+        assert all(catalog[r].detectable for r in pb.relates_to), pb.id
+
+
+def test_explained_playbooks_do_not_explain_back(catalog):
+    for pb in catalog.detectable():
+        for other in pb.signature.explains:
+            assert pb.id not in catalog[other].signature.explains, (pb.id, other)
+
+
+def test_every_playbook_sets_onset_and_evidence_from_its_signature(catalog):
+    for pb in catalog.detectable():
+        sig = pb.signature
+        assert sig.onset is not None, pb.id
+        named = {c.signal for c in sig.all}
+        assert named & set(pb.evidence), f"{pb.id}: evidence shows none of its signature"
+
+
+# --- malformed playbooks --------------------------------------------------------------------
+
+
+def _mutate(tmp_path: Path, change) -> Path:
+    data = yaml.safe_load((builtin_dir() / "prompt-length-shift.yaml").read_text())
+    change(data)
+    path = tmp_path / f"{data.get('id', 'broken')}.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+def _set(path: str, value):
+    def change(data):
+        *parents, last = path.split(".")
+        node = data
+        for p in parents:
+            node = node[int(p)] if p.isdigit() else node[p]
+        if value is KeyError:
+            del node[last]
+        else:
+            node[last] = value
+
+    return change
+
+
+@pytest.mark.parametrize(
+    ("change", "where", "says"),
+    [
+        (_set("severity", "urgent"), "severity", "not one of"),
+        (_set("title", KeyError), "(top level)", "'title' is required"),
+        (_set("colour", "red"), "(top level)", "unknown field 'colour'"),
+        (_set("signature.all.0.signal", "ttft_p97"), "signature.all[0].signal", "unknown signal"),
+        (_set("signature.all.1.rises", "a lot"), "signature.all[1].rises", "is not of type"),
+        (_set("signature.all.1.falls", 0.5), "signature.all[1]", "exactly one of"),
+        (_set("signature.none.0.why", KeyError), "signature.none[0].why", "which cause"),
+        (_set("signature.all.0.held", 0.5), "signature.all[0].held", "does not apply"),
+        (_set("alert", KeyError), "alert", "required for a detectable"),
+        (_set("alert.expr", "${ttft_p97} > 1"), "alert.expr", "neither a signal"),
+        (
+            _set("alert.summary", "Prompts grew on {{ $labels.model_name }}."),
+            "alert.summary",
+            "static",
+        ),
+        (_set("alert.for", "30 minutes"), "alert.for", "does not match"),
+        (_set("evidence", ["ttft_p95", "nope"]), "evidence[1]", "unknown signal"),
+        (_set("id", "other-id"), "id", "must equal the file name"),
+    ],
+)
+def test_a_malformed_playbook_names_the_file_and_the_field(tmp_path, change, where, says):
+    path = _mutate(tmp_path, change)
+    if where == "id":  # keep the file name while the id inside changes
+        path = path.rename(tmp_path / "prompt-length-shift.yaml")
+    with pytest.raises(CatalogError) as err:
+        load_playbook(path)
+    assert err.value.path == str(path)
+    assert err.value.where == where
+    assert says in err.value.message
+    assert "\n" not in str(err.value)
+
+
+def test_yaml_syntax_errors_give_the_line(tmp_path):
+    path = tmp_path / "x.yaml"
+    path.write_text("id: x\ntitle: [unclosed\n")
+    with pytest.raises(CatalogError) as err:
+        load_playbook(path)
+    assert err.value.where == "line 3" and "not valid YAML" in err.value.message
+
+
+def test_a_users_playbook_may_not_reuse_a_builtin_id(tmp_path):
+    shutil.copy(builtin_dir() / "prompt-length-shift.yaml", tmp_path)
+    with pytest.raises(CatalogError, match="already defined"):
+        load_catalog(tmp_path)
+
+
+def test_a_users_playbook_joins_the_catalog(tmp_path):
+    data = yaml.safe_load((builtin_dir() / "prompt-length-shift.yaml").read_text())
+    data["id"] = "tenant-prompt-growth"
+    data["alert"]["name"] = "VllmTenantPromptGrowth"
+    data["seed"] = {"symptoms": []}
+    (tmp_path / "tenant-prompt-growth.yaml").write_text(yaml.safe_dump(data))
+    cat = load_catalog(tmp_path)
+    assert "tenant-prompt-growth" in cat and len(cat) == len(load_catalog()) + 1
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "diagnoser", *args],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        check=False,
+    )
+
+
+def test_validate_reports_a_malformed_playbook_in_one_line_with_exit_2(tmp_path):
+    _mutate(tmp_path, _set("signature.all.0.rises", -1))
+    proc = _cli("catalog", "validate", str(tmp_path))
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert "prompt-length-shift.yaml: signature.all[0].rises:" in lines[0]
+    assert "Traceback" not in proc.stderr
+
+
+def test_validate_accepts_the_builtin_catalog():
+    proc = _cli("catalog", "validate", str(builtin_dir()))
+    assert proc.returncode == 0, proc.stderr
+    assert re.match(r"ok: 20 playbook", proc.stdout)
+
+
+def test_validate_of_a_missing_directory_is_a_usage_error(tmp_path):
+    proc = _cli("catalog", "validate", str(tmp_path / "nope"))
+    assert proc.returncode == 2 and "not a directory" in proc.stderr

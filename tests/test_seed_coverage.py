@@ -1,0 +1,91 @@
+"""Every "In production" line and every scenario of the seed maps to exactly one playbook."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+CHAPTER_TITLES = {
+    "tokens": "Models read tokens, not words.",
+    "prefill-decode": "Prefill fills the KV cache. Decode reads it.",
+    "attention": "Why keep the Keys and Values?",
+    "latency": "The anatomy of \u201cit feels slow\u201d.",
+    "batching": "Static vs continuous batching: a race.",
+    "memory": "The GPU memory budget.",
+}
+
+
+def _norm(text: str) -> str:
+    return re.sub(r"[^a-z0-9]", "", text.lower())
+
+
+def parse_seed(text: str) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
+    """(chapter title, symptom) pairs and (chapter title, scenario) pairs, in seed order."""
+    symptoms: list[tuple[str, str]] = []
+    scenarios: list[tuple[str, str]] = []
+    # The seed lost one list marker where a cause starts with inline code; put it back.
+    text = text.replace("GPU\n--gpu-memory-utilizationis", "GPU\n- --gpu-memory-utilizationis")
+    lines = text.splitlines()
+    chapter = ""
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        if line.strip() in CHAPTER_TITLES.values():
+            chapter = line.strip()
+        if line.strip() == "In production":
+            block: list[str] = []
+            i += 1
+            while not lines[i].startswith("Read more \u00b7 scenario:"):
+                block.append(lines[i])
+                i += 1
+            joined = " ".join(block).replace("what this looks like on a live dashboard", "", 1)
+            # Items start with "- " at the start, after a space or after a full stop.
+            items = [s.strip() for s in re.split(r"(?:^|(?<=[\s.]))- ", joined) if s.strip()]
+            symptoms += [(chapter, s) for s in items[0::2]]
+            scenarios.append((chapter, lines[i].split("scenario:", 1)[1].strip()))
+        i += 1
+    return symptoms, scenarios
+
+
+@pytest.fixture(scope="module")
+def seed(shared_dir):
+    return parse_seed((shared_dir / "seed" / "how-one-request-becomes-an-answer.txt").read_text())
+
+
+def test_the_seed_parses_into_four_symptoms_per_chapter(seed):
+    symptoms, scenarios = seed
+    assert len(symptoms) == 24
+    assert len(scenarios) == 6
+    assert {c for c, _ in symptoms} == set(CHAPTER_TITLES.values())
+    assert symptoms[2][1].startswith("Many answers stop at")
+
+
+def test_every_seed_symptom_maps_to_exactly_one_playbook(seed, catalog):
+    symptoms, _ = seed
+    owners: dict[str, list[str]] = {}
+    for pb in catalog:
+        for s in pb.seed_symptoms:
+            owners.setdefault(_norm(s), []).append(pb.id)
+    unmapped = [s for _, s in symptoms if _norm(s) not in owners]
+    assert not unmapped, f"seed symptoms with no playbook: {unmapped}"
+    doubled = {s: ids for s, ids in owners.items() if len(ids) > 1}
+    assert not doubled, f"seed symptoms claimed by several playbooks: {doubled}"
+    unknown = set(owners) - {_norm(s) for _, s in symptoms}
+    assert not unknown, f"playbooks cite symptoms the seed does not have: {unknown}"
+
+
+def test_every_seed_scenario_maps_to_exactly_one_playbook(seed, catalog):
+    _, scenarios = seed
+    owners = [pb.id for pb in catalog for _, sc in scenarios if pb.seed_scenario == sc]
+    assert len(owners) == 6, owners
+    cited = {pb.seed_scenario for pb in catalog if pb.seed_scenario}
+    assert cited == {sc for _, sc in scenarios}
+
+
+def test_a_playbook_chapter_is_the_chapter_of_its_main_seed_line(seed, catalog):
+    symptoms, _ = seed
+    chapter_of = {_norm(s): c for c, s in symptoms}
+    for pb in catalog:
+        chapters = {chapter_of[_norm(s)] for s in pb.seed_symptoms}
+        assert CHAPTER_TITLES[pb.chapter] in chapters, (pb.id, chapters)

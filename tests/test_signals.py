@@ -1,0 +1,202 @@
+"""The signal vocabulary: real metric names, and PromQL that avoids the known dashboard bugs."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from diagnoser import metrics
+from diagnoser.promql import Scope
+from diagnoser.signals import SIGNALS, Vocabulary, _FAMILY_RE
+
+TYPED = ("counter", "gauge", "histogram", "renamed")
+NAME = re.compile(r"`((?:vllm:|DCGM_|http_|process_|llm_probe_)[A-Za-z0-9_:]+)`")
+
+
+def reference_types(shared_dir) -> dict[str, str]:
+    """Metric name -> type from the tables of engine-metrics.md (renamed names: 'renamed')."""
+    text = (shared_dir / "reference" / "engine-metrics.md").read_text()
+    types: dict[str, str] = {}
+    for line in text.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) < 2 or not NAME.search(cells[0]):
+            continue
+        kind = cells[1].split()[0].strip("*") if cells[1] else ""
+        for name in NAME.findall(cells[0]):
+            if kind in ("counter", "gauge", "histogram"):
+                types[name] = kind
+            else:
+                types.setdefault(name, "other")
+    # Section 1.4: renamed and removed names appear in the "Old" and "New" columns.
+    renames = text.split("### 1.4", 1)[1].split("Metrics added over time", 1)[0]
+    for line in renames.splitlines():
+        full = None
+        for token in re.findall(r"`([^`]+)`", line):
+            if NAME.fullmatch(f"`{token}`"):
+                full = token
+                if types.get(token, "other") == "other":
+                    types[token] = "renamed"
+            elif token.startswith("..._") and full:
+                # `a_queries_total` / `..._hits_total`: the abbreviation replaces the tail.
+                tail = token[3:]
+                parts = full.split("_")
+                types.setdefault("_".join(parts[: -tail.count("_")]) + tail, "renamed")
+    # Section 1.5 lists the API server's process metrics in prose.
+    api = text.split("### 1.5", 1)[1].split("## 2.", 1)[0]
+    for name in re.findall(r"`(process_[a-z_]+)`", api):
+        types.setdefault(name, "counter" if name.endswith("_total") else "gauge")
+    design = (shared_dir / "DESIGN.md").read_text()
+    for name in re.findall(r"`(llm_probe_[a-z0-9_]+)", design):
+        types[name] = "counter" if name.endswith("_total") else "histogram"
+    return types
+
+
+@pytest.fixture(scope="module")
+def reference(shared_dir):
+    return reference_types(shared_dir)
+
+
+def used_names() -> set[str]:
+    names: set[str] = set()
+    for sig in SIGNALS:
+        for by in (sig.by, (*sig.by, "instance")):
+            names |= set(_FAMILY_RE.findall(sig.render(Scope(by=by))))
+    return names
+
+
+def test_the_reference_parses(reference):
+    assert reference["vllm:num_preemptions_total"] == "counter"
+    assert reference["vllm:time_to_first_token_seconds"] == "histogram"
+    assert reference["vllm:kv_cache_usage_perc"] == "gauge"
+    assert reference["DCGM_FI_DEV_FB_FREE"] == "gauge"
+    assert "vllm:gpu_cache_usage_perc" in reference
+
+
+def test_every_metric_name_used_is_a_real_exposed_name(reference):
+    for raw in sorted(used_names() - {"up"}):
+        fam = raw
+        for suffix in ("_bucket", "_sum", "_count"):
+            if raw.endswith(suffix) and raw[: -len(suffix)] in reference:
+                fam = raw[: -len(suffix)]
+                assert reference[fam] in ("histogram", "renamed"), (
+                    f"{raw}: {fam} is not a histogram"
+                )
+        kind = reference.get(fam)
+        assert kind in TYPED, f"{raw} is not a metric vLLM, DCGM or the probe exposes"
+        if kind != "renamed":
+            assert metrics.family(fam).type == kind, f"{fam}: the reference says {kind}"
+        if fam == raw:
+            assert reference[fam] != "histogram", f"{raw}: a histogram needs _bucket/_sum/_count"
+
+
+def test_every_counter_is_queried_with_total_and_through_rate():
+    for sig in SIGNALS:
+        text = sig.render()
+        for fam in sig.families:
+            f = metrics.family(fam)
+            if f.type == "counter":
+                assert fam.endswith("_total"), fam
+                for m in re.finditer(re.escape(fam) + r"\b", text):
+                    before = text[: m.start()]
+                    assert re.search(r"(rate|resets|increase)\($", before), (sig.name, fam)
+
+
+def test_quantiles_always_sum_buckets_by_le():
+    for sig in SIGNALS:
+        text = sig.render(Scope(by=("model_name", "instance")))
+        for m in re.finditer(r"histogram_quantile\([0-9.]+, (.*)", text):
+            assert m.group(1).startswith("sum by (le, "), sig.name
+
+
+def test_every_division_is_guarded():
+    for sig in SIGNALS:
+        text = sig.render()
+        for m in re.finditer(r" / ", text):
+            rest = re.sub(
+                r"^(ignoring|on) \([a-z_, ]*\) (group_left \([a-z_, ]*\) )?", "", text[m.end() :]
+            )
+            assert rest.startswith("(") or rest.startswith("100"), (sig.name, rest[:60])
+            if rest.startswith("("):
+                depth, i = 0, 0
+                for i, ch in enumerate(rest):
+                    depth += ch == "("
+                    depth -= ch == ")"
+                    if depth == 0:
+                        break
+                assert rest[:i].rstrip().endswith("> 0"), (sig.name, rest[: i + 1])
+
+
+@pytest.mark.parametrize(
+    ("signal", "old", "new"),
+    [
+        ("kv_cache_usage", "vllm:gpu_cache_usage_perc", "vllm:kv_cache_usage_perc"),
+        ("itl_p95", "vllm:time_per_output_token_seconds", "vllm:inter_token_latency_seconds"),
+        (
+            "prefix_cache_hit_rate",
+            "vllm:gpu_prefix_cache_hits_total",
+            "vllm:prefix_cache_hits_total",
+        ),
+    ],
+)
+def test_renamed_metrics_are_read_under_both_names_newest_first(signal, old, new):
+    text = SIGNALS[signal].render()
+    assert new in text and old in text
+    assert text.index(new) < text.index(old)
+    assert " or " in text
+
+
+def test_signals_aggregate_by_model_and_may_add_instance():
+    for sig in SIGNALS:
+        if sig.by != ("model_name",):
+            continue
+        text = sig.render(Scope(by=("model_name", "instance")))
+        assert re.search(r"by \(([a-z_]+, )*model_name, instance\)", text), sig.name
+
+
+def test_api_server_series_are_joined_to_models_not_filtered_by_model():
+    scope = Scope(matchers=('model_name="m"', 'job="vllm"'))
+    text = SIGNALS["http_5xx_share"].render(scope)
+    assert 'http_requests_total{job="vllm", handler=~' in text
+    assert "group_left (model_name)" in text
+    assert 'vllm:num_requests_running{model_name="m", job="vllm"}' in text
+
+
+def test_every_signal_has_a_unit_meaning_and_unique_recording_name():
+    names = [s.record_name() for s in SIGNALS]
+    assert len(names) == len(set(names))
+    for sig in SIGNALS:
+        assert sig.unit and sig.help.endswith("."), sig.name
+        assert re.fullmatch(r"[a-z_]+:[a-z0-9_]+:[a-z0-9_]+", sig.record_name()), sig.record_name()
+
+
+def test_slo_thresholds_must_sit_on_a_bucket_boundary():
+    assert 'le="2.5"' in Vocabulary(ttft_slo=2.5).__getitem__("ttft_slo_attainment").render()
+    with pytest.raises(ValueError, match="not a bucket boundary"):
+        Vocabulary(ttft_slo=0.3)
+    with pytest.raises(ValueError, match="not a bucket boundary"):
+        Vocabulary(itl_slo=0.09)
+
+
+@pytest.mark.parametrize(
+    ("value", "label"),
+    [
+        (1.0, "1.0"),
+        (0.25, "0.25"),
+        (2560, "2560.0"),
+        (1_000_000, "1e+06"),
+        (float("inf"), "+Inf"),
+    ],
+)
+def test_bucket_bounds_are_formatted_as_prometheus_client_does(value, label):
+    assert metrics.le_label(value) == label
+
+
+def test_token_buckets_follow_vllms_1_2_5_series():
+    assert metrics.request_token_buckets(8192)[-3:] == (1000.0, 2000.0, 5000.0)
+    assert metrics.request_token_buckets(10000)[-1] == 10000.0
+
+
+def test_missing_series_can_be_explained():
+    assert SIGNALS["gpu_utilization"].provided_by()[0].startswith("NVIDIA dcgm-exporter")
+    assert any("0.25.0" in p for p in SIGNALS["requests_waiting_by_reason"].provided_by())
