@@ -8,7 +8,7 @@ import pytest
 
 from diagnoser import metrics
 from diagnoser.promql import Scope
-from diagnoser.signals import SIGNALS, Vocabulary, _FAMILY_RE
+from diagnoser.signals import _FAMILY_RE, SIGNALS, Vocabulary
 
 TYPED = ("counter", "gauge", "histogram", "renamed")
 NAME = re.compile(r"`((?:vllm:|DCGM_|http_|process_|llm_probe_)[A-Za-z0-9_:]+)`")
@@ -109,6 +109,17 @@ def test_quantiles_always_sum_buckets_by_le():
             assert m.group(1).startswith("sum by (le, "), sig.name
 
 
+def _parenthesised(text: str) -> str:
+    """The parenthesised group at the start of ``text``, without its closing paren."""
+    depth = 0
+    for i, ch in enumerate(text):
+        depth += ch == "("
+        depth -= ch == ")"
+        if depth == 0:
+            return text[:i]
+    raise AssertionError(f"unbalanced: {text[:60]}")
+
+
 def test_every_division_is_guarded():
     for sig in SIGNALS:
         text = sig.render()
@@ -116,15 +127,10 @@ def test_every_division_is_guarded():
             rest = re.sub(
                 r"^(ignoring|on) \([a-z_, ]*\) (group_left \([a-z_, ]*\) )?", "", text[m.end() :]
             )
-            assert rest.startswith("(") or rest.startswith("100"), (sig.name, rest[:60])
-            if rest.startswith("("):
-                depth, i = 0, 0
-                for i, ch in enumerate(rest):
-                    depth += ch == "("
-                    depth -= ch == ")"
-                    if depth == 0:
-                        break
-                assert rest[:i].rstrip().endswith("> 0"), (sig.name, rest[: i + 1])
+            if rest.startswith("100"):
+                continue  # DCGM's percent to a ratio
+            assert rest.startswith("("), (sig.name, rest[:60])
+            assert _parenthesised(rest).rstrip().endswith("> 0"), (sig.name, rest[:80])
 
 
 @pytest.mark.parametrize(
