@@ -79,19 +79,20 @@ class Condition:
     def describe(self) -> str:
         """Readable form, e.g. ``ttft_p95 rises >= 1.5x``."""
         subject = f"{self.signal} / {self.over}" if self.over else self.signal
+        v = self.value
         text = {
-            "rises": f"rises >= {self.value}x",
-            "falls": f"falls to <= {self.value}x",
-            "flat": f"stays within \u00b1{float(self.value):.0%}",
-            "rises_by": f"rises by >= {self.value}",
-            "above": f">= {self.value}",
-            "below": f"<= {self.value}",
-            "drifts": f"drifts up steadily to >= {self.value}x",
-            "spikes": f"spikes to >= {self.value}x its median",
-            "plateau": f"pinned at its ceiling (within {float(self.value):.0%})",
-            "tracks": f"moves with {self.value}",
-            "grows_with": f"grows faster than {self.value} (exponent >= {self.exponent})",
-        }[self.shape]
+            "rises": lambda: f"rises >= {v}x",
+            "falls": lambda: f"falls to <= {v}x",
+            "flat": lambda: f"stays within \u00b1{float(v):.0%}",
+            "rises_by": lambda: f"rises by >= {v}",
+            "above": lambda: f">= {v}",
+            "below": lambda: f"<= {v}",
+            "drifts": lambda: f"drifts up steadily to >= {v}x",
+            "spikes": lambda: f"spikes to >= {v}x its median",
+            "plateau": lambda: f"pinned at its ceiling (within {float(v):.0%})",
+            "tracks": lambda: f"moves with {v}",
+            "grows_with": lambda: f"grows faster than {v} (exponent >= {self.exponent})",
+        }[self.shape]()
         if self.held is not None:
             text += f" for {self.held:.0%} of the window"
         return f"{subject} {text}"

@@ -70,8 +70,12 @@ def agg(fn: str, scope: Scope, inner: str, *extra_by: str) -> str:
 
 
 def model_map(scope: Scope) -> str:
-    """(job, instance) -> model_name, restricted to the scope's models."""
-    return f"group by (job, instance, model_name) ({selector(MODEL_MAP_METRIC, scope.matchers)})"
+    """(job, instance) -> model_name, restricted to the scope's models.
+
+    ``last_over_time`` keeps the mapping while a target is briefly down (a restart).
+    """
+    series = f"last_over_time({selector(MODEL_MAP_METRIC, scope.matchers)}[{scope.window}])"
+    return f"group by (job, instance, model_name) ({series})"
 
 
 def gpu_model_map(scope: Scope) -> str:
@@ -133,8 +137,13 @@ def share_by(name: str, label: str) -> Expr:
 
 
 def counter_resets(name: str) -> Expr:
+    """Restarts seen as counter resets: one per target, whatever its label values or engines."""
+
     def build(scope: Scope) -> str:
-        return agg("sum", scope, f"resets({selector(name, scope.matchers)}[{scope.window}])")
+        per_series = f"resets({selector(name, scope.matchers)}[{scope.window}])"
+        labels = [*scope.by, *(x for x in ("job", "instance") if x not in scope.by)]
+        per_target = f"max by ({', '.join(labels)}) ({per_series})"
+        return agg("sum", scope, per_target)
 
     return build
 

@@ -1,0 +1,180 @@
+"""Generated Prometheus rules: promtool accepts them, and every alert is unit-tested."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from diagnoser import rules
+from diagnoser.config import ConfigError, RulesConfig, load_config
+
+ROOT = Path(__file__).resolve().parent.parent
+RULES = ROOT / "rules"
+TESTS = sorted((RULES / "tests").glob("*.test.yaml"))
+
+
+def _alerts() -> list[dict]:
+    doc = yaml.safe_load((RULES / rules.ALERTS_FILE).read_text())
+    return [r for g in doc["groups"] for r in g["rules"]]
+
+
+def test_promtool_check_rules_is_clean(promtool_bin):
+    out = rules.check_rules([RULES / rules.RECORDING_FILE, RULES / rules.ALERTS_FILE])
+    assert out.count("SUCCESS") == 2
+
+
+def test_the_operator_manifest_carries_the_same_groups(promtool_bin, tmp_path):
+    manifest = yaml.safe_load((RULES / rules.OPERATOR_FILE).read_text())
+    assert manifest["kind"] == "PrometheusRule"
+    plain = [
+        g
+        for f in (rules.RECORDING_FILE, rules.ALERTS_FILE)
+        for g in yaml.safe_load((RULES / f).read_text())["groups"]
+    ]
+    assert manifest["spec"]["groups"] == plain
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(yaml.safe_dump({"groups": manifest["spec"]["groups"]}))
+    rules.check_rules([spec])
+
+
+def test_one_alert_per_detectable_playbook(catalog):
+    by_playbook = {a["labels"]["playbook"]: a for a in _alerts()}
+    assert sorted(by_playbook) == sorted(p.id for p in catalog.detectable())
+
+
+def test_every_alert_follows_the_mixin_schema(catalog):
+    cfg = RulesConfig()
+    for a in _alerts():
+        assert re.fullmatch(r"Vllm[A-Z][A-Za-z0-9]+", a["alert"])
+        assert a["labels"]["severity"] in ("critical", "warning", "info")
+        ann = a["annotations"]
+        assert ann["summary"].endswith(".") and "{{" not in ann["summary"]
+        assert "{{" in ann["description"], a["alert"]
+        assert ann["runbook_url"] == cfg.runbook_for(a["labels"]["playbook"])
+        assert re.fullmatch(r"[0-9]+[mh]", a["for"]), a["alert"]
+
+
+def test_every_alert_has_a_traffic_floor_unless_no_traffic_is_expected(catalog):
+    for a in _alerts():
+        pb = catalog[a["labels"]["playbook"]]
+        has_floor = re.search(r"and on \(model_name\) model_name:vllm_(request_success|"
+                              r"http_requests):rate5m > 0\.1$", a["expr"])
+        assert bool(has_floor) == (pb.alert.floor != "none"), a["alert"]
+
+
+def test_runbook_urls_resolve_to_generated_pages():
+    for a in _alerts():
+        page = ROOT / "runbooks" / f"{a['labels']['playbook']}.md"
+        assert page.is_file(), page
+
+
+# --- promtool unit tests --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("path", TESTS, ids=[p.name for p in TESTS])
+def test_promtool_unit_tests_pass(promtool_bin, path):
+    proc = subprocess.run([promtool_bin, "test", "rules", str(path)], capture_output=True,
+                          text=True, check=False, cwd=path.parent)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def _cases(doc: dict, alert: str):
+    for group in doc["tests"]:
+        for case in group.get("alert_rule_test", []):
+            if case["alertname"] == alert:
+                yield group, case
+
+
+def test_every_alert_has_the_three_kinds_of_cases():
+    """Fires with exact labels and annotations; not yet before `for:`; a silent look-alike."""
+    missing = []
+    for a in _alerts():
+        pid, name = a["labels"]["playbook"], a["alert"]
+        path = RULES / "tests" / f"{pid}.test.yaml"
+        if not path.exists():
+            missing.append(f"{path.name}: missing")
+            continue
+        doc = yaml.safe_load(path.read_text())
+        assert set(doc["rule_files"]) == {"../recording.rules.yaml", "../alerts.rules.yaml"}
+        fires = [(g, c) for g, c in _cases(doc, name) if c.get("exp_alerts")]
+        if not fires:
+            missing.append(f"{path.name}: no case where {name} fires")
+            continue
+        for _, case in fires:
+            for exp in case["exp_alerts"]:
+                labels, ann = exp.get("exp_labels", {}), exp.get("exp_annotations", {})
+                assert labels.get("playbook") == pid and "severity" in labels, path.name
+                assert {"summary", "description", "runbook_url"} <= set(ann), path.name
+                assert ann["runbook_url"] == a["annotations"]["runbook_url"], path.name
+        group, first = fires[0]
+        fire_at = _minutes(first["eval_time"])
+        not_yet = [c for g, c in _cases(doc, name)
+                   if g is group and not c.get("exp_alerts") and _minutes(c["eval_time"]) < fire_at]
+        if not not_yet:
+            missing.append(f"{path.name}: no case before `for:` elapses in {group['name']!r}")
+        lookalikes = [g for g in doc["tests"] if g["name"].startswith("look-alike:")]
+        silent = [g for g in lookalikes
+                  if all(not c.get("exp_alerts") for gg, c in _cases(doc, name) if gg is g)
+                  and any(gg is g for gg, _ in _cases(doc, name))]
+        if not silent:
+            missing.append(f"{path.name}: no look-alike group where {name} stays silent")
+    assert not missing, "\n".join(missing)
+
+
+def _minutes(value: str) -> float:
+    m = re.fullmatch(r"([0-9]+)([smhd])", str(value))
+    assert m, value
+    return int(m.group(1)) * {"s": 1 / 60, "m": 1, "h": 60, "d": 1440}[m.group(2)]
+
+
+# --- config ---------------------------------------------------------------------------------
+
+
+def test_config_knobs_reach_every_expression_and_annotation(tmp_path, catalog, promtool_bin):
+    cfg_file = tmp_path / "site.yaml"
+    cfg_file.write_text(
+        "selector: ['job=\"vllm\"']\n"
+        "group_labels: [cluster]\n"
+        "runbook_url: https://runbooks.example.com/llm/{id}.html\n"
+        "traffic_floor_rps: 0.5\n"
+        "alerts:\n  VllmPromptLengthShift: {for: 1h, severity: critical, params: {ratio: 3}}\n"
+    )
+    files = rules.render_files(catalog, load_config(cfg_file))
+    alerts = yaml.safe_load(files[rules.ALERTS_FILE])["groups"][0]["rules"]
+    shift = next(a for a in alerts if a["alert"] == "VllmPromptLengthShift")
+    assert shift["for"] == "1h" and shift["labels"]["severity"] == "critical"
+    assert "> 3 * (" in shift["expr"] and "more than 3x" in shift["annotations"]["description"]
+    assert shift["annotations"]["runbook_url"] == \
+        "https://runbooks.example.com/llm/prompt-length-shift.html"
+    assert "and on (cluster, model_name)" in shift["expr"] and "> 0.5" in shift["expr"]
+    recording = yaml.safe_load(files[rules.RECORDING_FILE])
+    for rule in recording["groups"][0]["rules"]:
+        assert "by (cluster, model_name)" in rule["expr"] or "by (le, cluster, model_name)" in \
+            rule["expr"] or "by (prompt_bucket, cluster, model_name)" in rule["expr"] or \
+            "by (finished_reason, cluster, model_name)" in rule["expr"] or \
+            "by (reason, cluster, model_name)" in rule["expr"], rule["record"]
+        assert rule["record"].startswith("cluster_model_name:")
+        for sel in re.findall(r"vllm:[a-z_]+\{([^}]*)\}", rule["expr"]):
+            assert 'job="vllm"' in sel, rule["record"]
+    for name, text in files.items():
+        (tmp_path / name).write_text(text)
+    rules.check_rules([tmp_path / rules.RECORDING_FILE, tmp_path / rules.ALERTS_FILE])
+
+
+@pytest.mark.parametrize(("text", "says"), [
+    ("colour: red\n", "unknown key 'colour'"),
+    ("ttft_slo_seconds: 0.3\n", "not a bucket boundary"),
+    ("runbook_url: https://x.example.com/\n", "must contain {id}"),
+    ("alerts:\n  VllmNoSuchAlert: {for: 5m}\n", "no alert named 'VllmNoSuchAlert'"),
+    ("alerts:\n  VllmPromptLengthShift: {params: {nope: 1}}\n", "unknown parameter 'nope'"),
+    ("selector: job=vllm\n", "must be a list of strings"),
+])
+def test_a_bad_config_is_one_clear_error(tmp_path, catalog, text, says):
+    path = tmp_path / "site.yaml"
+    path.write_text(text)
+    with pytest.raises(ConfigError, match=re.escape(says)):
+        rules.render_files(catalog, load_config(path))
