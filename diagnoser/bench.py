@@ -28,8 +28,7 @@ def main() -> None:
     render_s = timed(lambda: rules.render_files(catalog, RulesConfig()))
 
     def cli(*args: str) -> None:
-        subprocess.run([sys.executable, "-m", "diagnoser", *args], check=True,
-                       capture_output=True)
+        subprocess.run([sys.executable, "-m", "diagnoser", *args], check=True, capture_output=True)
 
     help_s = timed(lambda: cli("--help"))
     diag_help_s = timed(lambda: cli("diagnose", "--help"), runs=3)

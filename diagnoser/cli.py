@@ -215,12 +215,12 @@ def catalog_validate(directory: Path) -> None:
     Example: servediag catalog validate ./my-playbooks
     """
     from diagnoser.catalog import builtin_dir, load_catalog
+    from diagnoser.config import RulesConfig
+    from diagnoser.rules import render_files
 
-    cat = (
-        load_catalog()
-        if directory.resolve() == builtin_dir().resolve()
-        else load_catalog(directory)
-    )
+    builtin = directory.resolve() == builtin_dir().resolve()
+    cat = load_catalog() if builtin else load_catalog(directory)
+    render_files(cat, RulesConfig())  # alert expressions resolve and render
     mine = [pb for pb in cat if pb.path.parent.resolve() == directory.resolve()]
     click.echo(f"ok: {len(mine)} playbook(s) in {directory} are valid")
 

@@ -35,8 +35,9 @@ def step(n: int, total: int, text: str) -> None:
 
 
 @click.command()
-@click.option("--scenario", default="retrieval-launch", show_default=True,
-              help="Which seed incident to show.")
+@click.option(
+    "--scenario", default="retrieval-launch", show_default=True, help="Which seed incident to show."
+)
 def main(scenario: str) -> None:
     """Walk through a seed incident with what this build can do."""
     total = 5
@@ -49,8 +50,10 @@ def main(scenario: str) -> None:
         sys.exit(2)
     known = scenarios(catalog)
     if scenario not in known:
-        click.echo(f"demo: error: unknown scenario {scenario!r} (known: "
-                   f"{', '.join(sorted(known))})", err=True)
+        click.echo(
+            f"demo: error: unknown scenario {scenario!r} (known: {', '.join(sorted(known))})",
+            err=True,
+        )
         sys.exit(2)
     click.echo(f"      {len(catalog)} playbooks, {len(catalog.detectable())} with alerts")
 
@@ -69,12 +72,20 @@ def main(scenario: str) -> None:
             sys.exit(1)
     click.echo("      promtool check rules: SUCCESS")
 
-    step(3, total, f"simulating '{scenario}' with vLLM's metric names: "
-                   "not in this build yet (the incident simulator)")
+    step(
+        3,
+        total,
+        f"simulating '{scenario}' with vLLM's metric names: "
+        "not in this build yet (the incident simulator)",
+    )
     step(4, total, "backfilling it into a throwaway Prometheus: not in this build yet")
     pb = catalog[known[scenario]]
-    step(5, total, f"diagnose --since 1h: not in this build yet; for this incident it should "
-                   f"name '{pb.id}' first:")
+    step(
+        5,
+        total,
+        f"diagnose --since 1h: not in this build yet; for this incident it should "
+        f"name '{pb.id}' first:",
+    )
     click.echo()
     click.echo(f"  {pb.title}")
     click.echo(f"  cause:     {pb.cause.split('. ')[0]}.")

@@ -170,3 +170,16 @@ def test_validate_accepts_the_builtin_catalog():
 def test_validate_of_a_missing_directory_is_a_usage_error(tmp_path):
     proc = _cli("catalog", "validate", str(tmp_path / "nope"))
     assert proc.returncode == 2 and "not a directory" in proc.stderr
+
+
+def test_validate_renders_alerts_so_a_bad_placeholder_is_caught(tmp_path):
+    data = yaml.safe_load((builtin_dir() / "prompt-length-shift.yaml").read_text())
+    data["id"] = "site-queue"
+    data["alert"]["name"] = "VllmSiteQueue"
+    data["alert"]["expr"] = "${requests_waiting_by_reason@instance} > 3"
+    data["seed"] = {"symptoms": []}
+    (tmp_path / "site-queue.yaml").write_text(yaml.safe_dump(data))
+    proc = _cli("catalog", "validate", str(tmp_path))
+    assert proc.returncode == 2
+    assert "site-queue.yaml: alert.expr: ${requests_waiting_by_reason@instance}" in proc.stderr
+    assert "not recorded per instance" in proc.stderr

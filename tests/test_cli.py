@@ -107,16 +107,38 @@ def test_generate_keeps_files_that_it_did_not_write(tmp_path):
 def test_a_bad_config_file_is_exit_2_in_one_line(tmp_path):
     cfg = tmp_path / "c.yaml"
     cfg.write_text("selector: [\n")
-    proc = subprocess.run([sys.executable, "-m", "diagnoser", "generate", "--config", str(cfg),
-                           "--out", str(tmp_path)], capture_output=True, text=True, check=False)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "diagnoser",
+            "generate",
+            "--config",
+            str(cfg),
+            "--out",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert proc.returncode == 2
     assert proc.stderr.count("\n") == 1 and "not valid YAML" in proc.stderr
     assert not (tmp_path / "rules").exists()
 
 
 def test_diagnose_script_says_plainly_that_it_is_not_built_yet():
-    proc = subprocess.run([sys.executable, "-c", "from diagnoser.cli import diagnose_main; "
-                           "diagnose_main()", "--since", "1h"], capture_output=True, text=True,
-                          check=False)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "from diagnoser.cli import diagnose_main; diagnose_main()",
+            "--since",
+            "1h",
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert proc.returncode == 2
     assert "not available in this build" in proc.stderr

@@ -13,20 +13,44 @@ ROOT = Path(__file__).resolve().parent.parent
 def test_pip_install_gives_a_working_catalog(tmp_path):
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
-    pip = [str(venv / "bin" / "python"), "-m", "pip", "install", "-q",
-           "--disable-pip-version-check"]
+    pip = [
+        str(venv / "bin" / "python"),
+        "-m",
+        "pip",
+        "install",
+        "-q",
+        "--disable-pip-version-check",
+    ]
     subprocess.run([*pip, str(ROOT)], check=True, cwd=tmp_path)
     work = tmp_path / "elsewhere"
     work.mkdir()
-    listed = subprocess.run([str(venv / "bin" / "servediag"), "catalog", "list", "--format",
-                             "json"], capture_output=True, text=True, check=True, cwd=work)
+    listed = subprocess.run(
+        [str(venv / "bin" / "servediag"), "catalog", "list", "--format", "json"],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=work,
+    )
     ids = {row["id"] for row in json.loads(listed.stdout)}
     assert len(ids) == 20 and "stop-token-mismatch" in ids
     # The data came from the installed package, not from this checkout.
-    where = subprocess.run([str(venv / "bin" / "python"), "-c",
-                            "from diagnoser.catalog import builtin_dir; print(builtin_dir())"],
-                           capture_output=True, text=True, check=True, cwd=work)
+    where = subprocess.run(
+        [
+            str(venv / "bin" / "python"),
+            "-c",
+            "from diagnoser.catalog import builtin_dir; print(builtin_dir())",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=work,
+    )
     assert str(venv) in where.stdout and str(ROOT) not in where.stdout
-    runbook = subprocess.run([str(venv / "bin" / "servediag"), "runbook", "hidden-tail"],
-                             capture_output=True, text=True, check=True, cwd=work)
+    runbook = subprocess.run(
+        [str(venv / "bin" / "servediag"), "runbook", "hidden-tail"],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=work,
+    )
     assert "## Mitigation" in runbook.stdout

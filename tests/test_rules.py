@@ -61,8 +61,11 @@ def test_every_alert_follows_the_mixin_schema(catalog):
 def test_every_alert_has_a_traffic_floor_unless_no_traffic_is_expected(catalog):
     for a in _alerts():
         pb = catalog[a["labels"]["playbook"]]
-        has_floor = re.search(r"and on \(model_name\) model_name:vllm_(request_success|"
-                              r"http_requests):rate5m > 0\.1$", a["expr"])
+        has_floor = re.search(
+            r"and on \(model_name\) model_name:vllm_(request_success|"
+            r"http_requests):rate5m > 0\.1$",
+            a["expr"],
+        )
         assert bool(has_floor) == (pb.alert.floor != "none"), a["alert"]
 
 
@@ -77,8 +80,13 @@ def test_runbook_urls_resolve_to_generated_pages():
 
 @pytest.mark.parametrize("path", TESTS, ids=[p.name for p in TESTS])
 def test_promtool_unit_tests_pass(promtool_bin, path):
-    proc = subprocess.run([promtool_bin, "test", "rules", str(path)], capture_output=True,
-                          text=True, check=False, cwd=path.parent)
+    proc = subprocess.run(
+        [promtool_bin, "test", "rules", str(path)],
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=path.parent,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
@@ -112,14 +120,20 @@ def test_every_alert_has_the_three_kinds_of_cases():
                 assert ann["runbook_url"] == a["annotations"]["runbook_url"], path.name
         group, first = fires[0]
         fire_at = _minutes(first["eval_time"])
-        not_yet = [c for g, c in _cases(doc, name)
-                   if g is group and not c.get("exp_alerts") and _minutes(c["eval_time"]) < fire_at]
+        not_yet = [
+            c
+            for g, c in _cases(doc, name)
+            if g is group and not c.get("exp_alerts") and _minutes(c["eval_time"]) < fire_at
+        ]
         if not not_yet:
             missing.append(f"{path.name}: no case before `for:` elapses in {group['name']!r}")
         lookalikes = [g for g in doc["tests"] if g["name"].startswith("look-alike:")]
-        silent = [g for g in lookalikes
-                  if all(not c.get("exp_alerts") for gg, c in _cases(doc, name) if gg is g)
-                  and any(gg is g for gg, _ in _cases(doc, name))]
+        silent = [
+            g
+            for g in lookalikes
+            if all(not c.get("exp_alerts") for gg, c in _cases(doc, name) if gg is g)
+            and any(gg is g for gg, _ in _cases(doc, name))
+        ]
         if not silent:
             missing.append(f"{path.name}: no look-alike group where {name} stays silent")
     assert not missing, "\n".join(missing)
@@ -148,15 +162,20 @@ def test_config_knobs_reach_every_expression_and_annotation(tmp_path, catalog, p
     shift = next(a for a in alerts if a["alert"] == "VllmPromptLengthShift")
     assert shift["for"] == "1h" and shift["labels"]["severity"] == "critical"
     assert "> 3 * (" in shift["expr"] and "more than 3x" in shift["annotations"]["description"]
-    assert shift["annotations"]["runbook_url"] == \
-        "https://runbooks.example.com/llm/prompt-length-shift.html"
+    assert (
+        shift["annotations"]["runbook_url"]
+        == "https://runbooks.example.com/llm/prompt-length-shift.html"
+    )
     assert "and on (cluster, model_name)" in shift["expr"] and "> 0.5" in shift["expr"]
     recording = yaml.safe_load(files[rules.RECORDING_FILE])
     for rule in recording["groups"][0]["rules"]:
-        assert "by (cluster, model_name)" in rule["expr"] or "by (le, cluster, model_name)" in \
-            rule["expr"] or "by (prompt_bucket, cluster, model_name)" in rule["expr"] or \
-            "by (finished_reason, cluster, model_name)" in rule["expr"] or \
-            "by (reason, cluster, model_name)" in rule["expr"], rule["record"]
+        assert (
+            "by (cluster, model_name)" in rule["expr"]
+            or "by (le, cluster, model_name)" in rule["expr"]
+            or "by (prompt_bucket, cluster, model_name)" in rule["expr"]
+            or "by (finished_reason, cluster, model_name)" in rule["expr"]
+            or "by (reason, cluster, model_name)" in rule["expr"]
+        ), rule["record"]
         assert rule["record"].startswith("cluster_model_name:")
         for sel in re.findall(r"vllm:[a-z_]+\{([^}]*)\}", rule["expr"]):
             assert 'job="vllm"' in sel, rule["record"]
@@ -165,14 +184,17 @@ def test_config_knobs_reach_every_expression_and_annotation(tmp_path, catalog, p
     rules.check_rules([tmp_path / rules.RECORDING_FILE, tmp_path / rules.ALERTS_FILE])
 
 
-@pytest.mark.parametrize(("text", "says"), [
-    ("colour: red\n", "unknown key 'colour'"),
-    ("ttft_slo_seconds: 0.3\n", "not a bucket boundary"),
-    ("runbook_url: https://x.example.com/\n", "must contain {id}"),
-    ("alerts:\n  VllmNoSuchAlert: {for: 5m}\n", "no alert named 'VllmNoSuchAlert'"),
-    ("alerts:\n  VllmPromptLengthShift: {params: {nope: 1}}\n", "unknown parameter 'nope'"),
-    ("selector: job=vllm\n", "must be a list of strings"),
-])
+@pytest.mark.parametrize(
+    ("text", "says"),
+    [
+        ("colour: red\n", "unknown key 'colour'"),
+        ("ttft_slo_seconds: 0.3\n", "not a bucket boundary"),
+        ("runbook_url: https://x.example.com/\n", "must contain {id}"),
+        ("alerts:\n  VllmNoSuchAlert: {for: 5m}\n", "no alert named 'VllmNoSuchAlert'"),
+        ("alerts:\n  VllmPromptLengthShift: {params: {nope: 1}}\n", "unknown parameter 'nope'"),
+        ("selector: job=vllm\n", "must be a list of strings"),
+    ],
+)
 def test_a_bad_config_is_one_clear_error(tmp_path, catalog, text, says):
     path = tmp_path / "site.yaml"
     path.write_text(text)
