@@ -24,7 +24,7 @@ lint: setup
 	$(VENV)/bin/ruff check diagnoser tests
 	$(VENV)/bin/ruff format --check diagnoser tests
 	$(VENV)/bin/mypy
-	promtool check rules rules/recording.rules.yaml rules/alerts.rules.yaml
+	promtool check rules --lint=all --lint-fatal rules/recording.rules.yaml rules/alerts.rules.yaml
 
 generate: setup
 	$(VENV)/bin/servediag generate

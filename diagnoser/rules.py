@@ -181,4 +181,4 @@ def promtool(*args: str) -> str:
 
 
 def check_rules(paths: Iterable[Path]) -> str:
-    return promtool("check", "rules", *map(str, paths))
+    return promtool("check", "rules", "--lint=all", "--lint-fatal", *map(str, paths))
