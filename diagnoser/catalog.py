@@ -18,6 +18,7 @@ from typing import Any
 
 import yaml
 
+from diagnoser.errors import FileFieldError
 from diagnoser.signals import SIGNALS
 
 SHAPES = (
@@ -54,12 +55,8 @@ TARGETS = "targets"
 PLACEHOLDER = re.compile(r"\$\{([a-z0-9_]+)(@instance)?(?::([0-9]+[smhd]))?\}")
 
 
-class CatalogError(Exception):
+class CatalogError(FileFieldError):
     """A playbook that cannot be used; ``str()`` is one line naming file and field."""
-
-    def __init__(self, path: Path | str, where: str, message: str):
-        self.path, self.where, self.message = str(path), where, message
-        super().__init__(f"{self.path}: {where}: {message}" if where else f"{self.path}: {message}")
 
 
 @dataclass(frozen=True)

@@ -36,13 +36,12 @@ def handles_errors(fn: F) -> F:
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        from diagnoser.catalog import CatalogError
-        from diagnoser.config import ConfigError
+        from diagnoser.errors import UserError
         from diagnoser.rules import PromtoolError
 
         try:
             return fn(*args, **kwargs)
-        except (CatalogError, ConfigError) as exc:
+        except UserError as exc:
             fail(str(exc))
         except PromtoolError as exc:
             fail(f"promtool: {exc}", EXIT_FOUND)
@@ -315,6 +314,128 @@ def runbook_cmd(playbook_id: str, catalog_dirs: tuple[Path, ...], config_path: P
     cat = _catalog(catalog_dirs)
     text = render_runbook(_playbook(cat, playbook_id), cat, load_config(config_path))
     click.echo(text.split("\n", 1)[1], nl=False)
+
+
+# --- simulate -------------------------------------------------------------------------------
+
+
+def parse_time(value: str) -> float:
+    """RFC 3339 (``2026-11-29T02:00:00Z``) or a Unix timestamp."""
+    from datetime import datetime
+
+    try:
+        return float(value)
+    except ValueError:
+        pass
+    try:
+        return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        raise click.BadParameter(f"{value!r} is neither RFC 3339 nor a Unix timestamp") from None
+
+
+def parse_listen(value: str) -> tuple[str, int]:
+    host, _, port = value.rpartition(":")
+    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise click.BadParameter(f"{value!r} is not HOST:PORT")
+    return host, int(port)
+
+
+@main.command("simulate")
+@click.argument("scenario")
+@click.option(
+    "--out",
+    "out",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Write timestamped OpenMetrics here (for promtool tsdb create-blocks-from).",
+)
+@click.option(
+    "--end",
+    "end",
+    default=None,
+    metavar="TIME",
+    help="Time of the last sample: RFC 3339 or Unix seconds (default: now).",
+)
+@click.option(
+    "--serve",
+    "listen",
+    default=None,
+    metavar="HOST:PORT",
+    help="Serve /metrics live, in real time, instead of writing a file.",
+)
+@click.option(
+    "--speed",
+    type=click.FloatRange(min=0.01, max=1000),
+    default=1.0,
+    show_default=True,
+    help="With --serve: simulated seconds per wall second.",
+)
+@click.option("--force", is_flag=True, help="Overwrite --out if it exists.")
+@click.option("--list", "list_", is_flag=True, help="List the library's scenarios and exit.")
+@handles_errors
+def simulate_cmd(
+    scenario: str,
+    out: Path | None,
+    end: str | None,
+    listen: str | None,
+    speed: float,
+    force: bool,
+    list_: bool,
+) -> None:
+    """Simulate a scenario with vLLM's real metric names.
+
+    SCENARIO is a name from the library (fixtures/scenarios) or a path to a YAML file.
+
+    \b
+    Examples:
+      servediag simulate retrieval-launch --out incident.om
+      promtool tsdb create-blocks-from openmetrics incident.om ./data
+      servediag simulate healthy-diurnal --serve 127.0.0.1:8000
+    """
+    import time
+
+    from diagnoser.sim import library
+
+    if list_:
+        for name in library.names():
+            click.echo(name)
+        return
+    if (out is None) == (listen is None):
+        fail("give exactly one of --out FILE or --serve HOST:PORT")
+    sc = library.find(scenario)
+    if listen is not None:
+        from diagnoser.sim.live import serve
+
+        host, port = parse_listen(listen)
+        click.echo(f"serving {sc.name} on http://{host}:{port}/metrics (Ctrl-C to stop)", err=True)
+        try:
+            serve(sc, host, port, speed=speed)
+        except OSError as exc:
+            fail(f"cannot listen on {listen}: {exc.strerror or exc}")
+        except KeyboardInterrupt:
+            pass
+        return
+    assert out is not None
+    if out.exists() and not force:
+        fail(f"{out} exists; pass --force to overwrite it")
+    end_ts = parse_time(end) if end else time.time()
+    from diagnoser.sim.exposition import write_openmetrics
+    from diagnoser.sim.run import simulate
+
+    t0 = time.monotonic()
+    rec = simulate(sc, end_ts)
+    tmp = out.with_name(out.name + ".partial")
+    try:
+        with tmp.open("w", encoding="utf-8") as fh:
+            write_openmetrics(rec, fh)
+        tmp.replace(out)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        fail(f"cannot write {out}: {exc.strerror or exc}")
+    click.echo(
+        f"{sc.name}: {sc.duration / 3600:g} h simulated in {time.monotonic() - t0:.1f} s,"
+        f" {rec.sample_count()} samples -> {out}",
+        err=True,
+    )
 
 
 # --- diagnose -------------------------------------------------------------------------------

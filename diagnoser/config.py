@@ -12,10 +12,12 @@ from typing import Any
 
 import yaml
 
+from diagnoser.errors import UserError
+
 DEFAULT_RUNBOOK_URL = "https://github.com/servediag/servediag/blob/main/runbooks/{id}.md"
 
 
-class ConfigError(Exception):
+class ConfigError(UserError):
     """A config file that cannot be used; the message is one line."""
 
 

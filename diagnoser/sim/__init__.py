@@ -1,0 +1,1 @@
+"""A model of a vLLM server whose metrics follow from its mechanics (see engine.py)."""

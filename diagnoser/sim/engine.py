@@ -1,0 +1,350 @@
+"""One vLLM engine, simulated from its mechanics.
+
+The engine runs in phases on its own clock. A *prefill phase* pushes the pending prompt
+tokens through chunked-prefill steps under the per-step token budget
+(``max_num_batched_tokens``), each step also carrying one decode token for every running
+sequence; a *decode phase* runs decode-only steps until something changes (a request becomes
+ready, a sequence finishes, the phase quantum ends). Step times come from the hardware:
+
+- prefill is compute-bound: 2 x params FLOPs per token, plus attention that grows with the
+  square of the prompt (so long prompts cost more than their length);
+- decode is memory-bandwidth-bound: every step reads the weights and the KV cache of every
+  running sequence, so inter-token latency grows with batch size and context.
+
+The KV cache is counted in blocks; capacity follows from GPU memory, weights and overhead.
+When a running sequence needs a block and none is free, the newest sequence is preempted and
+later recomputed, as vLLM V1 does. Everything observable is recorded in ``EngineStats``.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from diagnoser.sim.hardware import GB, GpuSpec, ModelSpec, kv_capacity_tokens
+
+
+@dataclass
+class EngineConfig:
+    max_num_seqs: int = 256
+    max_num_batched_tokens: int = 8192
+    gpu_memory_utilization: float = 0.9
+    max_model_len: int = 32768
+    block_size: int = 16
+    kv_cache_dtype_bytes: int = 2
+    tensor_parallel: int = 1
+    enable_prefix_caching: bool = True
+    prefix_hit_share: float = 0.0  # share of prompt tokens found in the prefix cache
+    runtime_overhead_gb: float = 2.14
+    mfu: float = 0.4  # share of peak FLOP/s prefill achieves
+    mbu: float = 0.7  # share of peak bandwidth decode achieves
+    step_overhead: float = 0.003  # seconds per engine step (scheduler, sampling, launch)
+    phase_quantum: float = 0.25  # longest decode phase, seconds
+
+    def num_gpu_blocks(self, spec: ModelSpec, g: GpuSpec) -> int:
+        tokens = kv_capacity_tokens(
+            spec,
+            g,
+            self.gpu_memory_utilization,
+            self.runtime_overhead_gb * GB,
+            self.kv_cache_dtype_bytes,
+            self.tensor_parallel,
+        )
+        return tokens // self.block_size
+
+
+@dataclass
+class Request:
+    rid: int
+    arrival: float  # at the API server
+    prompt: int
+    target_out: int  # tokens it will generate before stopping
+    max_tokens: int
+    length_stop: bool  # stops because target_out == max_tokens
+    ready: float = 0.0  # tokenized, handed to the engine
+    scheduled: float = -1.0
+    first_token: float = -1.0
+    last_token: float = -1.0
+    generated: int = 0
+    prefilled: int = 0  # tokens computed so far (this admission)
+    to_prefill: int = 0  # tokens this admission must compute
+    cached: int = 0  # tokens found in the prefix cache (this admission)
+    preemptions: int = 0
+    probe: str | None = None  # prompt bucket, for synthetic probe requests
+
+
+@dataclass
+class EngineStats:
+    """Observations since the last drain, as numpy-friendly lists."""
+
+    finished: list[Request] = field(default_factory=list)
+    itl: list[tuple[float, int]] = field(default_factory=list)  # (seconds, tokens)
+    steps: list[tuple[float, int]] = field(default_factory=list)  # (tokens per step, steps)
+    preemptions: int = 0
+    prompt_tokens: int = 0  # prompt tokens of requests admitted for the first time
+    cached_tokens: int = 0
+    generation_tokens: int = 0
+    busy_seconds: float = 0.0
+
+
+class Batch:
+    """The decoding sequences, in admission order, as arrays (the hot path is vectorised)."""
+
+    def __init__(self) -> None:
+        self.reqs: list[Request] = []
+        self.prompt = np.zeros(0, dtype=np.int64)
+        self.generated = np.zeros(0, dtype=np.int64)
+        self.target = np.zeros(0, dtype=np.int64)
+        self.last = np.zeros(0, dtype=np.float64)  # time of each sequence's latest token
+
+    def __len__(self) -> int:
+        return len(self.reqs)
+
+    def add(self, req: Request) -> None:
+        self.reqs.append(req)
+        self.prompt = np.append(self.prompt, req.prompt)
+        self.generated = np.append(self.generated, req.generated)
+        self.target = np.append(self.target, req.target_out)
+        self.last = np.append(self.last, req.last_token)
+
+    def pop(self) -> Request:
+        req = self.reqs.pop()
+        req.generated = int(self.generated[-1])
+        req.last_token = float(self.last[-1])
+        self.prompt, self.generated, self.target, self.last = (
+            self.prompt[:-1],
+            self.generated[:-1],
+            self.target[:-1],
+            self.last[:-1],
+        )
+        return req
+
+    def context(self) -> int:
+        return int(self.prompt.sum() + self.generated.sum())
+
+    def blocks(self, block_size: int, extra: int = 0) -> int:
+        return int((-(-(self.prompt + self.generated + extra) // block_size)).sum())
+
+    def keep(self, mask: np.ndarray) -> None:
+        self.reqs = [r for r, k in zip(self.reqs, mask, strict=True) if k]
+        self.prompt, self.generated, self.target, self.last = (
+            self.prompt[mask],
+            self.generated[mask],
+            self.target[mask],
+            self.last[mask],
+        )
+
+
+class Engine:
+    """A single vLLM engine (one data-parallel rank)."""
+
+    def __init__(self, spec: ModelSpec, g: GpuSpec, cfg: EngineConfig, start: float = 0.0):
+        self.spec, self.gpu, self.cfg = spec, g, cfg
+        self.num_blocks = cfg.num_gpu_blocks(spec, g)
+        self.kvpt = spec.kv_bytes_per_token(cfg.kv_cache_dtype_bytes) / cfg.tensor_parallel
+        self.weights = spec.weight_bytes / cfg.tensor_parallel
+        self.flops = g.flops * cfg.mfu * cfg.tensor_parallel
+        self.bandwidth = g.bandwidth * cfg.mbu
+        self.clock = start
+        self.waiting: deque[Request] = deque()
+        self.prefilling: list[Request] = []
+        self.running = Batch()
+        self.stats = EngineStats()
+
+    # --- capacity -----------------------------------------------------------------------
+
+    def blocks_for(self, tokens: int) -> int:
+        return -(-tokens // self.cfg.block_size)
+
+    def _prefill_blocks(self) -> int:
+        return sum(self.blocks_for(r.prompt + r.generated) for r in self.prefilling)
+
+    def used_blocks(self) -> int:
+        return self.running.blocks(self.cfg.block_size) + self._prefill_blocks()
+
+    def kv_usage(self) -> float:
+        return min(1.0, self.used_blocks() / self.num_blocks) if self.num_blocks else 1.0
+
+    def fits_max_model_len(self) -> bool:
+        """vLLM refuses to start if one max-length sequence cannot fit in the cache."""
+        return self.num_blocks * self.cfg.block_size >= self.cfg.max_model_len
+
+    def num_running(self) -> int:
+        return len(self.running) + len(self.prefilling)
+
+    # --- step costs ---------------------------------------------------------------------
+
+    def decode_step_time(self, n: int, context_tokens: float) -> float:
+        mem = (self.weights + context_tokens * self.kvpt) / self.bandwidth
+        comp = 2 * self.spec.params * n / self.flops
+        return self.cfg.step_overhead + max(mem, comp)
+
+    def mixed_step_time(
+        self, n_dec: int, context_tokens: float, chunk: int, attn_flops_per_step: float
+    ) -> float:
+        mem = (self.weights + context_tokens * self.kvpt) / self.bandwidth
+        comp = (2 * self.spec.params * (n_dec + chunk) + attn_flops_per_step) / self.flops
+        return self.cfg.step_overhead + max(mem, comp)
+
+    def attention_flops(self, done: int, todo: int) -> float:
+        """FLOPs of attention for prefilling ``todo`` tokens after ``done`` cached ones."""
+        return 4.0 * self.spec.layers * self.spec.hidden * todo * (done + todo / 2)
+
+    # --- scheduling ---------------------------------------------------------------------
+
+    def submit(self, req: Request) -> None:
+        self.waiting.append(req)
+
+    def next_ready(self) -> float | None:
+        return self.waiting[0].ready if self.waiting else None
+
+    def _admit(self) -> None:
+        cfg = self.cfg
+        free = self.num_blocks - self.used_blocks()
+        while self.waiting and self.waiting[0].ready <= self.clock:
+            if self.num_running() >= cfg.max_num_seqs:
+                return
+            req = self.waiting[0]
+            need = self.blocks_for(req.prompt + req.generated + 1)
+            if need > free:
+                return
+            self.waiting.popleft()
+            free -= need
+            if req.scheduled < 0:
+                req.scheduled = self.clock
+                hit = cfg.prefix_hit_share if cfg.enable_prefix_caching else 0.0
+                req.cached = min(req.prompt - 1, int(req.prompt * hit))
+                self.stats.prompt_tokens += req.prompt
+                self.stats.cached_tokens += req.cached
+                req.to_prefill = req.prompt - req.cached
+            else:  # recompute after preemption: the prompt and what was generated
+                req.cached = 0
+                req.to_prefill = req.prompt + req.generated
+            req.prefilled = 0
+            self.prefilling.append(req)
+
+    def _preempt_for(self, extra_tokens: int) -> None:
+        """Preempt the newest running sequences until each can grow by ``extra_tokens``."""
+        bs = self.cfg.block_size
+        reserved = self._prefill_blocks()
+        used = self.running.blocks(bs) + reserved
+        if used + len(self.running) * (extra_tokens // bs + 1) <= self.num_blocks:
+            return  # room for every sequence to grow, whatever its block boundary
+        while (
+            len(self.running) and self.running.blocks(bs, extra_tokens) + reserved > self.num_blocks
+        ):
+            victim = self.running.pop()
+            victim.preemptions += 1
+            self.stats.preemptions += 1
+            self.waiting.appendleft(victim)
+
+    def run_until(self, t_end: float) -> None:
+        """Advance the engine clock to ``t_end`` (a long step may overrun it)."""
+        while self.clock < t_end:
+            self._admit()
+            if self.prefilling:
+                self._prefill_phase()
+            elif len(self.running):
+                self._decode_phase(t_end)
+            else:
+                nxt = self.next_ready()
+                if nxt is None or nxt >= t_end:
+                    self.clock = t_end
+                elif self.waiting and nxt <= self.clock:
+                    self.clock = t_end  # ready but cannot be admitted: nothing runs
+                else:
+                    self.clock = nxt
+
+    def _prefill_phase(self) -> None:
+        n_dec = len(self.running)
+        budget = self.cfg.max_num_batched_tokens - n_dec
+        if budget <= 0:  # decodes fill the budget; prefill waits for a decode step
+            self._decode_steps(1)
+            return
+        todo = np.array([r.to_prefill - r.prefilled for r in self.prefilling], dtype=np.float64)
+        total = float(todo.sum())
+        steps = max(1, int(np.ceil(total / budget)))
+        chunk = int(min(budget, total))
+        attn = sum(
+            self.attention_flops(r.cached + r.prefilled, r.to_prefill - r.prefilled)
+            for r in self.prefilling
+        )
+        step_time = self.mixed_step_time(n_dec, self.running.context(), chunk, attn / steps)
+        start = self.clock
+        done_at_step = np.maximum(1, np.ceil(np.cumsum(todo) / budget)).astype(np.int64)
+        self.stats.steps.append((float(chunk + n_dec), steps))
+        if n_dec:
+            self._emit_decode_tokens(steps, step_time)
+        self.clock = start + steps * step_time
+        self.stats.busy_seconds += steps * step_time
+        for req, k in zip(self.prefilling, done_at_step, strict=True):
+            t = start + int(k) * step_time
+            req.prefilled = req.to_prefill
+            if req.generated == 0:
+                req.first_token = t
+                req.generated = 1
+                self.stats.generation_tokens += 1
+            else:  # resumed after preemption: the stall shows as one long token gap
+                self.stats.itl.append((t - req.last_token, 1))
+            req.last_token = t
+            if req.generated >= req.target_out:
+                self._finish(req, t)
+            else:
+                self.running.add(req)
+        self.prefilling = []
+
+    def _emit_decode_tokens(self, steps: int, step_time: float) -> None:
+        """Every running sequence gets one token per step; finishing ones stop early."""
+        run = self.running
+        got = np.minimum(run.target - run.generated, steps)
+        tokens = int(got.sum())
+        self.stats.itl.append((step_time, tokens))
+        self.stats.generation_tokens += tokens
+        run.generated = run.generated + got
+        done = run.generated >= run.target
+        if done.any():
+            start = self.clock
+            for i in np.flatnonzero(done):
+                req = run.reqs[i]
+                req.generated = int(run.generated[i])
+                self._finish(req, start + int(got[i]) * step_time)
+            run.keep(~done)
+        # Sequences still running saw their last token at the end of the steps.
+        run.last[:] = self.clock + steps * step_time
+
+    def _decode_phase(self, t_end: float) -> None:
+        nxt = self.next_ready()
+        horizon = min(t_end, self.clock + self.cfg.phase_quantum)
+        if nxt is not None and nxt > self.clock:
+            horizon = min(horizon, nxt)
+        step = self.decode_step_time(len(self.running), self.running.context())
+        steps = max(1, int((horizon - self.clock) / step))
+        self._decode_steps(steps, step)
+
+    def _decode_steps(self, steps: int, step: float | None = None) -> None:
+        self._preempt_for(steps)
+        if not len(self.running):
+            return
+        if step is None:
+            step = self.decode_step_time(len(self.running), self.running.context())
+        self.stats.steps.append((float(len(self.running)), steps))
+        self._emit_decode_tokens(steps, step)
+        self.clock += steps * step
+        self.stats.busy_seconds += steps * step
+
+    def _finish(self, req: Request, t: float) -> None:
+        req.last_token = t
+        self.stats.finished.append(req)
+
+    def drain(self) -> EngineStats:
+        out, self.stats = self.stats, EngineStats()
+        return out
+
+    def abort_all(self) -> list[Request]:
+        """A crash: every request in the engine is lost."""
+        lost = [*self.waiting, *self.prefilling, *self.running.reqs]
+        self.waiting.clear()
+        self.prefilling, self.running = [], Batch()
+        return lost

@@ -1,0 +1,298 @@
+"""Run a scenario: traffic in, servers simulated, samples recorded at every scrape."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from diagnoser import metrics as M
+from diagnoser.sim.engine import Request
+from diagnoser.sim.exposition import Histogram, Recorder, labels_of
+from diagnoser.sim.scenario import Change, ModelScenario, Probe, Scenario, resolve
+from diagnoser.sim.server import Server, ServerSpec
+
+TICK = 1.0  # seconds of simulated time per step of the outer loop
+
+
+@dataclass
+class ProbeMetrics:
+    ttft: dict[str, Histogram] = field(default_factory=dict)
+    itl: dict[str, Histogram] = field(default_factory=dict)
+    e2e: dict[str, Histogram] = field(default_factory=dict)
+    outcomes: dict[tuple[str, str], float] = field(default_factory=dict)
+
+    def bucket(self, label: str) -> None:
+        if label not in self.ttft:
+            self.ttft[label] = Histogram(M.TTFT_BUCKETS)
+            self.itl[label] = Histogram(M.ITL_BUCKETS)
+            self.e2e[label] = Histogram(M.REQUEST_LATENCY_BUCKETS)
+            for outcome in ("ok", "http_error", "timeout", "truncated"):
+                self.outcomes.setdefault((label, outcome), 0.0)
+
+
+class ModelRun:
+    """One served model: its servers, its traffic, its timeline."""
+
+    def __init__(self, m: ModelScenario, start: float, rng: np.random.Generator):
+        self.m, self.rng = m, rng
+        self.servers = [
+            Server(
+                ServerSpec(
+                    model_name=m.name,
+                    spec=m.spec,
+                    gpu=m.gpu,
+                    engine=dataclasses.replace(m.engine),
+                    api=m.api,
+                    engines=m.engines,
+                    version=m.version,
+                    instance=f"{_slug(m.name)}-{i}:8000",
+                    pod=f"{_slug(m.name)}-{i}",
+                    node=f"gpu-node-{_slug(m.name)}-{i}",
+                    dcgm=m.dcgm,
+                ),
+                start=start,
+                fault=m.fault,
+            )
+            for i in range(m.instances)
+        ]
+        self.start = start
+        self.next_id = 0
+        self.probe = ProbeMetrics()
+        self.next_probe = start
+        self._ramps: list[tuple[Change, dict[str, float]]] = []
+        self._applied = 0
+
+    # --- timeline -------------------------------------------------------------------------
+
+    def apply_timeline(self, t: float) -> None:
+        rel = t - self.start
+        timeline = self.m.timeline
+        while self._applied < len(timeline) and timeline[self._applied].at <= rel:
+            change = timeline[self._applied]
+            self._applied += 1
+            engine_before = dataclasses.replace(self.m.engine)
+            if change.over > 0:
+                begin = {k: float(getattr(*resolve(self.m, k))) for k in change.set}
+                self._ramps.append((change, begin))
+            else:
+                for knob, value in change.set.items():
+                    obj, attr = resolve(self.m, knob)
+                    setattr(obj, attr, value)
+            if change.restart or self.m.engine != engine_before:
+                self._rolling_restart(t)
+        for change, begin in list(self._ramps):
+            frac = min(1.0, (rel - change.at) / change.over)
+            for knob, v0 in begin.items():
+                obj, attr = resolve(self.m, knob)
+                ramped: Any = v0 + (float(change.set[knob]) - v0) * frac
+                current = getattr(obj, attr)
+                if isinstance(current, int) and not isinstance(current, bool):
+                    ramped = round(ramped)
+                setattr(obj, attr, ramped)
+            if frac >= 1.0:
+                self._ramps.remove((change, begin))
+
+    def _rolling_restart(self, t: float) -> None:
+        for i, server in enumerate(self.servers):
+            server.schedule_restart(t + 30.0 * i, dataclasses.replace(self.m.engine))
+
+    # --- traffic --------------------------------------------------------------------------
+
+    def _arrivals(self, t: float, dt: float) -> list[tuple[Request, bool]]:
+        w, rng = self.m.workload, self.rng
+        rate = w.rate.at(t, w.step_noise(rng, dt))
+        n = int(rng.poisson(rate * dt))
+        if n == 0:
+            return []
+        times = t + np.sort(rng.random(n)) * dt
+        prompts = w.prompt.sample(rng, n)
+        outs = w.output.sample(rng, n)
+        broken = rng.random(n) < w.stop_failure_share
+        overlong = rng.random(n) < w.overlong_share
+        limit = self.m.engine.max_model_len
+        prompts = np.where(overlong, limit + 1 + (prompts % max(1, limit // 10)), prompts)
+        out = []
+        for i in range(n):
+            target = w.max_tokens if broken[i] else int(min(outs[i], w.max_tokens))
+            # The server also refuses prompts that leave no room for one output token.
+            too_long = bool(prompts[i] >= limit)
+            target = max(1, min(target, limit - int(prompts[i]))) if not too_long else target
+            req = Request(
+                self.next_id,
+                float(times[i]),
+                int(prompts[i]),
+                target,
+                w.max_tokens,
+                length_stop=target >= w.max_tokens or target >= limit - prompts[i],
+            )
+            self.next_id += 1
+            out.append((req, too_long))
+        return out
+
+    def _probes(self, t: float, dt: float) -> list[tuple[Request, bool]]:
+        p = self.m.probe
+        out: list[tuple[Request, bool]] = []
+        while p.enabled and self.next_probe < t + dt:
+            for tokens in p.buckets:
+                label = Probe.bucket_label(tokens)
+                self.probe.bucket(label)
+                req = Request(
+                    self.next_id,
+                    self.next_probe,
+                    tokens,
+                    p.max_tokens,
+                    p.max_tokens,
+                    length_stop=True,
+                    probe=label,
+                )
+                self.next_id += 1
+                out.append((req, tokens >= self.m.engine.max_model_len))
+            self.next_probe += p.every
+        return out
+
+    def step(self, t: float, dt: float) -> None:
+        self.apply_timeline(t)
+        for server in self.servers:
+            for lost in server.maintain(t):
+                if lost.probe is not None:
+                    self._probe_failed(lost.probe)
+        incoming = self._arrivals(t, dt) + self._probes(t, dt)
+        up = [s for s in self.servers if s.up]
+        if incoming:
+            if not up:
+                for req, _ in incoming:
+                    if req.probe is not None:
+                        self._probe_failed(req.probe)
+            else:
+                pick = self.rng.integers(0, len(up), len(incoming))
+                for k, server in enumerate(up):
+                    batch = [incoming[i] for i in np.flatnonzero(pick == k)]
+                    if batch:
+                        reqs, overlong = zip(*batch, strict=True)
+                        server.accept(list(reqs), np.array(overlong))
+                        for req, too_long in batch:
+                            if too_long and req.probe is not None:
+                                self._probe_failed(req.probe)
+        for server in self.servers:
+            for req in server.advance(t + dt, dt):
+                if req.probe is not None:
+                    self._probe_done(req)
+
+    def _probe_failed(self, label: str) -> None:
+        key = (label, "http_error")
+        self.probe.outcomes[key] = self.probe.outcomes.get(key, 0.0) + 1
+
+    def _probe_done(self, req: Request) -> None:
+        c = self.m.client
+        label = req.probe or ""
+        ttft = req.first_token - req.arrival + 2 * c.network_seconds
+        e2e = req.last_token - req.arrival + 2 * c.network_seconds
+        if c.buffering_proxy:
+            ttft = e2e  # the proxy releases the stream only when it is complete
+        self.probe.ttft[label].observe([ttft])
+        self.probe.e2e[label].observe([e2e])
+        gaps = req.generated - 1
+        if gaps > 0:
+            gap = 0.0005 if c.buffering_proxy else (req.last_token - req.first_token) / gaps
+            self.probe.itl[label].observe([gap], np.array([float(gaps)]))
+        self.probe.outcomes[(label, "ok")] = self.probe.outcomes.get((label, "ok"), 0.0) + 1
+
+    # --- scrape ---------------------------------------------------------------------------
+
+    def record(self, rec: Recorder, t: float, interval: float) -> None:
+        for server in self.servers:
+            server.record(rec, t, interval)
+        if not self.m.probe.enabled:
+            return
+        target = {"job": "llm-probe", "instance": "llm-probe:9464"}
+        rec.sample("up", "gauge", "Scrape health.", labels_of(**target), t, 1.0)
+        for label in self.probe.ttft:
+            lb = labels_of(
+                model_name=self.m.name, target=self.m.probe.target, prompt_bucket=label, **target
+            )
+            rec.sample_histogram(
+                "llm_probe_ttft_seconds",
+                "Client-side time to first token.",
+                lb,
+                t,
+                self.probe.ttft[label],
+            )
+            rec.sample_histogram(
+                "llm_probe_itl_seconds",
+                "Client-side gap between tokens.",
+                lb,
+                t,
+                self.probe.itl[label],
+            )
+            rec.sample_histogram(
+                "llm_probe_e2e_seconds",
+                "Client-side request latency.",
+                lb,
+                t,
+                self.probe.e2e[label],
+            )
+        for (label, outcome), value in self.probe.outcomes.items():
+            lb = labels_of(
+                model_name=self.m.name,
+                target=self.m.probe.target,
+                prompt_bucket=label,
+                outcome=outcome,
+                **target,
+            )
+            rec.sample(
+                "llm_probe_requests_total", "counter", "Probe requests by outcome.", lb, t, value
+            )
+
+
+def _slug(name: str) -> str:
+    return "".join(ch if ch.isalnum() else "-" for ch in name.lower()).strip("-")
+
+
+def simulate(sc: Scenario, end: float, rec: Recorder | None = None) -> Recorder:
+    """Simulate ``sc`` so that its last scrape is at ``end`` (a Unix timestamp)."""
+    rec = rec or Recorder()
+    for _t in run_iter(sc, end, rec):
+        pass
+    return rec
+
+
+def run_iter(
+    sc: Scenario, end: float, rec: Recorder, start: float | None = None
+) -> Iterator[float]:
+    """The simulation as a generator of scrape times (the live server advances it).
+
+    By default it covers ``sc.duration`` up to ``end``; with ``start`` it runs from there
+    to ``end``, which may be infinite (the timeline's last state then holds).
+    """
+    interval = sc.scrape_interval
+    if start is None:
+        end = math.floor(end / interval) * interval
+        start = end - sc.duration
+    rng = np.random.default_rng(sc.seed)
+    runs = [
+        ModelRun(m, start, np.random.default_rng(rng.integers(2**32))) for m in _fresh(sc.models)
+    ]
+    t = start
+    next_scrape = start
+    while t < end + 1e-9:
+        if t >= next_scrape - 1e-9:
+            for run in runs:
+                run.record(rec, next_scrape, interval)
+            yield next_scrape
+            next_scrape += interval
+        dt = min(TICK, next_scrape - t)
+        for run in runs:
+            run.step(t, dt)
+        t += dt
+
+
+def _fresh(models: list[ModelScenario]) -> list[ModelScenario]:
+    """Deep copies, so a timeline run does not change the loaded scenario."""
+    import copy
+
+    return copy.deepcopy(models)

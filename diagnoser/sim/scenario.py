@@ -1,0 +1,405 @@
+"""Scenarios as data: ``fixtures/scenarios/<name>.yaml``.
+
+A scenario names the models served (preset, GPU, engine flags, API server, workload, client
+path, probe), a timeline of changes (set a knob at a time, or ramp it over a duration), and
+its labels: the playbooks ``diagnose`` must find at the end and those it must not. Every
+problem is reported as one line naming the file and the field.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from diagnoser.errors import FileFieldError
+from diagnoser.sim import hardware
+from diagnoser.sim.engine import EngineConfig
+from diagnoser.sim.server import PROFILES, ApiServerConfig, Fault
+from diagnoser.sim.workload import Lengths, Rate, Workload
+
+
+class ScenarioError(FileFieldError):
+    """A scenario that cannot be simulated; ``str()`` is one line naming file and field."""
+
+
+_DURATION = re.compile(r"^([0-9]+(?:\.[0-9]+)?)(ms|s|m|h|d)$")
+
+
+def parse_duration(value: object) -> float:
+    """``90s``, ``15m``, ``2h``, ``1d`` (or a number of seconds) -> seconds."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    if isinstance(value, str):
+        total, rest = 0.0, value.strip()
+        while rest:
+            m = re.match(r"([0-9]+(?:\.[0-9]+)?)(ms|s|m|h|d)", rest)
+            if not m:
+                break
+            total += (
+                float(m.group(1))
+                * {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400}[m.group(2)]
+            )
+            rest = rest[m.end() :]
+        if (not rest and total > 0) or value.strip() in ("0s", "0m", "0h"):
+            return total
+    raise ValueError(f"{value!r} is not a duration like 30s, 15m or 2h")
+
+
+@dataclass
+class Client:
+    network_seconds: float = 0.02  # one way, client to server
+    buffering_proxy: bool = False  # the stream arrives in one burst at the end
+
+
+@dataclass
+class Probe:
+    enabled: bool = False
+    every: float = 30.0  # seconds between rounds (one request per prompt class a round)
+    buckets: tuple[int, ...] = (128, 1024, 4096, 16384)
+    max_tokens: int = 16
+    target: str = "public"
+
+    @staticmethod
+    def bucket_label(tokens: int) -> str:
+        return f"{tokens // 1024}k" if tokens >= 1024 and tokens % 1024 == 0 else str(tokens)
+
+
+@dataclass
+class Change:
+    at: float
+    set: dict[str, Any]
+    over: float = 0.0  # ramp linearly over this many seconds
+    restart: bool = False  # a rolling restart of every instance (a deploy)
+
+
+@dataclass
+class ModelScenario:
+    name: str
+    spec: hardware.ModelSpec
+    gpu: hardware.GpuSpec
+    engine: EngineConfig
+    api: ApiServerConfig
+    workload: Workload
+    client: Client
+    probe: Probe
+    fault: Fault
+    instances: int = 1
+    engines: int = 1
+    version: str = "0.33"
+    dcgm: bool = True
+    timeline: list[Change] = field(default_factory=list)
+
+
+@dataclass
+class Expectation:
+    window: float = 3600.0
+    expect: tuple[str, ...] = ()
+    absent: tuple[str, ...] = ()
+
+    @property
+    def healthy(self) -> bool:
+        return not self.expect
+
+
+@dataclass
+class Scenario:
+    name: str
+    description: str
+    duration: float
+    scrape_interval: float
+    seed: int
+    models: list[ModelScenario]
+    labels: Expectation
+    path: Path | None = None
+
+
+# --- building dataclasses from YAML ---------------------------------------------------------
+
+_LIMITS: dict[str, tuple[float, float]] = {
+    # field -> (minimum, maximum), inclusive
+    "mean": (0, 1e5),
+    "amplitude": (0, 1),
+    "noise": (0, 1),
+    "peak_hour": (0, 24),
+    "burst_factor": (0, 100),
+    "median": (1, 1e7),
+    "sigma": (0, 3),
+    "long_share": (0, 1),
+    "long_median": (0, 1e7),
+    "long_sigma": (0, 3),
+    "max_tokens": (1, 1e7),
+    "stop_failure_share": (0, 1),
+    "overlong_share": (0, 1),
+    "max_num_seqs": (1, 1e5),
+    "max_num_batched_tokens": (1, 1e7),
+    "max_model_len": (16, 1e8),
+    "gpu_memory_utilization": (0.01, 1),
+    "block_size": (1, 1024),
+    "tensor_parallel": (1, 64),
+    "prefix_hit_share": (0, 0.99),
+    "mfu": (0.01, 1),
+    "mbu": (0.01, 1),
+    "processes": (1, 64),
+    "other_process_gb": (0, 1e4),
+    "network_seconds": (0, 60),
+}
+_DURATIONS = {"every", "burst_every", "burst_length", "restart_seconds", "phase_quantum"}
+
+
+def _build(cls: type, raw: Any, path: Path, where: str, base: Any = None) -> Any:
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, dict):
+        raise ScenarioError(path, where, "must be a mapping")
+    fields = {f.name: f for f in dataclasses.fields(cls) if not f.name.startswith("_")}
+    out = dataclasses.replace(base) if base is not None else None
+    kwargs: dict[str, Any] = {}
+    for key, value in raw.items():
+        if key not in fields:
+            raise ScenarioError(
+                path, f"{where}.{key}", f"unknown key (known: {', '.join(sorted(fields))})"
+            )
+        kwargs[key] = _coerce(fields[key], value, path, f"{where}.{key}")
+    try:
+        if out is not None:
+            for k, v in kwargs.items():
+                setattr(out, k, v)
+            return out
+        return cls(**kwargs)
+    except TypeError as exc:
+        missing = re.findall(r"'(\w+)'", str(exc))
+        raise ScenarioError(
+            path, f"{where}.{missing[0] if missing else ''}".rstrip("."), "is required"
+        ) from None
+
+
+def _coerce(f: dataclasses.Field[Any], value: Any, path: Path, where: str) -> Any:
+    name, typ = f.name, str(f.type)
+    if name in _DURATIONS:
+        try:
+            return parse_duration(value)
+        except ValueError as exc:
+            raise ScenarioError(path, where, str(exc)) from None
+    if typ == "bool":
+        if not isinstance(value, bool):
+            raise ScenarioError(path, where, "must be true or false")
+        return value
+    if typ in ("int", "float"):
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ScenarioError(path, where, f"must be a number (got {value!r})")
+        lo, hi = _LIMITS.get(name, (float("-inf"), float("inf")))
+        if not lo <= value <= hi:
+            raise ScenarioError(path, where, f"must be between {lo:g} and {hi:g} (got {value})")
+        return int(value) if typ == "int" else float(value)
+    if name == "buckets":
+        if (
+            not isinstance(value, list)
+            or not value
+            or not all(isinstance(v, int) and v > 0 for v in value)
+        ):
+            raise ScenarioError(path, where, "must be a list of positive token counts")
+        return tuple(value)
+    if typ == "str":
+        if not isinstance(value, str):
+            raise ScenarioError(path, where, "must be a string")
+        return value
+    return value
+
+
+def _model(raw: Any, path: Path, where: str) -> ModelScenario:
+    if not isinstance(raw, dict):
+        raise ScenarioError(path, where, "must be a mapping")
+    known = {
+        "name",
+        "preset",
+        "gpu",
+        "engine",
+        "api_server",
+        "workload",
+        "client",
+        "probe",
+        "fault",
+        "instances",
+        "engines",
+        "version",
+        "dcgm",
+        "timeline",
+    }
+    for key in raw:
+        if key not in known:
+            raise ScenarioError(
+                path, f"{where}.{key}", f"unknown key (known: {', '.join(sorted(known))})"
+            )
+    for key in ("name", "preset", "workload"):
+        if key not in raw:
+            raise ScenarioError(path, f"{where}.{key}", "is required")
+    try:
+        spec = hardware.model(str(raw["preset"]))
+    except KeyError as exc:
+        raise ScenarioError(path, f"{where}.preset", str(exc.args[0])) from None
+    try:
+        g = hardware.gpu(str(raw.get("gpu", "H100-80GB")))
+    except KeyError as exc:
+        raise ScenarioError(path, f"{where}.gpu", str(exc.args[0])) from None
+    engine = _build(EngineConfig, raw.get("engine"), path, f"{where}.engine")
+    if engine.num_gpu_blocks(spec, g) < 1:
+        raise ScenarioError(
+            path,
+            f"{where}.engine",
+            "the KV cache would be smaller than one "
+            "block: weights and overhead exceed gpu_memory_utilization x memory",
+        )
+    wl = raw["workload"]
+    if not isinstance(wl, dict):
+        raise ScenarioError(path, f"{where}.workload", "must be a mapping")
+    w = f"{where}.workload"
+    for key in ("rate", "prompt", "output"):
+        if key not in wl:
+            raise ScenarioError(path, f"{w}.{key}", "is required")
+    extra = {k: v for k, v in wl.items() if k not in ("rate", "prompt", "output")}
+    workload = Workload(
+        rate=_build(Rate, wl["rate"], path, f"{w}.rate"),
+        prompt=_build(Lengths, wl["prompt"], path, f"{w}.prompt"),
+        output=_build(Lengths, wl["output"], path, f"{w}.output"),
+        **{k: v for k, v in _build(_WorkloadRest, extra, path, w).__dict__.items()},
+    )
+    if workload.rate.shape not in ("steady", "diurnal"):
+        raise ScenarioError(path, f"{w}.rate.shape", "must be steady or diurnal")
+    version = str(raw.get("version", "0.33"))
+    if version not in PROFILES:
+        raise ScenarioError(path, f"{where}.version", f"must be one of {', '.join(PROFILES)}")
+    m = ModelScenario(
+        name=str(raw["name"]),
+        spec=spec,
+        gpu=g,
+        engine=engine,
+        api=_build(ApiServerConfig, raw.get("api_server"), path, f"{where}.api_server"),
+        workload=workload,
+        client=_build(Client, raw.get("client"), path, f"{where}.client"),
+        probe=_build(Probe, raw.get("probe"), path, f"{where}.probe"),
+        fault=_build(Fault, raw.get("fault"), path, f"{where}.fault"),
+        instances=_count(raw.get("instances", 1), path, f"{where}.instances"),
+        engines=_count(raw.get("engines", 1), path, f"{where}.engines"),
+        version=version,
+        dcgm=bool(raw.get("dcgm", True)),
+    )
+    m.timeline = [
+        _change(c, path, f"{where}.timeline[{i}]", m)
+        for i, c in enumerate(raw.get("timeline") or [])
+    ]
+    return m
+
+
+@dataclass
+class _WorkloadRest:
+    max_tokens: int = 2048
+    stop_failure_share: float = 0.0
+    overlong_share: float = 0.0
+
+
+def _count(value: Any, path: Path, where: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 256:
+        raise ScenarioError(path, where, f"must be a whole number from 1 to 256 (got {value!r})")
+    return value
+
+
+def _change(raw: Any, path: Path, where: str, m: ModelScenario) -> Change:
+    if not isinstance(raw, dict) or "at" not in raw:
+        raise ScenarioError(path, where, "needs 'at' and 'set' (or 'restart: true')")
+    unknown = set(raw) - {"at", "set", "over", "restart"}
+    if unknown:
+        raise ScenarioError(
+            path, f"{where}.{sorted(unknown)[0]}", "unknown key (known: at, over, restart, set)"
+        )
+    try:
+        at = parse_duration(raw["at"]) if raw["at"] not in (0, "0") else 0.0
+        over = parse_duration(raw["over"]) if "over" in raw else 0.0
+    except ValueError as exc:
+        raise ScenarioError(path, where, str(exc)) from None
+    sets = raw.get("set") or {}
+    if not isinstance(sets, dict):
+        raise ScenarioError(path, f"{where}.set", "must map knob paths to values")
+    for knob, value in sets.items():
+        target, attr = resolve(m, knob)
+        if target is None:
+            raise ScenarioError(path, f"{where}.set.{knob}", "unknown knob")
+        field_ = next(f for f in dataclasses.fields(target) if f.name == attr)
+        _coerce(field_, value, path, f"{where}.set.{knob}")
+        if over and (isinstance(value, bool) or not isinstance(value, (int, float))):
+            raise ScenarioError(path, f"{where}.set.{knob}", "only numbers can be ramped")
+    if not sets and not raw.get("restart"):
+        raise ScenarioError(path, where, "changes nothing (give 'set' or 'restart: true')")
+    return Change(at=at, set=dict(sets), over=over, restart=bool(raw.get("restart")))
+
+
+def resolve(m: ModelScenario, knob: str) -> tuple[Any, str]:
+    """``workload.prompt.median`` -> (the Lengths object, "median"); (None, "") if unknown."""
+    parts = knob.split(".")
+    roots: dict[str, Any] = {
+        "workload": m.workload,
+        "engine": m.engine,
+        "api_server": m.api,
+        "client": m.client,
+        "probe": m.probe,
+        "fault": m.fault,
+    }
+    obj = roots.get(parts[0])
+    for p in parts[1:-1]:
+        if obj is None or not dataclasses.is_dataclass(obj):
+            return None, ""
+        obj = getattr(obj, p, None)
+    if obj is None or not dataclasses.is_dataclass(obj) or len(parts) < 2:
+        return None, ""
+    names = {f.name for f in dataclasses.fields(obj) if not f.name.startswith("_")}
+    return (obj, parts[-1]) if parts[-1] in names else (None, "")
+
+
+def load_scenario(path: Path) -> Scenario:
+    try:
+        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ScenarioError(path, "", f"cannot read: {exc.strerror or exc}") from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}" if mark is not None else ""
+        raise ScenarioError(path, where, "not valid YAML") from None
+    if not isinstance(raw, dict):
+        raise ScenarioError(path, "", "a scenario must be a YAML mapping")
+    known = {"description", "duration", "scrape_interval", "seed", "models", "labels"}
+    for key in raw:
+        if key not in known:
+            raise ScenarioError(path, key, f"unknown key (known: {', '.join(sorted(known))})")
+    for key in ("description", "duration", "models", "labels"):
+        if key not in raw:
+            raise ScenarioError(path, key, "is required")
+    try:
+        duration = parse_duration(raw["duration"])
+        interval = parse_duration(raw.get("scrape_interval", "15s"))
+    except ValueError as exc:
+        raise ScenarioError(path, "duration", str(exc)) from None
+    if not isinstance(raw["models"], list) or not raw["models"]:
+        raise ScenarioError(path, "models", "must be a non-empty list")
+    models = [_model(m, path, f"models[{i}]") for i, m in enumerate(raw["models"])]
+    lab = raw["labels"]
+    if not isinstance(lab, dict) or set(lab) - {"window", "expect", "absent"}:
+        raise ScenarioError(path, "labels", "may hold only window, expect and absent")
+    labels = Expectation(
+        window=parse_duration(lab.get("window", "1h")),
+        expect=tuple(lab.get("expect") or ()),
+        absent=tuple(lab.get("absent") or ()),
+    )
+    return Scenario(
+        name=path.stem,
+        description=str(raw["description"]).strip(),
+        duration=duration,
+        scrape_interval=interval,
+        seed=int(raw.get("seed", 1)),
+        models=models,
+        labels=labels,
+        path=path,
+    )
