@@ -108,6 +108,11 @@ def test_every_alert_has_the_three_kinds_of_cases():
             continue
         doc = yaml.safe_load(path.read_text())
         assert set(doc["rule_files"]) == {"../recording.rules.yaml", "../alerts.rules.yaml"}
+        assert doc.get("group_eval_order") == [
+            g["name"]
+            for f in (rules.RECORDING_FILE, rules.ALERTS_FILE)
+            for g in yaml.safe_load((RULES / f).read_text())["groups"]
+        ], f"{path.name}: evaluate recording groups before alerts (group_eval_order)"
         fires = [(g, c) for g, c in _cases(doc, name) if c.get("exp_alerts")]
         if not fires:
             missing.append(f"{path.name}: no case where {name} fires")
