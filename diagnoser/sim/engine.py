@@ -83,6 +83,7 @@ class EngineStats:
     itl: list[tuple[float, int]] = field(default_factory=list)  # (seconds, tokens)
     steps: list[tuple[float, int]] = field(default_factory=list)  # (tokens per step, steps)
     preemptions: int = 0
+    usage_at_preemption: list[float] = field(default_factory=list)  # KV in use, 0-1
     prompt_tokens: int = 0  # prompt tokens of requests admitted for the first time
     cached_tokens: int = 0
     generation_tokens: int = 0
@@ -201,10 +202,19 @@ class Engine:
         return self.waiting[0].ready if self.waiting else None
 
     def _admit(self) -> None:
+        """Schedule waiting requests while slots, KV blocks and this step's token budget last.
+
+        As in vLLM's scheduler, a request leaves WAITING only when a step has room for (the
+        first chunk of) its prefill, so a prefill backlog shows up as waiting requests.
+        """
         cfg = self.cfg
         free = self.num_blocks - self.used_blocks()
+        budget = cfg.max_num_batched_tokens - len(self.running)
+        budget -= sum(r.to_prefill - r.prefilled for r in self.prefilling)
         while self.waiting and self.waiting[0].ready <= self.clock:
             if self.num_running() >= cfg.max_num_seqs:
+                return
+            if budget <= 0 and self.prefilling:
                 return
             req = self.waiting[0]
             need = self.blocks_for(req.prompt + req.generated + 1)
@@ -223,6 +233,7 @@ class Engine:
                 req.cached = 0
                 req.to_prefill = req.prompt + req.generated
             req.prefilled = 0
+            budget -= req.to_prefill
             self.prefilling.append(req)
 
     def _preempt_for(self, extra_tokens: int) -> None:
@@ -235,6 +246,7 @@ class Engine:
         while (
             len(self.running) and self.running.blocks(bs, extra_tokens) + reserved > self.num_blocks
         ):
+            self.stats.usage_at_preemption.append(self.used_blocks() / self.num_blocks)
             victim = self.running.pop()
             victim.preemptions += 1
             self.stats.preemptions += 1

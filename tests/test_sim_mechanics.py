@@ -1,0 +1,139 @@
+"""The simulator's physics: memory arithmetic, queueing, preemption, latency scaling."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from diagnoser.sim.engine import Engine, EngineConfig, Request
+from diagnoser.sim.hardware import GB, GIB, gpu, kv_budget_bytes, kv_capacity_tokens, model
+
+H100 = gpu("H100-80GB")
+LLAMA3 = model("llama-3.1-8b")
+
+
+def test_kv_bytes_per_token_follows_the_formula():
+    # 2 (K and V) x 32 layers x 8 KV heads x 128 head dim x 2 bytes = 128 KiB
+    assert LLAMA3.kv_bytes_per_token() == 2 * 32 * 8 * 128 * 2 == 128 * 1024
+    assert LLAMA3.kv_bytes_per_token(kv_dtype_bytes=1) == 64 * 1024  # FP8 KV halves it
+
+
+def test_llama2_needs_four_times_the_kv_of_llama31():
+    assert model("llama-2-7b").kv_bytes_per_token() == 4 * LLAMA3.kv_bytes_per_token()
+
+
+def test_the_memory_example_64_users_do_not_fit_50_do():
+    need = 64 * 8192 * LLAMA3.kv_bytes_per_token()
+    free = kv_budget_bytes(LLAMA3, H100, 0.9, 2.14 * GB, weight_bytes=16.0 * GB)
+    assert round(need / GB, 1) == 68.7
+    assert round(free / GB, 1) == 53.9
+    tokens = kv_capacity_tokens(LLAMA3, H100, 0.9, 2.14 * GB, weight_bytes=16.0 * GB)
+    assert tokens // 8192 == 50
+
+
+def test_the_128k_upgrade_leaves_room_for_three_full_length_requests():
+    assert 131072 * LLAMA3.kv_bytes_per_token() == 16 * GIB
+    free = kv_budget_bytes(LLAMA3, H100)
+    assert 49 < free / GIB < 51
+    assert kv_capacity_tokens(LLAMA3, H100) // 131072 == 3
+
+
+def _poisson_run(
+    engine: Engine,
+    rate: float,
+    seconds: float,
+    prompt: int,
+    out: int,
+    seed: int = 0,
+    sample_every: float = 0.5,
+) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    arrivals = np.cumsum(rng.exponential(1 / rate, int(rate * seconds * 1.2) + 10))
+    arrivals = arrivals[arrivals < seconds]
+    running, kv, finished = [], [], []
+    i = 0
+    for t in np.arange(sample_every, seconds + 1e-9, sample_every):
+        while i < len(arrivals) and arrivals[i] < t:
+            engine.submit(Request(i, arrivals[i], prompt, out, 4096, False, ready=arrivals[i]))
+            i += 1
+        engine.run_until(t)
+        running.append(engine.num_running())
+        kv.append(engine.kv_usage())
+        finished += engine.drain().finished
+    return {
+        "running": np.array(running),
+        "kv": np.array(kv),
+        "inference": np.array([r.last_token - r.scheduled for r in finished]),
+        "itl": np.array(
+            [
+                (r.last_token - r.first_token) / (r.generated - 1)
+                for r in finished
+                if r.generated > 1
+            ]
+        ),
+    }
+
+
+def test_littles_law_running_equals_throughput_times_time_in_engine():
+    engine = Engine(LLAMA3, H100, EngineConfig())
+    rate = 8.0
+    out = _poisson_run(engine, rate, 600, prompt=500, out=200)
+    steady = out["running"][200:]  # skip the first 100 s of warm-up
+    expected = rate * out["inference"].mean()
+    assert steady.mean() == pytest.approx(expected, rel=0.15)
+
+
+def test_itl_grows_with_batch_size_and_context():
+    e = Engine(LLAMA3, H100, EngineConfig())
+    assert e.decode_step_time(64, 64 * 1000) > e.decode_step_time(8, 8 * 1000)
+    assert e.decode_step_time(8, 8 * 20000) > e.decode_step_time(8, 8 * 2000)
+    light = _poisson_run(Engine(LLAMA3, H100, EngineConfig()), 2, 300, 500, 200)
+    heavy = _poisson_run(Engine(LLAMA3, H100, EngineConfig()), 16, 300, 500, 200)
+    long_ctx = _poisson_run(Engine(LLAMA3, H100, EngineConfig()), 2, 300, 16000, 200)
+    assert np.median(heavy["itl"]) > 1.3 * np.median(light["itl"])
+    assert np.median(long_ctx["itl"]) > 1.3 * np.median(light["itl"])
+
+
+def _prefill_seconds(prompt: int) -> float:
+    engine = Engine(LLAMA3, H100, EngineConfig(max_model_len=131072, max_num_batched_tokens=8192))
+    engine.submit(Request(0, 0.0, prompt, 1, 1, True, ready=0.0))
+    engine.run_until(60.0)
+    (req,) = engine.drain().finished
+    return req.first_token - req.scheduled
+
+
+def test_ttft_is_superlinear_in_prompt_length_at_long_prompts():
+    short = _prefill_seconds(1024) / _prefill_seconds(512)
+    long = _prefill_seconds(65536) / _prefill_seconds(32768)
+    assert short < 2.1  # short prompts: about linear (and fixed step overhead)
+    assert long > 2.2  # long prompts: attention makes doubling cost more than double
+
+
+def test_no_preemption_while_the_cache_has_room():
+    engine = Engine(LLAMA3, H100, EngineConfig())
+    _poisson_run(engine, 8, 300, 500, 200)
+    assert engine.kv_usage() < 0.5
+    assert engine.drain().preemptions == 0
+
+
+def test_preemptions_happen_only_when_the_cache_is_full():
+    cfg = EngineConfig(gpu_memory_utilization=0.25, max_num_seqs=512)
+    engine = Engine(model("llama-2-7b"), H100, cfg)
+    rng = np.random.default_rng(3)
+    usage: list[float] = []
+    t = 0.0
+    for k in range(400):
+        for _ in range(rng.poisson(6)):
+            engine.submit(Request(k, t, 1500, 600, 4096, False, ready=t))
+        t += 0.5
+        engine.run_until(t)
+        usage += engine.drain().usage_at_preemption
+    assert len(usage) > 10
+    assert min(usage) > 0.95
+
+
+def test_a_config_whose_cache_cannot_hold_max_model_len_does_not_start():
+    qwen = model("qwen3-8b")
+    tight = EngineConfig(max_model_len=131072, gpu_memory_utilization=0.35)
+    assert not Engine(qwen, H100, tight).fits_max_model_len()
+    assert Engine(qwen, H100, EngineConfig(max_model_len=32768)).fits_max_model_len()
