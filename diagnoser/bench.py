@@ -22,7 +22,76 @@ def timed(fn: Callable[[], object], runs: int = 5) -> float:
     return statistics.median(samples)
 
 
+SIM_SCENARIO = """\
+description: Benchmark load.
+duration: {duration}
+scrape_interval: 15s
+seed: 1
+labels: {{window: 1h}}
+models:
+  - name: bench
+    preset: llama-3.1-8b
+    gpu: H100-80GB
+    instances: {instances}
+    workload:
+      rate: {{mean: {rate}}}
+      prompt: {{median: 600, sigma: 0.6}}
+      output: {{median: 180, sigma: 0.7}}
+"""
+
+
+def bench_simulator() -> None:
+    import tempfile
+    from pathlib import Path
+
+    from diagnoser.sim.run import simulate
+    from diagnoser.sim.scenario import load_scenario
+
+    print("simulator (llama-3.1-8b on H100, 600-token prompts, 180-token answers, 15 s scrapes):")
+    with tempfile.TemporaryDirectory() as tmp:
+        for instances, rate_per_instance in ((1, 5), (1, 20), (1, 50), (8, 20)):
+            path = Path(tmp) / "b.yaml"
+            path.write_text(
+                SIM_SCENARIO.format(
+                    duration="1h", instances=instances, rate=rate_per_instance * instances
+                )
+            )
+            sc = load_scenario(path)
+            t0 = time.perf_counter()
+            rec = simulate(sc, end=1_800_000_000.0)
+            wall = time.perf_counter() - t0
+            print(
+                f"  {instances} instance(s) x {rate_per_instance:>2} req/s, 1 h: "
+                f"{wall:6.2f} s wall, {3600 / wall:6.0f}x real time, "
+                f"{3600 * instances / wall:6.0f} instance-seconds/s, "
+                f"{rec.sample_count() / 1e6:.2f} M samples"
+            )
+
+
+def bench_library() -> None:
+    import tempfile
+    from pathlib import Path
+
+    from diagnoser.sim import harness, library
+
+    names = library.names()
+    with tempfile.TemporaryDirectory() as tmp:
+        t0 = time.perf_counter()
+        prepared = harness.prepare(names, Path(tmp))
+        wall = time.perf_counter() - t0
+    sim = sum(p.simulate_seconds for p in prepared.values())
+    fill = sum(p.backfill_seconds for p in prepared.values())
+    samples = sum(p.samples for p in prepared.values())
+    print(
+        f"scenario library ({len(names)} scenarios, {samples / 1e6:.1f} M samples): "
+        f"{wall:.1f} s wall on {harness.default_workers(len(names))} worker(s) "
+        f"(simulate {sim:.1f} s + backfill {fill:.1f} s of CPU)"
+    )
+
+
 def main() -> None:
+    bench_simulator()
+    bench_library()
     catalog = load_catalog()
     load_s = timed(load_catalog)
     render_s = timed(lambda: rules.render_files(catalog, RulesConfig()))

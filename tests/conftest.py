@@ -31,3 +31,28 @@ def promtool_bin() -> str:
     if exe is None:
         pytest.fail("promtool not found: run scripts/install-deps (Debian package prometheus)")
     return exe
+
+
+@pytest.fixture(scope="session")
+def scenario_library(tmp_path_factory):
+    """Every library scenario simulated once and backfilled into its own TSDB directory."""
+    from diagnoser.sim import harness, library
+
+    return harness.prepare(library.names(), tmp_path_factory.mktemp("scenarios"))
+
+
+@pytest.fixture(scope="session")
+def prometheus_for(scenario_library):
+    """``prometheus_for(name)``: a real Prometheus serving that scenario (started once)."""
+    from diagnoser.promserver import Prometheus
+
+    servers: dict[str, Prometheus] = {}
+
+    def get(name: str) -> Prometheus:
+        if name not in servers:
+            servers[name] = Prometheus(scenario_library[name].data_dir).start()
+        return servers[name]
+
+    yield get
+    for server in servers.values():
+        server.close()

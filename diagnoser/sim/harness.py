@@ -43,13 +43,17 @@ def _one(name: str, workdir: str, end: float) -> Prepared:
     return Prepared(sc.name, data, end, rec.sample_count(), t1 - t0, time.monotonic() - t1)
 
 
+def default_workers(jobs: int) -> int:
+    return max(1, min(jobs, os.cpu_count() or 1))
+
+
 def prepare(
     names: list[str], workdir: Path, end: float | None = None, workers: int | None = None
 ) -> dict[str, Prepared]:
     """Simulate and backfill ``names``; returns each scenario's data directory."""
     end = float(int(end if end is not None else time.time()) // 60 * 60)
     workdir.mkdir(parents=True, exist_ok=True)
-    workers = workers or max(1, min(len(names), os.cpu_count() or 1))
+    workers = workers or default_workers(len(names))
     if workers == 1 or len(names) == 1:
         return {n: _one(n, str(workdir), end) for n in names}
     with ProcessPoolExecutor(max_workers=workers) as pool:
