@@ -12,7 +12,7 @@ import json
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 import click
 
@@ -26,7 +26,7 @@ EXIT_SOURCE = 3
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-def fail(message: str, code: int = EXIT_USAGE) -> None:
+def fail(message: str, code: int = EXIT_USAGE) -> NoReturn:
     click.echo(f"servediag: error: {message}", err=True)
     sys.exit(code)
 
@@ -341,7 +341,7 @@ def parse_listen(value: str) -> tuple[str, int]:
 
 
 @main.command("simulate")
-@click.argument("scenario")
+@click.argument("scenario", required=False)
 @click.option(
     "--out",
     "out",
@@ -373,7 +373,7 @@ def parse_listen(value: str) -> tuple[str, int]:
 @click.option("--list", "list_", is_flag=True, help="List the library's scenarios and exit.")
 @handles_errors
 def simulate_cmd(
-    scenario: str,
+    scenario: str | None,
     out: Path | None,
     end: str | None,
     listen: str | None,
@@ -399,6 +399,8 @@ def simulate_cmd(
         for name in library.names():
             click.echo(name)
         return
+    if scenario is None:
+        fail("name a scenario (servediag simulate --list shows the library)")
     if (out is None) == (listen is None):
         fail("give exactly one of --out FILE or --serve HOST:PORT")
     sc = library.find(scenario)
