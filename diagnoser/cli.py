@@ -443,19 +443,216 @@ def simulate_cmd(
 # --- diagnose -------------------------------------------------------------------------------
 
 
-@main.command("diagnose", context_settings={"ignore_unknown_options": True})
-@click.argument("args", nargs=-1, type=click.UNPROCESSED)
-def diagnose_cmd(args: tuple[str, ...]) -> None:
-    """Match live Prometheus series against the playbooks (not in this build yet).
+def parse_duration_option(value: str) -> float:
+    from diagnoser.sim.scenario import parse_duration
 
-    Example: servediag diagnose --since 1h
+    try:
+        seconds = parse_duration(value)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from None
+    if seconds <= 0:
+        raise click.BadParameter("must be longer than zero")
+    return seconds
+
+
+def _matchers(
+    model: str | None, instance: str | None, job: str | None, match: tuple[str, ...]
+) -> tuple[str, ...]:
+    import re
+
+    out = []
+    for label, value in (("model_name", model), ("instance", instance), ("job", job)):
+        if value:
+            out.append(f'{label}="{value}"')
+    for m in match:
+        if not re.fullmatch(r'[a-zA-Z_][a-zA-Z0-9_]*\s*(=|!=|=~|!~)\s*"[^"]*"', m.strip()):
+            fail(f'--match {m!r} is not a label matcher like job="vllm" or pod=~"vllm-.*"')
+        out.append(m.strip())
+    return tuple(out)
+
+
+@main.command("diagnose")
+@click.option(
+    "--since",
+    "since",
+    default="1h",
+    show_default=True,
+    metavar="DURATION",
+    help="Diagnose this much time up to --until (e.g. 30m, 1h, 6h).",
+)
+@click.option(
+    "--until",
+    "until",
+    default=None,
+    metavar="TIME",
+    help="End of the window: RFC 3339 or Unix seconds (default: now).",
+)
+@click.option(
+    "--baseline",
+    "baseline",
+    default="before",
+    show_default=True,
+    help="Reference period: 'before' (as long as the window, just before it) or a "
+    "duration such as 1d (the same hours that long ago).",
+)
+@click.option(
+    "--prometheus-url",
+    envvar="PROMETHEUS_URL",
+    default="http://localhost:9090",
+    show_default=True,
+    help="Prometheus-compatible API (also PROMETHEUS_URL).",
+)
+@click.option("--model", default=None, help="Only this model_name.")
+@click.option("--instance", default=None, help="Only this instance.")
+@click.option("--job", default=None, help="Only this job.")
+@click.option(
+    "--match",
+    "match",
+    multiple=True,
+    metavar='LABEL="VALUE"',
+    help="Any further label matcher (repeatable).",
+)
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["text", "json", "markdown"]),
+    default="text",
+    show_default=True,
+)
+@click.option(
+    "--explain",
+    "explain",
+    default=None,
+    metavar="ID",
+    help="Show one playbook's signature evaluated step by step, with the numbers.",
+)
+@click.option(
+    "--bearer-token-file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Read a bearer token from this file (or set PROMETHEUS_BEARER_TOKEN).",
+)
+@click.option(
+    "--basic-auth",
+    envvar="PROMETHEUS_BASIC_AUTH",
+    default=None,
+    metavar="USER:PASS",
+    help="Basic auth (also PROMETHEUS_BASIC_AUTH).",
+)
+@click.option(
+    "--header",
+    "headers",
+    multiple=True,
+    metavar="NAME=VALUE",
+    help="Extra request header, e.g. X-Scope-OrgID=tenant (repeatable).",
+)
+@click.option(
+    "--ca-file",
+    type=click.Path(dir_okay=False, exists=True),
+    default=None,
+    help="CA bundle to verify the server's certificate.",
+)
+@click.option("--insecure", is_flag=True, help="Do not verify TLS certificates.")
+@click.option(
+    "--timeout",
+    type=click.FloatRange(min=1, max=600),
+    default=30.0,
+    show_default=True,
+    help="Seconds to wait for each query.",
+)
+@catalog_option
+@config_option
+@handles_errors
+def diagnose_cmd(
+    since: str,
+    until: str | None,
+    baseline: str,
+    prometheus_url: str,
+    model: str | None,
+    instance: str | None,
+    job: str | None,
+    match: tuple[str, ...],
+    fmt: str,
+    explain: str | None,
+    bearer_token_file: Path | None,
+    basic_auth: str | None,
+    headers: tuple[str, ...],
+    ca_file: str | None,
+    insecure: bool,
+    timeout: float,
+    catalog_dirs: tuple[Path, ...],
+    config_path: Path | None,
+) -> None:
+    """Match live Prometheus series against the playbooks; the likely cause first.
+
+    Exit status: 0 the diagnosis ran (with or without findings), 2 bad usage or catalog,
+    3 the metric source cannot be reached or answers garbage.
+
+    \b
+    Examples:
+      diagnose --since 1h
+      diagnose --since 6h --model llama-3.1-8b --format json
+      diagnose --since 2h --until 2026-11-29T03:00:00Z --prometheus-url http://thanos:10902
+      diagnose --explain kv-cache-pressure
     """
-    fail(
-        "diagnose is not available in this build yet; the catalog, rules and runbooks are "
-        "(see 'servediag --help')"
-    )
+    import os
+    import sys
+    import time
+
+    from diagnoser import report
+    from diagnoser.config import load_config
+    from diagnoser.diagnosis import Window, diagnose, to_json
+    from diagnoser.source import Auth, PrometheusSource, SourceError
+
+    window_s = parse_duration_option(since)
+    end = parse_time(until) if until else time.time()
+    offset = None if baseline == "before" else parse_duration_option(baseline)
+    token = os.environ.get("PROMETHEUS_BEARER_TOKEN")
+    if bearer_token_file is not None:
+        try:
+            token = bearer_token_file.read_text(encoding="utf-8").strip()
+        except OSError as exc:
+            fail(f"cannot read --bearer-token-file {bearer_token_file}: {exc.strerror}")
+    basic = None
+    if basic_auth:
+        user, sep, password = basic_auth.partition(":")
+        if not sep:
+            fail("--basic-auth must be USER:PASS")
+        basic = (user, password)
+    extra = {}
+    for h in headers:
+        name, sep, value = h.partition("=")
+        if not sep or not name.strip():
+            fail(f"--header {name.strip() or h!r} must be NAME=VALUE")
+        extra[name.strip()] = value.strip()
+    cat = _catalog(catalog_dirs)
+    if explain is not None:
+        _playbook(cat, explain)
+    cfg = load_config(config_path)
+    auth = Auth(bearer_token=token, basic=basic, headers=extra, ca_file=ca_file, insecure=insecure)
+    source = PrometheusSource(prometheus_url, auth, timeout=timeout)
+    try:
+        result = diagnose(
+            source,
+            cat,
+            Window.plan(window_s, end, offset),
+            _matchers(model, instance, job, match),
+            cfg,
+        )
+    except SourceError as exc:
+        fail(str(exc), EXIT_SOURCE)
+    if explain is not None:
+        click.echo(report.explain(result, explain), nl=False)
+        return
+    doc = to_json(result, cfg)
+    if fmt == "json":
+        click.echo(report.as_json(doc), nl=False)
+    elif fmt == "markdown":
+        click.echo(report.markdown(doc), nl=False)
+    else:
+        colour = sys.stdout.isatty() and os.environ.get("NO_COLOR") is None
+        click.echo(report.text(doc, colour=colour), nl=False)
 
 
 def diagnose_main() -> None:
     """The ``diagnose`` console script: the same as ``servediag diagnose``."""
-    main(args=["diagnose", *sys.argv[1:]], prog_name="diagnose")
+    diagnose_cmd.main(args=sys.argv[1:], prog_name="diagnose")

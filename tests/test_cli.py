@@ -127,7 +127,10 @@ def test_a_bad_config_file_is_exit_2_in_one_line(tmp_path):
     assert not (tmp_path / "rules").exists()
 
 
-def test_diagnose_script_says_plainly_that_it_is_not_built_yet():
+def test_diagnose_against_an_unreachable_prometheus_exits_3_in_one_line():
+    from diagnoser.promserver import free_port
+
+    url = f"http://user:s3cret@127.0.0.1:{free_port()}"
     proc = subprocess.run(
         [
             sys.executable,
@@ -135,10 +138,13 @@ def test_diagnose_script_says_plainly_that_it_is_not_built_yet():
             "from diagnoser.cli import diagnose_main; diagnose_main()",
             "--since",
             "1h",
+            "--prometheus-url",
+            url,
         ],
         capture_output=True,
         text=True,
         check=False,
     )
-    assert proc.returncode == 2
-    assert "not available in this build" in proc.stderr
+    assert proc.returncode == 3, proc.stderr
+    assert proc.stderr.count("\n") == 1 and "connection refused" in proc.stderr
+    assert "s3cret" not in proc.stderr and "Traceback" not in proc.stderr
