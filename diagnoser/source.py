@@ -87,7 +87,14 @@ class PrometheusSource:
             auth=self.auth.basic,
             session=session,
             timeout=timeout,
-            retry=Retry(total=1, backoff_factor=0.2, status_forcelist=(502, 503, 504)),
+            retry=Retry(
+                total=2,
+                connect=1,
+                read=0,
+                status=1,
+                backoff_factor=0.2,
+                status_forcelist=(502, 503, 504),
+            ),
         )
 
     def query_range(self, expr: str, start: float, end: float, step: float) -> list[Series]:
@@ -126,6 +133,10 @@ class PrometheusSource:
                 self._clean(f"TLS failed talking to {self.shown}: {_first_line(exc)}")
             ) from None
         except requests.exceptions.ConnectionError as exc:
+            if "timed out" in str(exc).lower():
+                raise SourceError(
+                    f"{self.shown} did not answer a {what} within {self.timeout:g} s"
+                ) from None
             reason = "connection refused" if "refused" in str(exc).lower() else _first_line(exc)
             raise SourceError(self._clean(f"cannot reach {self.shown}: {reason}")) from None
         except PrometheusApiClientException as exc:
