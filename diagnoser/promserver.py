@@ -17,7 +17,7 @@ import urllib.parse
 import urllib.request
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import IO, Any
 
 
 class PrometheusError(Exception):
@@ -79,6 +79,7 @@ class Prometheus:
         self.port = 0
         self.proc: subprocess.Popen[bytes] | None = None
         self._tmp: tempfile.TemporaryDirectory[str] | None = None
+        self._log: IO[bytes] | None = None
 
     @property
     def url(self) -> str:
@@ -96,7 +97,7 @@ class Prometheus:
                 }
             )
         )
-        log = open(Path(self._tmp.name) / "prometheus.log", "wb")  # noqa: SIM115
+        self._log = (Path(self._tmp.name) / "prometheus.log").open("wb")
         for _attempt in range(3):
             self.port = free_port()
             self.proc = subprocess.Popen(
@@ -110,13 +111,14 @@ class Prometheus:
                     "--query.lookback-delta=5m",
                     *self.extra_args,
                 ],
-                stdout=log,
+                stdout=self._log,
                 stderr=subprocess.STDOUT,
             )
             if self._wait_ready():
                 return self
             self.stop()
         tail = (Path(self._tmp.name) / "prometheus.log").read_text(errors="replace")[-500:]
+        self.close()
         raise PrometheusError(f"prometheus did not become ready: {tail.strip()}")
 
     def _wait_ready(self) -> bool:
@@ -145,6 +147,9 @@ class Prometheus:
 
     def close(self) -> None:
         self.stop()
+        if self._log is not None:
+            self._log.close()
+            self._log = None
         if self._tmp is not None:
             self._tmp.cleanup()
             self._tmp = None

@@ -98,14 +98,16 @@ class ModelRun:
                 self._ramps.remove((change, begin))
 
     def _rolling_restart(self, t: float) -> None:
+        # One server at a time: the next goes down once the previous is back.
+        stagger = self.m.fault.restart_seconds + 30.0
         for i, server in enumerate(self.servers):
-            server.schedule_restart(t + 30.0 * i, dataclasses.replace(self.m.engine))
+            server.schedule_restart(t + stagger * i, dataclasses.replace(self.m.engine))
 
     # --- traffic --------------------------------------------------------------------------
 
     def _arrivals(self, t: float, dt: float) -> list[tuple[Request, bool]]:
         w, rng = self.m.workload, self.rng
-        rate = w.rate.at(t, w.step_noise(rng, dt))
+        rate = w.rate.at(t - self.start, w.step_noise(rng, dt))
         n = int(rng.poisson(rate * dt))
         if n == 0:
             return []
@@ -161,7 +163,8 @@ class ModelRun:
             for lost in server.maintain(t):
                 if lost.probe is not None:
                     self._probe_failed(lost.probe)
-        incoming = self._arrivals(t, dt) + self._probes(t, dt)
+        # Tokenization is first come, first served: keep the tick's requests in arrival order.
+        incoming = sorted(self._arrivals(t, dt) + self._probes(t, dt), key=lambda x: x[0].arrival)
         up = [s for s in self.servers if s.up]
         if incoming:
             if not up:

@@ -126,6 +126,7 @@ _LIMITS: dict[str, tuple[float, float]] = {
     "amplitude": (0, 1),
     "noise": (0, 1),
     "peak_hour": (0, 24),
+    "start_hour": (0, 24),
     "burst_factor": (0, 100),
     "median": (1, 1e7),
     "sigma": (0, 3),

@@ -47,16 +47,20 @@ class Rate:
     mean: float
     shape: str = "steady"  # steady | diurnal
     amplitude: float = 0.5  # diurnal: peak = mean * (1 + amplitude)
-    peak_hour: float = 14.0  # diurnal: hour of day (UTC) of the peak
+    peak_hour: float = 14.0  # diurnal: hour of day of the peak
+    # diurnal: the hour of day at which the scenario starts. The curve follows the scenario's
+    # own clock, so a scenario looks the same whenever it is simulated.
+    start_hour: float = 0.0
     noise: float = 0.05  # relative sd of a slowly varying multiplicative noise
     burst_every: float = 0.0  # seconds between bursts (0: none)
     burst_length: float = 60.0
     burst_factor: float = 3.0
 
     def at(self, t: float, noise: float = 0.0) -> float:
+        """Requests per second ``t`` seconds after the scenario started."""
         r = self.mean
         if self.shape == "diurnal":
-            hour = (t / 3600.0) % 24
+            hour = (self.start_hour + t / 3600.0) % 24
             r *= 1 + self.amplitude * math.cos(2 * math.pi * (hour - self.peak_hour) / 24)
         if self.burst_every > 0 and (t % self.burst_every) < self.burst_length:
             r *= self.burst_factor
