@@ -89,9 +89,54 @@ def bench_library() -> None:
     )
 
 
+def bench_accuracy() -> None:
+    """AC@1 and AC@3 over the labelled library; findings on healthy scenarios."""
+    import tempfile
+    from pathlib import Path
+
+    from diagnoser.diagnosis import Window, diagnose, to_json
+    from diagnoser.promserver import Prometheus
+    from diagnoser.sim import harness, library
+    from diagnoser.source import PrometheusSource
+
+    catalog = load_catalog()
+    names = library.names()
+    at1 = at3 = incidents = healthy_findings = 0
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        prepared = harness.prepare(names, Path(tmp))
+        for name in names:
+            sc = library.find(name)
+            with Prometheus(prepared[name].data_dir) as prom:
+                window = Window.plan(sc.labels.window, prepared[name].end)
+                t0 = time.perf_counter()
+                doc = to_json(diagnose(PrometheusSource(prom.url), catalog, window))
+                took = time.perf_counter() - t0
+            ids = [f["id"] for f in doc["findings"]]
+            if sc.labels.healthy:
+                healthy_findings += len(ids)
+                verdict = "ok" if not ids else "FALSE POSITIVE"
+            else:
+                incidents += 1
+                hit1 = bool(ids) and ids[0] == sc.labels.expect[0]
+                hit3 = sc.labels.expect[0] in ids[:3]
+                at1 += hit1
+                at3 += hit3
+                verdict = "ok" if hit1 else ("top-3" if hit3 else "MISSED")
+            rows.append((name, verdict, ", ".join(ids[:3]) or "-", took))
+    for name, verdict, ids, took in rows:
+        print(f"  {name:<32} {verdict:<14} {took:5.2f} s  {ids}")
+    print(
+        f"accuracy over {len(names)} scenarios: AC@1 {at1}/{incidents} = "
+        f"{at1 / max(1, incidents):.2f}, AC@3 {at3}/{incidents} = {at3 / max(1, incidents):.2f}, "
+        f"findings on healthy scenarios: {healthy_findings}"
+    )
+
+
 def main() -> None:
     bench_simulator()
     bench_library()
+    bench_accuracy()
     catalog = load_catalog()
     load_s = timed(load_catalog)
     render_s = timed(lambda: rules.render_files(catalog, RulesConfig()))
