@@ -138,6 +138,8 @@ def evaluate_condition(cond: Condition, data: ScopeData, p: Periods) -> tuple[Ve
     if missing:
         return Verdict.undecided("no series"), missing
     shape, value = cond.shape, cond.value
+    if shape != "grows_with" and cond.signal not in data.series:
+        return Verdict.undecided("a per-class signal is tested only with grows_with"), []
     if shape in ("rises", "falls", "flat", "rises_by"):
         base, now = _values(data, cond, p.baseline), _values(data, cond, p.now)
         assert base is not None and now is not None
@@ -146,6 +148,14 @@ def evaluate_condition(cond: Condition, data: ScopeData, p: Periods) -> tuple[Ve
         now = _values(data, cond, p.now)
         assert now is not None
         return shapes.level(shape, float(value), now, cond.stat, cond.held), []
+    if shape == "grows_with":
+        per_class = data.classes.get(cond.signal, {})
+        medians = {}
+        for label, s in per_class.items():
+            v = shapes.summarise(_slice(s, p.now), "median")
+            if v is not None:
+                medians[label] = v
+        return shapes.grows_with(float(cond.exponent or 1.0), medians), []
     window = _values(data, cond, p.window)
     assert window is not None
     if shape == "drifts":
@@ -162,14 +172,6 @@ def evaluate_condition(cond: Condition, data: ScopeData, p: Periods) -> tuple[Ve
         keep = (common >= p.window[0]) & (common <= p.window[1])
         a = data.series[cond.signal].v[ia][keep]
         return shapes.tracks(float(cond.min_corr or 0.6), a, other.v[ib][keep]), []
-    if shape == "grows_with":
-        per_class = data.classes.get(cond.signal, {})
-        medians = {}
-        for label, s in per_class.items():
-            v = shapes.summarise(_slice(s, p.now), "median")
-            if v is not None:
-                medians[label] = v
-        return shapes.grows_with(float(cond.exponent or 1.0), medians), []
     raise ValueError(shape)
 
 

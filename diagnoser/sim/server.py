@@ -282,7 +282,8 @@ class Server:
             t,
             engine.num_running(),
         )
-        waiting = float(len(engine.waiting))
+        # Requests still being tokenized are the API server's, not the engine's queue.
+        waiting = float(sum(1 for r in engine.waiting if r.ready <= t))
         rec.sample(
             "vllm:num_requests_waiting",
             g,
