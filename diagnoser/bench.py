@@ -124,8 +124,8 @@ def bench_accuracy() -> None:
                 at3 += hit3
                 verdict = "ok" if hit1 else ("top-3" if hit3 else "MISSED")
             rows.append((name, verdict, ", ".join(ids[:3]) or "-", took))
-    for name, verdict, ids, took in rows:
-        print(f"  {name:<32} {verdict:<14} {took:5.2f} s  {ids}")
+    for name, verdict, top3, took in rows:
+        print(f"  {name:<32} {verdict:<14} {took:5.2f} s  {top3}")
     print(
         f"accuracy over {len(names)} scenarios: AC@1 {at1}/{incidents} = "
         f"{at1 / max(1, incidents):.2f}, AC@3 {at3}/{incidents} = {at3 / max(1, incidents):.2f}, "
