@@ -123,8 +123,28 @@ def drifts(threshold: float, t: np.ndarray, v: np.ndarray, floor: float | None) 
     r2 = 1 - ss_res / ss_tot
     denom = max(start, floor) if floor is not None else start
     ratio = end / denom if denom > 0 else (math.inf if end > 0 else 0.0)
-    nums = {"start": start, "end": end, "ratio": ratio, "r2": r2}
-    return Verdict(ratio >= threshold and r2 >= 0.5, nums, _log_margin(ratio, threshold))
+    # A steady trend, not a step: the line must explain the data about as well as the best
+    # single jump between two levels does.
+    step_sse = _best_step_sse(v)
+    steady = ss_res <= 1.5 * step_sse + 1e-12
+    nums = {
+        "start": start,
+        "end": end,
+        "ratio": ratio,
+        "r2": r2,
+        "line_vs_step": ss_res / step_sse if step_sse > 0 else math.inf,
+    }
+    return Verdict(ratio >= threshold and r2 >= 0.5 and steady, nums, _log_margin(ratio, threshold))
+
+
+def _best_step_sse(v: np.ndarray) -> float:
+    """Residual sum of squares of the best two-level (one jump) fit."""
+    n = v.size
+    csum, csum2 = np.cumsum(v), np.cumsum(v * v)
+    k = np.arange(2, n - 1)
+    left = csum2[k - 1] - csum[k - 1] ** 2 / k
+    right = (csum2[-1] - csum2[k - 1]) - (csum[-1] - csum[k - 1]) ** 2 / (n - k)
+    return float(np.min(left + right)) if k.size else 0.0
 
 
 def spikes(threshold: float, window: np.ndarray) -> Verdict:

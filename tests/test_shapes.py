@@ -1,0 +1,92 @@
+"""Signature shapes and the onset search, on synthetic series with known answers."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from diagnoser import shapes
+from diagnoser.matching import change_point, periods_for
+from diagnoser.source import Series
+
+rng = np.random.default_rng(0)
+
+
+def noisy(level: float, n: int = 60, sd: float = 0.02) -> np.ndarray:
+    return level * (1 + sd * rng.standard_normal(n))
+
+
+def test_rises_falls_flat_compare_medians():
+    assert shapes.compare("rises", 1.5, noisy(1.0), noisy(2.0), "median", None).holds
+    assert not shapes.compare("rises", 1.5, noisy(1.0), noisy(1.2), "median", None).holds
+    assert shapes.compare("falls", 0.5, noisy(60), noisy(8), "median", None).holds
+    assert shapes.compare("flat", 0.3, noisy(0.025), noisy(0.027), "median", None).holds
+    assert not shapes.compare("flat", 0.3, noisy(0.025), noisy(0.06), "median", None).holds
+
+
+def test_a_floor_keeps_a_near_zero_baseline_from_inflating_a_ratio():
+    base, now = noisy(0.001), noisy(0.004)
+    assert shapes.compare("rises", 2, base, now, "median", None).holds
+    assert not shapes.compare("rises", 2, base, now, "median", 0.01).holds
+
+
+def test_rises_by_is_absolute():
+    v = shapes.compare("rises_by", 0.1, noisy(0.01), noisy(0.35), "median", None)
+    assert v.holds and v.numbers["delta"] == pytest.approx(0.34, abs=0.02)
+
+
+def test_too_few_samples_is_undecided_not_false():
+    v = shapes.compare("rises", 1.5, np.array([1.0]), noisy(2.0), "median", None)
+    assert v.holds is None
+
+
+def test_held_counts_the_share_of_samples_past_a_level():
+    now = np.array([0.95] * 6 + [0.5] * 4)
+    assert shapes.level("above", 0.9, now, "median", 0.5).holds
+    assert not shapes.level("above", 0.9, now, "median", 0.7).holds
+
+
+def test_a_steady_drift_is_a_drift_and_a_step_is_not():
+    t = np.arange(240) * 60.0
+    ramp = 2000 + 18000 * t / t[-1] + 200 * rng.standard_normal(240)
+    step = np.where(t < t[120], 2000.0, 20000.0) + 200 * rng.standard_normal(240)
+    assert shapes.drifts(2, t, ramp, None).holds
+    assert not shapes.drifts(2, t, step, None).holds
+
+
+def test_spikes_and_plateau():
+    calm = noisy(0.03, 100)
+    spiky = calm.copy()
+    spiky[40:43] = 0.4
+    assert shapes.spikes(4, spiky).holds and not shapes.spikes(4, calm).holds
+    pinned = np.minimum(noisy(300, 100, 0.3), 256)
+    assert shapes.plateau(0.05, 0.5, pinned).holds
+    assert not shapes.plateau(0.05, 0.5, noisy(100, 100, 0.3)).holds
+
+
+def test_tracks_is_correlation():
+    a = rng.random(100)
+    assert shapes.tracks(0.6, a, 3 * a + 0.1 * rng.random(100)).holds
+    assert not shapes.tracks(0.6, a, rng.random(100)).holds
+
+
+def test_grows_with_fits_the_long_classes():
+    linear = {"128": 0.05, "1k": 0.1, "4k": 0.4, "16k": 1.6}
+    superlinear = {"128": 0.05, "1k": 0.1, "4k": 0.45, "16k": 3.2}
+    assert not shapes.grows_with(1.2, linear).holds
+    assert shapes.grows_with(1.2, superlinear).holds
+    assert shapes.class_size("16k") == 16384 and shapes.class_size("x") is None
+
+
+def test_the_onset_is_the_change_point():
+    t = np.arange(0, 7200, 15.0)
+    v = np.where(t < 5000, 600.0, 7000.0) * (1 + 0.05 * rng.standard_normal(t.size))
+    onset = change_point(Series({}, t, v), (0, 7200))
+    assert onset == pytest.approx(5000, abs=30)
+    p = periods_for(Series({}, t, v), window=(3600, 7200), baseline=(0, 3600), step=15)
+    assert p.now[0] == pytest.approx(5000, abs=30) and p.baseline == (0, 3600)
+
+
+def test_no_change_point_in_noise():
+    t = np.arange(0, 7200, 15.0)
+    assert change_point(Series({}, t, noisy(1.0, t.size, 0.05)), (0, 7200)) is None
