@@ -515,9 +515,17 @@ def _matchers(
 @click.option(
     "--format",
     "fmt",
-    type=click.Choice(["text", "json", "markdown"]),
+    type=click.Choice(["text", "json", "markdown", "html"]),
     default="text",
     show_default=True,
+    help="html: one self-contained page with plots of the evidence (use --output).",
+)
+@click.option(
+    "--output",
+    "output",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Write the report to this file instead of stdout.",
 )
 @click.option(
     "--explain",
@@ -572,6 +580,7 @@ def diagnose_cmd(
     job: str | None,
     match: tuple[str, ...],
     fmt: str,
+    output: Path | None,
     explain: str | None,
     bearer_token_file: Path | None,
     basic_auth: str | None,
@@ -645,12 +654,27 @@ def diagnose_cmd(
         return
     doc = to_json(result, cfg)
     if fmt == "json":
-        click.echo(report.as_json(doc), nl=False)
+        rendered = report.as_json(doc)
     elif fmt == "markdown":
-        click.echo(report.markdown(doc), nl=False)
+        rendered = report.markdown(doc)
+    elif fmt == "html":
+        from diagnoser.report_html import render
+
+        rendered = render(result, doc)
     else:
-        colour = sys.stdout.isatty() and os.environ.get("NO_COLOR") is None
-        click.echo(report.text(doc, colour=colour), nl=False)
+        colour = output is None and sys.stdout.isatty() and os.environ.get("NO_COLOR") is None
+        rendered = report.text(doc, colour=colour)
+    if output is None:
+        click.echo(rendered, nl=False)
+        return
+    try:
+        output.write_text(rendered, encoding="utf-8")
+    except OSError as exc:
+        fail(f"cannot write {output}: {exc.strerror or exc}")
+    top = doc["findings"][0]["id"] if doc["findings"] else "no finding"
+    click.echo(
+        f"{len(doc['findings'])} finding(s), first: {top}; report written to {output}", err=True
+    )
 
 
 def diagnose_main() -> None:
