@@ -231,6 +231,20 @@ def bucket_share(name: str, le: str) -> Expr:
     return build
 
 
+def rate_above(name: str, le: str) -> Expr:
+    """Observations per second larger than the bucket bound ``le`` (+Inf minus that bucket)."""
+
+    def build(scope: Scope) -> str:
+        m = scope.matchers
+        top = selector(name + "_bucket", m, 'le="+Inf"')
+        below = selector(name + "_bucket", m, f'le="{le}"')
+        total = agg("sum", scope, f"rate({top}[{scope.window}])")
+        under = agg("sum", scope, f"rate({below}[{scope.window}])")
+        return f"{total} - {under}"
+
+    return build
+
+
 # --- combinators ----------------------------------------------------------------------------
 
 

@@ -399,6 +399,14 @@ def _vocabulary(
             ("vllm_iteration_tokens", "p99"),
         ),
         s(
+            "large_steps_rate",
+            "1/s",
+            "Engine steps per second with more than 4096 tokens: whole long prefills in one "
+            "step (possible only when --max-num-batched-tokens is above 4096).",
+            q.rate_above(STEP_TOKENS, "4096.0"),
+            ("vllm_iteration_tokens_over_4096", "rate"),
+        ),
+        s(
             "engine_steps_rate",
             "1/s",
             "Engine steps per second.",
