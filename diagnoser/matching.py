@@ -164,8 +164,10 @@ def evaluate_condition(cond: Condition, data: ScopeData, p: Periods) -> tuple[Ve
         return shapes.drifts(float(value), s.t[mask], window, cond.floor), []
     if shape == "spikes":
         return shapes.spikes(float(value), window), []
-    if shape == "plateau":
-        return shapes.plateau(float(value), float(cond.held or 0.5), window), []
+    if shape == "plateau":  # pinned since the change, not before it
+        now = _values(data, cond, p.now)
+        assert now is not None
+        return shapes.plateau(float(value), float(cond.held or 0.5), now), []
     if shape == "tracks":
         other = data.series[str(value)]
         common, ia, ib = np.intersect1d(data.series[cond.signal].t, other.t, return_indices=True)

@@ -164,7 +164,7 @@ def test_histograms_are_cumulative_and_counts_match(tmp_path):
     rec = simulate(sc, end=1_800_000_000.0)
     fam = rec.families["vllm:e2e_request_latency_seconds"]
     (series,) = fam.hpoints.values()
-    _t, cum, _s = series[-1]
+    _t, _bounds, cum, _s = series[-1]
     assert all(a <= b for a, b in itertools.pairwise(cum))
     finished = sum(p[-1][1] for p in rec.families["vllm:request_success_total"].points.values())
     assert cum[-1] == finished > 0
@@ -261,3 +261,18 @@ def test_the_labelled_signals_visibly_move(name, scenario_library, prometheus_fo
     if not moved:  # levels only (e.g. the target is down): check they hold at the end
         for cond in playbook.signature.all:
             assert _at(prom, cond.signal, end) is not None, cond.signal
+
+
+def test_a_restart_with_a_longer_max_model_len_exposes_the_new_token_buckets(tmp_path):
+    text = SMALL.format(version="0.33").replace(
+        "    workload:",
+        "    timeline: [{at: 4m, set: {engine.max_model_len: 65536}}]\n    workload:",
+    )
+    sc = load_scenario(_write(tmp_path, text))
+    om = "".join(iter_openmetrics(simulate(sc, end=1_800_000_000.0)))
+    prompt = [ln for ln in om.splitlines() if ln.startswith("vllm:request_prompt_tokens_bucket")]
+    assert any('le="20000.0"' in ln for ln in prompt)  # before: up to 32768
+    assert any('le="50000.0"' in ln for ln in prompt)  # after the restart: up to 65536
+    for le in ("20000.0", "50000.0", "+Inf"):  # each bucket's samples stay in time order
+        times = [float(ln.rsplit(" ", 1)[1]) for ln in prompt if f'le="{le}"' in ln]
+        assert times == sorted(times)

@@ -26,7 +26,8 @@ class Histogram:
     """Cumulative histogram with fixed bounds; observations may carry counts."""
 
     def __init__(self, bounds: Iterable[float]):
-        self.bounds = np.asarray(tuple(bounds), dtype=np.float64)
+        self.key = tuple(float(b) for b in bounds)
+        self.bounds = np.asarray(self.key, dtype=np.float64)
         self.counts = np.zeros(len(self.bounds) + 1, dtype=np.float64)  # last: +Inf only
         self.sum = 0.0
 
@@ -54,8 +55,11 @@ class Family:
     help: str
     points: dict[Labels, list[tuple[float, float]]] = field(default_factory=dict)
     # histograms: labels -> list of (timestamp, cumulative bucket counts, sum)
-    hpoints: dict[Labels, list[tuple[float, np.ndarray, float]]] = field(default_factory=dict)
-    bounds: tuple[float, ...] = ()
+    # histograms: labels -> list of (timestamp, bucket bounds, cumulative counts, sum). The
+    # bounds travel with each point: a restart with another max_model_len changes them.
+    hpoints: dict[Labels, list[tuple[float, tuple[float, ...], np.ndarray, float]]] = field(
+        default_factory=dict
+    )
 
 
 class Recorder:
@@ -65,10 +69,10 @@ class Recorder:
         self.families: dict[str, Family] = {}
         self.history = history
 
-    def family(self, name: str, type_: str, help_: str, bounds: tuple[float, ...] = ()) -> Family:
+    def family(self, name: str, type_: str, help_: str) -> Family:
         fam = self.families.get(name)
         if fam is None:
-            fam = self.families[name] = Family(name, type_, help_, bounds=bounds)
+            fam = self.families[name] = Family(name, type_, help_)
         return fam
 
     def sample(
@@ -83,8 +87,8 @@ class Recorder:
     def sample_histogram(
         self, name: str, help_: str, labels: Labels, t: float, hist: Histogram
     ) -> None:
-        fam = self.family(name, "histogram", help_, tuple(hist.bounds.tolist()))
-        point = (t, hist.cumulative(), hist.sum)
+        fam = self.family(name, "histogram", help_)
+        point = (t, hist.key, hist.cumulative(), hist.sum)
         if self.history:
             fam.hpoints.setdefault(labels, []).append(point)
         else:
@@ -94,7 +98,7 @@ class Recorder:
         n = 0
         for fam in self.families.values():
             n += sum(len(p) for p in fam.points.values())
-            n += (len(fam.bounds) + 3) * sum(len(p) for p in fam.hpoints.values())
+            n += sum(len(pt[1]) + 3 for p in fam.hpoints.values() for pt in p)
         return n
 
 
@@ -129,16 +133,22 @@ def iter_openmetrics(rec: Recorder) -> Iterator[str]:
         base = _openmetrics_family_name(fam)
         yield f"# TYPE {base} {fam.type}\n"
         yield f"# HELP {base} {fam.help}\n"
-        les = [le_label(b) for b in fam.bounds] + ["+Inf"]
         for labels, hpoints in fam.hpoints.items():
-            for i, le in enumerate(les):
-                lbl = _labelstr(labels, (("le", le),))
-                for t, cum, _s in hpoints:
-                    yield f"{fam.name}_bucket{lbl} {_num(float(cum[i]))} {t:.3f}\n"
+            keys = list(dict.fromkeys(p[1] for p in hpoints))
+            index = {k: {b: n for n, b in enumerate(k)} for k in keys}
+            for bound in sorted(set().union(*keys)):
+                lbl = _labelstr(labels, (("le", le_label(bound)),))
+                for t, key, cum, _s in hpoints:
+                    n = index[key].get(bound)
+                    if n is not None:
+                        yield f"{fam.name}_bucket{lbl} {_num(float(cum[n]))} {t:.3f}\n"
+            lbl = _labelstr(labels, (("le", "+Inf"),))
+            for t, _k, cum, _s in hpoints:
+                yield f"{fam.name}_bucket{lbl} {_num(float(cum[-1]))} {t:.3f}\n"
             lbl = _labelstr(labels)
-            for t, cum, _s in hpoints:
+            for t, _k, cum, _s in hpoints:
                 yield f"{fam.name}_count{lbl} {_num(float(cum[-1]))} {t:.3f}\n"
-            for t, _c, s in hpoints:
+            for t, _k, _c, s in hpoints:
                 yield f"{fam.name}_sum{lbl} {_num(s)} {t:.3f}\n"
         for labels, points in fam.points.items():
             lbl = _labelstr(labels)
@@ -163,9 +173,9 @@ def text_exposition(rec: Recorder) -> str:
     for fam in rec.families.values():
         lines.append(f"# HELP {fam.name} {fam.help}")
         lines.append(f"# TYPE {fam.name} {fam.type}")
-        les = [le_label(b) for b in fam.bounds] + ["+Inf"]
         for labels, hpoints in fam.hpoints.items():
-            _t, cum, s = hpoints[-1]
+            _t, key, cum, s = hpoints[-1]
+            les = [le_label(b) for b in key] + ["+Inf"]
             for i, le in enumerate(les):
                 lines.append(
                     f"{fam.name}_bucket{_labelstr(labels, (('le', le),))} {_num(float(cum[i]))}"

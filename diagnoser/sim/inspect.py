@@ -79,7 +79,7 @@ def main(argv: list[str]) -> int:
                 f"absent {list(sc.labels.absent)}; window {window / 60:g} min"
             )
             heads = "  ".join(f"{'-' + _ago(o) if o else 'end':>9}" for o in offsets)
-            print(f"{'signal':34} {'model':14} {heads}")
+            print(f"{'signal':34} {'model':24} {heads}")
             for name in names:
                 rows: dict[str, list[str]] = {}
                 for k, off in enumerate(offsets):
@@ -91,7 +91,7 @@ def main(argv: list[str]) -> int:
                 if not rows:
                     print(f"{name:34} (no data)")
                 for key, vals in sorted(rows.items()):
-                    print(f"{name:34} {key[:14]:14} " + "  ".join(f"{v:>9}" for v in vals))
+                    print(f"{name:34} {key[-24:]:24} " + "  ".join(f"{v:>9}" for v in vals))
     return 0
 
 
