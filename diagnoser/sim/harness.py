@@ -17,6 +17,7 @@ from diagnoser.promserver import backfill
 from diagnoser.sim import library
 from diagnoser.sim.exposition import write_openmetrics
 from diagnoser.sim.run import simulate
+from diagnoser.sim.scenario import Scenario
 
 
 @dataclass(frozen=True)
@@ -29,8 +30,8 @@ class Prepared:
     backfill_seconds: float
 
 
-def _one(name: str, workdir: str, end: float) -> Prepared:
-    sc = library.find(name)
+def _one(scenario: str | Scenario, workdir: str, end: float) -> Prepared:
+    sc = library.find(scenario) if isinstance(scenario, str) else scenario
     t0 = time.monotonic()
     rec = simulate(sc, end)
     t1 = time.monotonic()
@@ -48,14 +49,18 @@ def default_workers(jobs: int) -> int:
 
 
 def prepare(
-    names: list[str], workdir: Path, end: float | None = None, workers: int | None = None
+    names: list[str] | list[Scenario],
+    workdir: Path,
+    end: float | None = None,
+    workers: int | None = None,
 ) -> dict[str, Prepared]:
-    """Simulate and backfill ``names``; returns each scenario's data directory."""
+    """Simulate and backfill scenarios (library names or loaded ones), keyed by name."""
     end = float(int(end if end is not None else time.time()) // 60 * 60)
     workdir.mkdir(parents=True, exist_ok=True)
     workers = workers or default_workers(len(names))
     if workers == 1 or len(names) == 1:
-        return {n: _one(n, str(workdir), end) for n in names}
-    with ProcessPoolExecutor(max_workers=workers) as pool:
-        futures = {n: pool.submit(_one, n, str(workdir), end) for n in names}
-        return {n: f.result() for n, f in futures.items()}
+        done = [_one(n, str(workdir), end) for n in names]
+    else:
+        with ProcessPoolExecutor(max_workers=workers) as pool:
+            done = list(pool.map(_one, names, [str(workdir)] * len(names), [end] * len(names)))
+    return {p.name: p for p in done}

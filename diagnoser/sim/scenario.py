@@ -120,7 +120,7 @@ class Scenario:
 
 # --- building dataclasses from YAML ---------------------------------------------------------
 
-_LIMITS: dict[str, tuple[float, float]] = {
+LIMITS: dict[str, tuple[float, float]] = {
     # field -> (minimum, maximum), inclusive
     "mean": (0, 1e5),
     "amplitude": (0, 1),
@@ -193,7 +193,7 @@ def _coerce(f: dataclasses.Field[Any], value: Any, path: Path, where: str) -> An
     if typ in ("int", "float"):
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise ScenarioError(path, where, f"must be a number (got {value!r})")
-        lo, hi = _LIMITS.get(name, (float("-inf"), float("inf")))
+        lo, hi = LIMITS.get(name, (float("-inf"), float("inf")))
         if not lo <= value <= hi:
             raise ScenarioError(path, where, f"must be between {lo:g} and {hi:g} (got {value})")
         return int(value) if typ == "int" else float(value)
