@@ -99,6 +99,7 @@ class Batch:
         self.generated = np.zeros(0, dtype=np.int64)
         self.target = np.zeros(0, dtype=np.int64)
         self.last = np.zeros(0, dtype=np.float64)  # time of each sequence's latest token
+        self._context = 0  # tokens held by the batch, kept up to date (a hot path)
 
     def __len__(self) -> int:
         return len(self.reqs)
@@ -109,11 +110,13 @@ class Batch:
         self.generated = np.append(self.generated, req.generated)
         self.target = np.append(self.target, req.target_out)
         self.last = np.append(self.last, req.last_token)
+        self._context += req.prompt + req.generated
 
     def pop(self) -> Request:
         req = self.reqs.pop()
         req.generated = int(self.generated[-1])
         req.last_token = float(self.last[-1])
+        self._context -= req.prompt + req.generated
         self.prompt, self.generated, self.target, self.last = (
             self.prompt[:-1],
             self.generated[:-1],
@@ -123,7 +126,12 @@ class Batch:
         return req
 
     def context(self) -> int:
-        return int(self.prompt.sum() + self.generated.sum())
+        return self._context
+
+    def grow(self, tokens: np.ndarray) -> None:
+        """Each sequence generated ``tokens[i]`` more."""
+        self.generated = self.generated + tokens
+        self._context += int(tokens.sum())
 
     def blocks(self, block_size: int, extra: int = 0) -> int:
         return int((-(-(self.prompt + self.generated + extra) // block_size)).sum())
@@ -136,6 +144,7 @@ class Batch:
             self.target[mask],
             self.last[mask],
         )
+        self._context = int(self.prompt.sum() + self.generated.sum())
 
 
 class Engine:
@@ -208,6 +217,8 @@ class Engine:
         first chunk of) its prefill, so a prefill backlog shows up as waiting requests.
         """
         cfg = self.cfg
+        if not self.waiting or self.waiting[0].ready > self.clock:
+            return
         free = self.num_blocks - self.used_blocks()
         budget = cfg.max_num_batched_tokens - len(self.running)
         budget -= sum(r.to_prefill - r.prefilled for r in self.prefilling)
@@ -240,9 +251,12 @@ class Engine:
         """Preempt the newest running sequences until each can grow by ``extra_tokens``."""
         bs = self.cfg.block_size
         reserved = self._prefill_blocks()
-        used = self.running.blocks(bs) + reserved
-        if used + len(self.running) * (extra_tokens // bs + 1) <= self.num_blocks:
-            return  # room for every sequence to grow, whatever its block boundary
+        n = len(self.running)
+        # An upper bound on the blocks every sequence needs after growing: if even that fits,
+        # nobody is preempted (and the exact count is not needed).
+        bound = self.running.context() // bs + n * (extra_tokens // bs + 2) + reserved
+        if bound <= self.num_blocks:
+            return
         while (
             len(self.running) and self.running.blocks(bs, extra_tokens) + reserved > self.num_blocks
         ):
@@ -314,7 +328,7 @@ class Engine:
         tokens = int(got.sum())
         self.stats.itl.append((step_time, tokens))
         self.stats.generation_tokens += tokens
-        run.generated = run.generated + got
+        run.grow(got)
         done = run.generated >= run.target
         if done.any():
             start = self.clock

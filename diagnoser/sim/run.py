@@ -182,9 +182,7 @@ class ModelRun:
                             if too_long and req.probe is not None:
                                 self._probe_failed(req.probe)
         for server in self.servers:
-            for req in server.advance(t + dt, dt):
-                if req.probe is not None:
-                    self._probe_done(req)
+            server.advance(t + dt, dt)
 
     def _probe_failed(self, label: str) -> None:
         key = (label, "http_error")
@@ -209,6 +207,9 @@ class ModelRun:
 
     def record(self, rec: Recorder, t: float, interval: float) -> None:
         for server in self.servers:
+            for req in server.collect():
+                if req.probe is not None:
+                    self._probe_done(req)
             server.record(rec, t, interval)
         if not self.m.probe.enabled:
             return

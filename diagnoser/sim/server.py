@@ -164,6 +164,7 @@ class Server:
         return self.fault.other_process_gb * GB > slack
 
     def crash(self, t: float) -> list[Request]:
+        self.collect()  # what finished before the crash was served
         lost = [r for e in self.engines for r in e.abort_all()] if self.up else []
         self.up = False
         self.engines = []
@@ -207,19 +208,25 @@ class Server:
         key = (CHAT, status)
         self.http[key] = self.http.get(key, 0.0) + n
 
-    def advance(self, t_end: float, dt: float) -> list[Request]:
-        """Run the engines to ``t_end``; returns finished requests."""
+    def advance(self, t_end: float, dt: float) -> None:
+        """Run the engines to ``t_end`` (observations wait in them until ``collect``)."""
+        if not self.up:
+            return
+        for engine in self.engines:
+            engine.run_until(t_end)
+        self.cpu_seconds += self.s.api.idle_cpu * dt
+
+    def collect(self) -> list[Request]:
+        """Fold the engines' observations into the metrics; returns the finished requests."""
         done: list[Request] = []
         if not self.up:
             return done
         api = self.s.api
         for i, (engine, em) in enumerate(zip(self.engines, self.em, strict=True)):
-            engine.run_until(t_end)
             st = engine.drain()
             self.busy[i] += st.busy_seconds
             self.cpu_seconds += st.generation_tokens * api.cpu_per_output_token
             done += em.absorb(st)
-        self.cpu_seconds += api.idle_cpu * dt
         self._http("2xx", float(len(done)))
         return done
 
