@@ -4,7 +4,7 @@ PY := $(VENV)/bin/python
 SCENARIO ?= retrieval-launch
 export VENV
 
-.PHONY: help setup test lint generate check-generated bench demo clean
+.PHONY: help setup test lint generate check-generated goldens bench demo clean
 
 help:
 	@echo "make demo      simulate an incident, load it into a local Prometheus, diagnose it"
@@ -13,6 +13,7 @@ help:
 	@echo "make generate  write rules/ and runbooks/ from playbooks/"
 	@echo "make lint      ruff, mypy and promtool check rules"
 	@echo "make bench     benchmarks, printing figures"
+	@echo "make goldens   rewrite the golden diagnose reports (review the diff)"
 
 setup:
 	@scripts/install-deps
@@ -31,6 +32,9 @@ generate: setup
 
 check-generated: setup
 	$(VENV)/bin/servediag generate --check
+
+goldens: setup
+	UPDATE_GOLDENS=1 $(PY) -m pytest -q tests/test_golden.py
 
 bench: setup
 	$(PY) -m diagnoser.bench

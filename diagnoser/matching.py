@@ -9,7 +9,6 @@ undecided with the series it lacked.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -238,29 +237,31 @@ def _confidence(m: Match, cap: float) -> float:
 
 
 def rank(matches: list[Match], advisory: list[Playbook]) -> list[Match]:
-    """Order findings: demote those explained by another finding, attach advisory hints."""
-    found = {m.playbook.id: m for m in matches if m.status == "matched"}
-    for m in found.values():
-        for other in found.values():
-            sig = other.playbook.signature
-            explains = other is not m and sig is not None and m.playbook.id in sig.explains
-            if explains and (
-                m.explained_by is None or other.confidence > found[m.explained_by].confidence
-            ):
-                m.explained_by = other.playbook.id
-    for m in found.values():
+    """Order findings: demote those explained by another finding of the same scope, attach
+    advisory hints. Every scope (model or target) keeps its own findings."""
+    found = [m for m in matches if m.status == "matched"]
+    by_scope: dict[tuple[tuple[str, str], ...], dict[str, Match]] = {}
+    for m in found:
+        by_scope.setdefault(tuple(sorted(m.scope.items())), {})[m.playbook.id] = m
+    for same in by_scope.values():
+        for m in same.values():
+            for other in same.values():
+                sig = other.playbook.signature
+                explains = other is not m and sig is not None and m.playbook.id in sig.explains
+                if explains and (
+                    m.explained_by is None or other.confidence > same[m.explained_by].confidence
+                ):
+                    m.explained_by = other.playbook.id
+    for m in found:
         if m.explained_by:
             m.confidence = round(m.confidence * EXPLAINED_FACTOR, 3)
         m.hints = [a for a in advisory if m.playbook.id in a.relates_to]
     return sorted(
-        found.values(),
+        found,
         key=lambda m: (
             -m.confidence,
             -len(m.playbook.signature.all if m.playbook.signature else ()),
             m.playbook.id,
+            sorted(m.scope.items()),
         ),
     )
-
-
-def finite(x: float) -> float | None:
-    return None if x is None or not math.isfinite(x) else x

@@ -1,0 +1,49 @@
+"""Golden text reports for fixed scenarios at a fixed time.
+
+Regenerate after an intended change with ``make goldens`` and review the diff.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+import pytest
+
+from diagnoser import report
+from diagnoser.diagnosis import Window, diagnose, to_json
+from diagnoser.promserver import Prometheus
+from diagnoser.sim import harness, library
+from diagnoser.source import PrometheusSource
+
+GOLDEN = Path(__file__).parent / "golden"
+END = 1793534400.0  # 2026-11-01T12:00:00Z: a fixed end, so times in the reports are stable
+SCENARIOS = ["retrieval-launch", "healthy-steady", "kv-cannot-fit-max-model-len"]
+
+
+def normalise(text: str) -> str:
+    """Timing varies from run to run; everything else must not."""
+    return re.sub(r"[0-9.]+ s in Prometheus", "N s in Prometheus", text)
+
+
+@pytest.fixture(scope="module")
+def reports(tmp_path_factory, catalog):
+    prepared = harness.prepare(SCENARIOS, tmp_path_factory.mktemp("golden"), end=END)
+    out = {}
+    for name in SCENARIOS:
+        sc = library.find(name)
+        with Prometheus(prepared[name].data_dir) as prom:
+            window = Window.plan(sc.labels.window, END)
+            doc = to_json(diagnose(PrometheusSource(prom.url), catalog, window))
+        out[name] = normalise(report.text(doc, colour=False))
+    return out
+
+
+@pytest.mark.parametrize("name", SCENARIOS)
+def test_the_text_report_matches_its_golden_file(name, reports):
+    path = GOLDEN / f"{name}.txt"
+    if os.environ.get("UPDATE_GOLDENS"):
+        path.write_text(reports[name])
+    assert path.exists(), f"{path} missing: run make goldens"
+    assert reports[name] == path.read_text(), f"{name}: report changed; run make goldens"
