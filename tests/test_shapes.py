@@ -98,10 +98,14 @@ def test_each_scope_keeps_its_own_findings(catalog):
     pb = catalog["kv-cache-pressure"]
     a = Match(pb, {"model_name": "a"}, "matched", confidence=0.9)
     b = Match(pb, {"model_name": "b"}, "matched", confidence=0.8)
-    crowding = Match(catalog["long-context-crowding"], {"model_name": "b"}, "matched",
-                     confidence=0.85)
+    crowding = Match(
+        catalog["long-context-crowding"], {"model_name": "b"}, "matched", confidence=0.85
+    )
     ranked = rank([a, b, crowding], catalog.advisory())
     assert [(m.playbook.id, m.scope["model_name"]) for m in ranked] == [
-        ("kv-cache-pressure", "a"), ("long-context-crowding", "b"), ("kv-cache-pressure", "b")]
+        ("kv-cache-pressure", "a"),
+        ("long-context-crowding", "b"),
+        ("kv-cache-pressure", "b"),
+    ]
     assert a.explained_by is None and b.explained_by == "long-context-crowding"
     assert b.confidence == 0.4
