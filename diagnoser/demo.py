@@ -2,8 +2,8 @@
 
 Steps: load the catalog; check the generated rules with promtool; simulate the scenario with
 vLLM's metric names; backfill it into a Prometheus on a free loopback port; show the evidence
-the expected playbook names (baseline against now); stop Prometheus and remove its data.
-``diagnose`` itself is not in this build yet; the last step says so.
+(baseline against now); run ``diagnose`` and print its report, writing the HTML version to
+out/demo-report.html; stop Prometheus and remove its data.
 """
 
 from __future__ import annotations
@@ -15,14 +15,18 @@ from pathlib import Path
 
 import click
 
-from diagnoser import rules
+from diagnoser import report, rules
 from diagnoser.catalog import load_catalog
 from diagnoser.config import RulesConfig
+from diagnoser.diagnosis import Window, diagnose, to_json
 from diagnoser.errors import UserError
 from diagnoser.promserver import Prometheus, PrometheusError
+from diagnoser.report_html import render as render_html
 from diagnoser.signals import SIGNALS
+from diagnoser.source import PrometheusSource
 
 STEPS = 6
+HTML_REPORT = Path("out") / "demo-report.html"
 
 
 def step(n: int, text: str) -> None:
@@ -64,6 +68,7 @@ def run(scenario: str) -> None:
     from diagnoser.sim import harness, library
 
     start = time.monotonic()
+    html_path = HTML_REPORT.resolve()
     step(1, "loading the playbook catalog")
     catalog = load_catalog()
     sc = library.find(scenario)
@@ -98,31 +103,38 @@ def run(scenario: str) -> None:
             click.echo(f"      {prom.url}")
             end = prepared.end
             before = end - sc.labels.window - 600
-            expected = [catalog[i] for i in sc.labels.expect]
-            step(5, "the evidence, an hour before the window against now:")
             shown = (
-                expected[0].evidence
-                if expected
+                catalog[sc.labels.expect[0]].evidence
+                if sc.labels.expect
                 else ("request_rate", "ttft_p95", "itl_p95", "kv_cache_usage", "requests_waiting")
             )
+            step(5, "the evidence, an hour before the window against now:")
             for name in shown:
                 sig = SIGNALS[name]
                 then, now = _value(prom, name, before), _value(prom, name, end)
                 click.echo(
                     f"      {name:<28} {_fmt(then, sig.unit):>12} -> {_fmt(now, sig.unit):>12}"
                 )
-        step(6, "diagnose --since 1h: not in this build yet; for this incident it must name:")
-        click.echo()
-        if not expected:
-            click.echo("  nothing: this is a healthy scenario")
-        for pb in expected:
-            click.echo(f"  {pb.title}  ({pb.id})")
-            click.echo(f"  fix:       {pb.fix[0]}")
-            click.echo(f"  guardrail: {pb.guardrail[0]}")
-            click.echo(f"  runbook:   servediag runbook {pb.id}")
+            until = time.strftime("%H:%M", time.gmtime(end))
+            step(
+                6,
+                f"diagnose --since {sc.labels.window / 3600:g}h --until {until} "
+                f"--prometheus-url {prom.url}",
+            )
+            window = Window.plan(sc.labels.window, end)
+            result = diagnose(PrometheusSource(prom.url), catalog, window)
+            doc = to_json(result)
+    click.echo()
+    click.echo(report.text(doc, colour=sys.stdout.isatty()), nl=False)
+    html_path.parent.mkdir(parents=True, exist_ok=True)
+    html_path.write_text(render_html(result, doc), encoding="utf-8")
+    found = doc["findings"][0]["id"] if doc["findings"] else "none"
+    want = sc.labels.expect[0] if sc.labels.expect else "none"
+    verdict = "as labelled" if found == want else f"the scenario is labelled {want}"
+    click.echo(f"\ntop finding: {found} ({verdict}); HTML report: {html_path}")
     click.echo(
-        f"\ndone in {time.monotonic() - start:.1f} s; Prometheus stopped, its data "
-        "removed, nothing left running"
+        f"done in {time.monotonic() - start:.1f} s; Prometheus stopped, its data removed, "
+        "nothing left running"
     )
 
 
