@@ -16,9 +16,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from diagnoser.errors import FileFieldError
+from diagnoser.errors import FileFieldError, read_yaml_mapping
 from diagnoser.signals import SIGNALS
 
 SHAPES = (
@@ -184,17 +182,7 @@ def _field_path(parts: Iterable[object]) -> str:
 
 
 def _read(path: Path) -> dict[str, Any]:
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise CatalogError(path, "", f"cannot read: {exc.strerror or exc}") from None
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"line {mark.line + 1}" if mark is not None else ""
-        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise CatalogError(path, where, f"not valid YAML: {problem}") from None
-    if not isinstance(data, dict):
-        raise CatalogError(path, "", "a playbook must be a YAML mapping")
+    data = read_yaml_mapping(path, CatalogError, "a playbook")
     errors = sorted(_validator().iter_errors(data), key=lambda e: (len(e.path), list(e.path)))
     if errors:
         err = errors[0]

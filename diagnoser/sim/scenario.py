@@ -14,9 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from diagnoser.errors import FileFieldError
+from diagnoser.errors import FileFieldError, read_yaml_mapping
 from diagnoser.sim import hardware
 from diagnoser.sim.engine import EngineConfig
 from diagnoser.sim.server import PROFILES, ApiServerConfig, Fault
@@ -361,16 +359,7 @@ def resolve(m: ModelScenario, knob: str) -> tuple[Any, str]:
 
 
 def load_scenario(path: Path) -> Scenario:
-    try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise ScenarioError(path, "", f"cannot read: {exc.strerror or exc}") from None
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"line {mark.line + 1}" if mark is not None else ""
-        raise ScenarioError(path, where, "not valid YAML") from None
-    if not isinstance(raw, dict):
-        raise ScenarioError(path, "", "a scenario must be a YAML mapping")
+    raw = read_yaml_mapping(path, ScenarioError, "a scenario")
     known = {"description", "duration", "scrape_interval", "seed", "models", "labels"}
     for key in raw:
         if key not in known:
