@@ -69,3 +69,39 @@ def test_a_finding_carries_the_contract_fields(diagnoses):
     assert top["onset"] > doc["window"]["start"]
     confidences = [f["confidence"] for f in doc["findings"]]
     assert confidences == sorted(confidences, reverse=True)
+
+
+def test_markdown_html_and_explain_render_the_same_diagnosis(
+    scenario_library, prometheus_for, catalog
+):
+    from diagnoser import report
+    from diagnoser.report_html import render
+
+    sc = library.find("two-am-itl-spike")
+    prom = prometheus_for(sc.name)
+    window = Window.plan(sc.labels.window, scenario_library[sc.name].end)
+    result = diagnose(PrometheusSource(prom.url), catalog, window)
+    doc = to_json(result)
+    md = report.markdown(doc)
+    assert md.startswith("## Diagnosis") and "(`prefill-interference`)" in md
+    page = render(result, doc)
+    assert page.startswith("<!doctype html>") and page.count("<svg") >= 3
+    assert "onset" in page and "<script" not in page
+    text = report.explain(result, "prefill-interference")
+    assert "MATCHED" in text and "large_steps_rate >= 0.005" in text
+    assert "ruled out" in report.explain(
+        result, "long-request-in-batch"
+    ) or "not matched" in report.explain(result, "long-request-in-batch")
+
+
+def test_scoping_to_an_unknown_model_finds_nothing_to_diagnose(
+    scenario_library, prometheus_for, catalog
+):
+    prom = prometheus_for("retrieval-launch")
+    window = Window.plan(3600, scenario_library["retrieval-launch"].end)
+    doc = to_json(
+        diagnose(
+            PrometheusSource(prom.url), catalog, window, matchers=('model_name="no-such-model"',)
+        )
+    )
+    assert doc["scopes"] == [] and doc["findings"] == []
