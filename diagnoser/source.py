@@ -125,18 +125,14 @@ class PrometheusSource:
         try:
             result = fn(*args, **kwargs)
         except requests.exceptions.Timeout:
-            raise SourceError(
-                f"{self.shown} did not answer a {what} within {self.timeout:g} s"
-            ) from None
+            raise self._timed_out(what) from None
         except requests.exceptions.SSLError as exc:
             raise SourceError(
                 self._clean(f"TLS failed talking to {self.shown}: {_first_line(exc)}")
             ) from None
         except requests.exceptions.ConnectionError as exc:
-            if "timed out" in str(exc).lower():
-                raise SourceError(
-                    f"{self.shown} did not answer a {what} within {self.timeout:g} s"
-                ) from None
+            if "timed out" in str(exc).lower():  # a read timeout, wrapped by urllib3's retry
+                raise self._timed_out(what) from None
             reason = "connection refused" if "refused" in str(exc).lower() else _first_line(exc)
             raise SourceError(self._clean(f"cannot reach {self.shown}: {reason}")) from None
         except PrometheusApiClientException as exc:
@@ -158,6 +154,9 @@ class PrometheusSource:
         if not isinstance(result, list):
             raise SourceError(f"{self.shown} answered a {what} without a result list")
         return result
+
+    def _timed_out(self, what: str) -> SourceError:
+        return SourceError(f"{self.shown} did not answer a {what} within {self.timeout:g} s")
 
     def _clean(self, text: str) -> str:
         for secret in self.auth.secrets():
