@@ -143,6 +143,41 @@ def bench_accuracy(variants: int = 0) -> None:
     )
 
 
+def bench_fleet() -> None:
+    """diagnose on a fleet: 4 models x 8 instances, 24 h of data at 60 s scrapes."""
+    import tempfile
+    from pathlib import Path
+
+    from diagnoser.diagnosis import Window, diagnose
+    from diagnoser.promserver import Prometheus
+    from diagnoser.sim import fleet
+    from diagnoser.source import PrometheusSource
+
+    catalog = load_catalog()
+    end = float(int(time.time()) // 60 * 60)
+    with tempfile.TemporaryDirectory() as tmp:
+        t0 = time.perf_counter()
+        tsdb, samples = fleet.build(Path(tmp), end)
+        built = time.perf_counter() - t0
+        print(
+            f"fleet: 4 models x 8 instances, 24 h, {samples / 1e6:.1f} M samples, built in "
+            f"{built:.0f} s"
+        )
+        with Prometheus(tsdb) as prom:
+            for since in (3600.0, 86400.0):
+                window = Window.plan(since, end)
+                diagnose(PrometheusSource(prom.url), catalog, window)  # warm the page cache
+                t0 = time.perf_counter()
+                result = diagnose(PrometheusSource(prom.url, timeout=120), catalog, window)
+                wall = time.perf_counter() - t0
+                print(
+                    f"  diagnose --since {since / 3600:g}h: {wall:.2f} s wall, "
+                    f"{result.queries} queries, {result.query_seconds:.2f} s in Prometheus "
+                    f"(summed over concurrent queries), step {window.step:g} s, "
+                    f"{len(result.scopes)} models, {len(result.findings)} findings"
+                )
+
+
 def main() -> None:
     bench_simulator()
     bench_library()
@@ -150,6 +185,7 @@ def main() -> None:
     bench_accuracy()
     print("accuracy on held-out variants (other seeds, onsets, magnitudes, pre-0.11 names):")
     bench_accuracy(variants=2)
+    bench_fleet()
     catalog = load_catalog()
     load_s = timed(load_catalog)
     render_s = timed(lambda: rules.render_files(catalog, RulesConfig()))
