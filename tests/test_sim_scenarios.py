@@ -276,3 +276,16 @@ def test_a_restart_with_a_longer_max_model_len_exposes_the_new_token_buckets(tmp
     for le in ("20000.0", "50000.0", "+Inf"):  # each bucket's samples stay in time order
         times = [float(ln.rsplit(" ", 1)[1]) for ln in prompt if f'le="{le}"' in ln]
         assert times == sorted(times)
+
+
+def test_held_out_variants_change_seed_onset_magnitude_and_names():
+    base = library.find("retrieval-launch")
+    v1, v2 = library.find("retrieval-launch~1"), library.find("retrieval-launch~2")
+    assert {v1.name, v2.name} == {"retrieval-launch~1", "retrieval-launch~2"}
+    assert len({base.seed, v1.seed, v2.seed}) == 3
+    assert v1.models[0].version == "0.8" and v2.models[0].version == base.models[0].version
+    (b,), (c1,), (c2,) = (m.models[0].timeline for m in (base, v1, v2))
+    assert c1.at < b.at < c2.at
+    old = base.models[0].workload.prompt.median
+    new = b.set["workload.prompt.median"]
+    assert c1.set["workload.prompt.median"] == pytest.approx(old + (new - old) * 0.8, rel=0.01)

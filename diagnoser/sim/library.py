@@ -20,7 +20,13 @@ def names() -> list[str]:
 
 
 def find(name_or_path: str) -> Scenario:
-    """A scenario file by path, or a library scenario by name."""
+    """A scenario file by path, or a library scenario by name; ``NAME~K`` is its K-th
+    held-out variant (see ``diagnoser.sim.variants``)."""
+    base, sep, k = name_or_path.rpartition("~")
+    if sep and k.isdigit() and int(k) > 0:
+        from diagnoser.sim.variants import variant
+
+        return variant(find(base), int(k))
     path = Path(name_or_path)
     if path.suffix in (".yaml", ".yml") or path.exists():
         return load_scenario(path)
