@@ -1,4 +1,4 @@
-"""Write every generated artefact of the repository from the catalog: rules and runbooks."""
+"""Write every generated artefact of the repository: rules, runbooks and dashboards."""
 
 from __future__ import annotations
 
@@ -16,6 +16,10 @@ def render(catalog: Catalog, cfg: RulesConfig) -> dict[Path, str]:
         out[Path("rules") / name] = text
     for name, text in runbooks.render_all(catalog, cfg).items():
         out[Path("runbooks") / name] = text
+    from diagnoser import dashboards
+
+    for name in dashboards.DASHBOARDS:
+        out[Path("dashboards") / f"{name}.json"] = dashboards.render(name)
     return out
 
 

@@ -1,0 +1,144 @@
+"""The house style: our selectors, units and panel helpers over grafanalib's neutral core.
+
+Every query is a signal from ``diagnoser.signals`` rendered for the dashboard's variables, so
+dashboards share the recording rules' and the diagnoser's definitions (renamed metrics read
+under both names, ``sum by (le)`` in quantiles, ``/ (den > 0)`` guards).
+"""
+
+from __future__ import annotations
+
+from grafanalib.core import (
+    GridPos,
+    Stat,
+    Target,
+    Template,
+    Templating,
+    Threshold,
+    TimeSeries,
+)
+
+from diagnoser import metrics
+from diagnoser.promql import Scope
+from diagnoser.signals import SIGNALS
+
+DS = "${datasource}"
+FLEET = ('job=~"$job"', 'model_name=~"$model_name"', 'instance=~"$instance"')
+RATE = "$__rate_interval"
+UNITS = {
+    "s": "s",
+    "ratio": "percentunit",
+    "req/s": "reqps",
+    "tokens/s": "short",
+    "tokens": "short",
+    "requests": "short",
+    "1/s": "short",
+    "cores": "short",
+    "bytes": "bytes",
+    "restarts": "short",
+}
+
+
+def expr(signal: str, *, per_instance: bool = False) -> str:
+    sig = SIGNALS[signal]
+    by = (*sig.by, "instance") if per_instance else sig.by
+    return sig.render(Scope(matchers=FLEET, by=by, window=RATE))
+
+
+def target(signal: str, legend: str, ref: str, *, per_instance: bool = False) -> Target:
+    return Target(
+        expr=expr(signal, per_instance=per_instance), legendFormat=legend, refId=ref, datasource=DS
+    )
+
+
+class Grid:
+    """Lays panels out left to right, 24 columns wide, starting a new line when full."""
+
+    def __init__(self) -> None:
+        self.x = self.y = self.row_h = 0
+
+    def place(self, w: int, h: int) -> GridPos:
+        if self.x + w > 24:
+            self.x, self.y, self.row_h = 0, self.y + self.row_h, 0
+        pos = GridPos(h=h, w=w, x=self.x, y=self.y)
+        self.x += w
+        self.row_h = max(self.row_h, h)
+        return pos
+
+
+def stat(
+    grid: Grid,
+    title: str,
+    signal: str,
+    thresholds: list[tuple[str, float]] | None = None,
+    description: str = "",
+) -> Stat:
+    unit = UNITS.get(SIGNALS[signal].unit, "short")
+    steps = [Threshold("green", 0, 0.0)] + [
+        Threshold(color, i + 1, value) for i, (color, value) in enumerate(thresholds or [])
+    ]
+    return Stat(
+        title=title,
+        dataSource=DS,
+        targets=[target(signal, title, "A")],
+        format=unit,
+        gridPos=grid.place(3, 4),
+        reduceCalc="lastNotNull",
+        thresholds=steps,
+        description=description or SIGNALS[signal].help,
+        graphMode="area",
+    )
+
+
+def series(
+    grid: Grid,
+    title: str,
+    signals: list[tuple[str, str]],
+    *,
+    w: int = 8,
+    per_instance: bool = False,
+    description: str = "",
+) -> TimeSeries:
+    unit = UNITS.get(SIGNALS[signals[0][0]].unit, "short")
+    refs = "ABCDEFGHIJ"
+    return TimeSeries(
+        title=title,
+        dataSource=DS,
+        unit=unit,
+        gridPos=grid.place(w, 8),
+        description=description or SIGNALS[signals[0][0]].help,
+        targets=[
+            target(s, legend, refs[i], per_instance=per_instance)
+            for i, (s, legend) in enumerate(signals)
+        ],
+    )
+
+
+def variables() -> Templating:
+    def chained(name: str, matchers: str) -> Template:
+        return Template(
+            name=name,
+            label=name,
+            dataSource=DS,
+            includeAll=True,
+            multi=True,
+            allValue=".*",
+            refresh=2,
+            query=f"label_values(vllm:num_requests_running{matchers}, {name})",
+        )
+
+    def slo(name: str, label: str, buckets: tuple[float, ...], default: str) -> Template:
+        values = [metrics.le_label(b) for b in buckets]
+        return Template(
+            name=name, label=label, type="custom", query=",".join(values), default=default
+        )
+
+    return Templating(
+        list=[
+            Template(name="datasource", label="Data source", type="datasource", query="prometheus"),
+            chained("job", ""),
+            chained("model_name", '{job=~"$job"}'),
+            chained("instance", '{job=~"$job", model_name=~"$model_name"}'),
+            slo("ttft_slo", "TTFT SLO (s)", metrics.TTFT_BUCKETS, "1.0"),
+            slo("itl_slo", "ITL SLO (s)", metrics.ITL_BUCKETS, "0.1"),
+        ]
+    )

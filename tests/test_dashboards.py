@@ -1,0 +1,77 @@
+"""Dashboards: valid Grafana JSON, laid out without overlaps, every query returns data."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+BOARDS = sorted((ROOT / "dashboards").glob("*.json"))
+VARIABLES = {
+    "$job": ".*",
+    "$model_name": ".*",
+    "$instance": ".*",
+    "$__rate_interval": "5m",
+    "$ttft_slo": "1.0",
+    "$itl_slo": "0.1",
+}
+
+
+def _panels(board: dict) -> list[dict]:
+    return [p for p in board["panels"] if p["type"] != "row"]
+
+
+def _exprs(board: dict) -> list[tuple[str, str]]:
+    return [(p["title"], t["expr"]) for p in _panels(board) for t in p.get("targets", [])]
+
+
+def _substitute(expr: str) -> str:
+    for var, value in sorted(VARIABLES.items(), key=lambda kv: -len(kv[0])):
+        expr = expr.replace(var, value)
+    return expr
+
+
+@pytest.mark.parametrize("path", BOARDS, ids=[p.stem for p in BOARDS])
+def test_the_json_is_what_grafana_imports(path):
+    board = json.loads(path.read_text())
+    assert board["uid"].startswith("servediag-") and board["title"]
+    ids = [p["id"] for p in board["panels"]]
+    assert len(ids) == len(set(ids))
+    names = {v["name"] for v in board["templating"]["list"]}
+    assert {"datasource", "job", "model_name", "instance"} <= names
+    cells: set[tuple[int, int]] = set()
+    for p in board["panels"]:
+        g = p["gridPos"]
+        assert g["x"] >= 0 and g["x"] + g["w"] <= 24, p["title"]
+        mine = {
+            (x, y) for x in range(g["x"], g["x"] + g["w"]) for y in range(g["y"], g["y"] + g["h"])
+        }
+        assert not mine & cells, f"{p['title']} overlaps another panel"
+        cells |= mine
+        if p["type"] != "row":
+            assert p["datasource"] == "${datasource}", p["title"]
+            assert p["type"] in ("stat", "timeseries", "table"), p["type"]
+
+
+@pytest.mark.parametrize("path", BOARDS, ids=[p.stem for p in BOARDS])
+def test_queries_avoid_the_known_dashboard_bugs(path):
+    for title, expr in _exprs(json.loads(path.read_text())):
+        for m in re.finditer(r"histogram_quantile\([0-9.]+, (\S+ \S+ \([^)]*\))", expr):
+            assert m.group(1).startswith("sum by (le"), title
+        assert "gpu_cache_usage_perc" not in expr or "kv_cache_usage_perc" in expr, title
+        assert not re.search(r"vllm:num_preemptions(?!_total)", expr), title
+
+
+@pytest.mark.parametrize("path", BOARDS, ids=[p.stem for p in BOARDS])
+def test_every_panel_shows_data_on_a_healthy_vllm(path, scenario_library, prometheus_for):
+    prom = prometheus_for("healthy-steady")
+    end = scenario_library["healthy-steady"].end
+    empty = []
+    for title, expr in _exprs(json.loads(path.read_text())):
+        result = prom.query(_substitute(expr), at=end)  # raises on a parse error
+        if not result and not expr.startswith("ALERTS"):  # alerts need live rule evaluation
+            empty.append(title)
+    assert not empty, f"panels with no data: {empty}"
