@@ -22,8 +22,8 @@ test: setup
 	$(PY) -m pytest
 
 lint: setup
-	$(VENV)/bin/ruff check diagnoser tests
-	$(VENV)/bin/ruff format --check diagnoser tests
+	$(VENV)/bin/ruff check diagnoser tests dashboards
+	$(VENV)/bin/ruff format --check diagnoser tests dashboards
 	$(VENV)/bin/mypy
 	promtool check rules --lint=all --lint-fatal rules/recording.rules.yaml rules/alerts.rules.yaml
 
