@@ -18,8 +18,11 @@ def render(catalog: Catalog, cfg: RulesConfig) -> dict[Path, str]:
         out[Path("runbooks") / name] = text
     from diagnoser import dashboards
 
-    for name in dashboards.DASHBOARDS:
-        out[Path("dashboards") / f"{name}.json"] = dashboards.render(name)
+    boards = {name: dashboards.render(name) for name in dashboards.DASHBOARDS}
+    for name, text in boards.items():
+        out[Path("dashboards") / f"{name}.json"] = text
+    out[Path("dashboards") / "provisioning.yaml"] = dashboards.provisioning()
+    out[Path("dashboards") / "configmaps.yaml"] = dashboards.configmaps(boards)
     return out
 
 

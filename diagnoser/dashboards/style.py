@@ -64,6 +64,10 @@ class Grid:
         self.row_h = max(self.row_h, h)
         return pos
 
+    def newline(self) -> None:
+        if self.x:
+            self.x, self.y, self.row_h = 0, self.y + self.row_h, 0
+
 
 def stat(
     grid: Grid,
