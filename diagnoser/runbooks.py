@@ -42,10 +42,11 @@ def render_runbook(pb: Playbook, catalog: Catalog, cfg: RulesConfig | None = Non
     ]
     alert = alert_rule(pb, cfg, vocab) if pb.alert else None
     related = sorted({*pb.relates_to, *(p.id for p in catalog if pb.id in p.relates_to)})
-    text = (
-        _env()
-        .get_template("runbook.md.j2")
-        .render(pb=pb, evidence=evidence, alert=alert, related=related)
+    from diagnoser.dashboards.ids import link
+
+    template = _env().get_template("runbook.md.j2")
+    text = template.render(
+        pb=pb, evidence=evidence, alert=alert, related=related, dashboard=link(pb.id, catalog)
     )
     return MARKER.format(source=f"playbooks/{pb.id}.yaml") + _squeeze(text)
 

@@ -93,3 +93,18 @@ def test_provisioning_and_configmaps_carry_every_dashboard():
     assert set(carried) == {p.name for p in BOARDS}
     for path in BOARDS:
         assert carried[path.name] == json.loads(path.read_text())
+
+
+def test_every_playbooks_dashboard_link_resolves_to_a_real_panel(catalog):
+    from diagnoser.dashboards.ids import PLAYBOOKS_UID, link
+
+    board = json.loads((ROOT / "dashboards" / "playbooks.json").read_text())
+    assert board["uid"] == PLAYBOOKS_UID
+    panels = {p["id"]: p for p in board["panels"]}
+    for pb in catalog.detectable():
+        url = link(pb.id, catalog)
+        assert url and url.startswith(f"/d/{PLAYBOOKS_UID}?viewPanel="), pb.id
+        panel = panels[int(url.rsplit("=", 1)[1])]
+        assert panel["title"].startswith(f"{pb.id}: "), (pb.id, panel["title"])
+        page = (ROOT / "runbooks" / f"{pb.id}.md").read_text()
+        assert url in page, pb.id

@@ -12,6 +12,7 @@ DASHBOARDS = {
     "prompt-length": "diagnoser.dashboards.prompt_length",
     "kv-batching": "diagnoser.dashboards.kv_batching",
     "gpu-frontend": "diagnoser.dashboards.gpu_frontend",
+    "playbooks": "diagnoser.dashboards.playbooks",
 }
 
 
