@@ -14,6 +14,7 @@ VARIABLES = {
     "$job": ".*",
     "$model_name": ".*",
     "$instance": ".*",
+    "$engine": ".*",
     "$__rate_interval": "5m",
     "$ttft_slo": "1.0",
     "$itl_slo": "0.1",
@@ -41,7 +42,7 @@ def test_the_json_is_what_grafana_imports(path):
     ids = [p["id"] for p in board["panels"]]
     assert len(ids) == len(set(ids))
     names = {v["name"] for v in board["templating"]["list"]}
-    assert {"datasource", "job", "model_name", "instance"} <= names
+    assert {"datasource", "job", "model_name", "instance", "engine"} <= names
     cells: set[tuple[int, int]] = set()
     for p in board["panels"]:
         g = p["gridPos"]

@@ -44,6 +44,13 @@ def build() -> Dashboard:
             "tokens carry whole prefills and stall everyone's decode.",
         ),
         series(g, "Engine steps over 4096 tokens / s", [("large_steps_rate", "{{model_name}}")]),
+        series(
+            g,
+            "Waiting by reason (vLLM >= 0.25)",
+            [("requests_waiting_by_reason", "{{reason}}")],
+            w=24,
+            description="capacity: no free slot or KV room; deferred: held back by the scheduler.",
+        ),
     ]
     panels.append(RowPanel(title="Configuration", gridPos=g.place(24, 1)))
     panels.append(

@@ -22,7 +22,7 @@ from diagnoser.promql import Scope
 from diagnoser.signals import SIGNALS
 
 DS = "${datasource}"
-FLEET = ('job=~"$job"', 'model_name=~"$model_name"', 'instance=~"$instance"')
+FLEET = ('job=~"$job"', 'model_name=~"$model_name"', 'instance=~"$instance"', 'engine=~"$engine"')
 RATE = "$__rate_interval"
 UNITS = {
     "s": "s",
@@ -142,6 +142,7 @@ def variables() -> Templating:
             chained("job", ""),
             chained("model_name", '{job=~"$job"}'),
             chained("instance", '{job=~"$job", model_name=~"$model_name"}'),
+            chained("engine", '{job=~"$job", model_name=~"$model_name", instance=~"$instance"}'),
             slo("ttft_slo", "TTFT SLO (s)", metrics.TTFT_BUCKETS, "1.0"),
             slo("itl_slo", "ITL SLO (s)", metrics.ITL_BUCKETS, "0.1"),
         ]
