@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from grafanalib.core import Dashboard, RowPanel
 
-from diagnoser.dashboards.style import Grid, series, stat, variables
+from diagnoser.dashboards.style import Grid, dashboard, series, stat
 
 UID = "servediag-gpu-frontend"
 
@@ -44,14 +44,9 @@ def build() -> Dashboard:
         ),
         series(g, "HTTP outcome shares", [("http_4xx_share", "4xx"), ("http_5xx_share", "5xx")]),
     ]
-    return Dashboard(
-        title="vLLM / GPU and frontend (servediag)",
-        uid=UID,
-        tags=["vllm", "servediag"],
-        description="DCGM utilisation and memory, API-server CPU and HTTP outcomes.",
-        templating=variables(),
-        panels=panels,
-        timezone="utc",
-        refresh="30s",
-        schemaVersion=39,
-    ).auto_panel_ids()
+    return dashboard(
+        "GPU and frontend",
+        UID,
+        "DCGM utilisation and memory, API-server CPU and HTTP outcomes.",
+        panels,
+    )

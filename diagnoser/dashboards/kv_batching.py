@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from grafanalib.core import Dashboard, RowPanel, Table, Target
 
-from diagnoser.dashboards.style import DS, FLEET, Grid, series, stat, variables
+from diagnoser.dashboards.style import DS, FLEET, Grid, dashboard, series, stat
 
 UID = "servediag-kv-batching"
 
@@ -72,14 +72,9 @@ def build() -> Dashboard:
             ],
         )
     )
-    return Dashboard(
-        title="vLLM / KV cache and batching (servediag)",
-        uid=UID,
-        tags=["vllm", "servediag"],
-        description="KV usage, preemptions, running against waiting, tokens per engine step.",
-        templating=variables(),
-        panels=panels,
-        timezone="utc",
-        refresh="30s",
-        schemaVersion=39,
-    ).auto_panel_ids()
+    return dashboard(
+        "KV cache and batching",
+        UID,
+        "KV usage, preemptions, running against waiting, tokens per engine step.",
+        panels,
+    )

@@ -5,7 +5,7 @@ from __future__ import annotations
 from grafanalib.core import Dashboard, RowPanel, Stat, Table, Target, Threshold
 
 from diagnoser import promql as q
-from diagnoser.dashboards.style import DS, FLEET, RATE, Grid, series, stat, variables
+from diagnoser.dashboards.style import DS, FLEET, RATE, Grid, dashboard, series, stat
 from diagnoser.promql import Scope
 from diagnoser.signals import ITL, TTFT
 
@@ -129,14 +129,9 @@ def build() -> Dashboard:
             ],
         )
     )
-    return Dashboard(
-        title="vLLM / Overview (servediag)",
-        uid=UID,
-        tags=["vllm", "servediag"],
-        description="Per model: SLO attainment, latency percentiles, workload and saturation.",
-        templating=variables(),
-        panels=panels,
-        timezone="utc",
-        refresh="30s",
-        schemaVersion=39,
-    ).auto_panel_ids()
+    return dashboard(
+        "Overview",
+        UID,
+        "Per model: SLO attainment, latency percentiles, workload and saturation.",
+        panels,
+    )

@@ -10,7 +10,7 @@ from grafanalib.core import Dashboard, RowPanel, TimeSeries
 
 from diagnoser.catalog import CHAPTERS, load_catalog
 from diagnoser.dashboards.ids import PLAYBOOKS_UID, panel_id, playbook_panels
-from diagnoser.dashboards.style import DS, UNITS, Grid, target, variables
+from diagnoser.dashboards.style import DS, UNITS, Grid, dashboard, target
 from diagnoser.signals import SIGNALS
 
 UID = PLAYBOOKS_UID
@@ -40,14 +40,11 @@ def build() -> Dashboard:
                         targets=[target(name, "{{model_name}}", "A")],
                     )
                 )
-    return Dashboard(
-        title="vLLM / Playbooks (servediag)",
-        uid=UID,
-        tags=["vllm", "servediag"],
-        description="The evidence each playbook reads, grouped by chapter.",
-        templating=variables(),
-        panels=panels,
-        timezone="utc",
+    return dashboard(
+        "Playbooks",
+        UID,
+        "The evidence each playbook reads, grouped by chapter.",
+        panels,
         refresh="1m",
-        schemaVersion=39,
+        auto_ids=False,
     )

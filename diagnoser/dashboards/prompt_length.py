@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from grafanalib.core import Dashboard, RowPanel
 
-from diagnoser.dashboards.style import Grid, series, variables
+from diagnoser.dashboards.style import Grid, dashboard, series
 
 UID = "servediag-prompt-length"
 
@@ -68,14 +68,9 @@ def build() -> Dashboard:
             w=12,
         ),
     ]
-    return Dashboard(
-        title="vLLM / Latency by prompt length (servediag)",
-        uid=UID,
-        tags=["vllm", "servediag"],
-        description="Client-side TTFT and ITL per prompt class next to the server's view.",
-        templating=variables(),
-        panels=panels,
-        timezone="utc",
-        refresh="30s",
-        schemaVersion=39,
-    ).auto_panel_ids()
+    return dashboard(
+        "Latency by prompt length",
+        UID,
+        "Client-side TTFT and ITL per prompt class next to the server's view.",
+        panels,
+    )

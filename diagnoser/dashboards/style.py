@@ -8,6 +8,7 @@ under both names, ``sum by (le)`` in quantiles, ``/ (den > 0)`` guards).
 from __future__ import annotations
 
 from grafanalib.core import (
+    Dashboard,
     GridPos,
     Stat,
     Target,
@@ -147,3 +148,27 @@ def variables() -> Templating:
             slo("itl_slo", "ITL SLO (s)", metrics.ITL_BUCKETS, "0.1"),
         ]
     )
+
+
+def dashboard(
+    title: str,
+    uid: str,
+    description: str,
+    panels: list[object],
+    *,
+    refresh: str = "30s",
+    auto_ids: bool = True,
+) -> Dashboard:
+    """A dashboard in the house style: our title, tags, variables, UTC and schema."""
+    board = Dashboard(
+        title=f"vLLM / {title} (servediag)",
+        uid=uid,
+        tags=["vllm", "servediag"],
+        description=description,
+        templating=variables(),
+        panels=panels,
+        timezone="utc",
+        refresh=refresh,
+        schemaVersion=39,
+    )
+    return board.auto_panel_ids() if auto_ids else board
