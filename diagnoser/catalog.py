@@ -70,6 +70,9 @@ class Condition:
     exponent: float | None = None
     weight: float = 1.0
     why: str | None = None
+    # An exclusion with ``instead`` is contested: it rules the playbook out only when one of
+    # these playbooks matches the same scope at least as strongly (see matching.resolve).
+    instead: tuple[str, ...] = ()
 
     def describe(self) -> str:
         """Readable form, e.g. ``ttft_p95 rises >= 1.5x``."""
@@ -230,6 +233,7 @@ def _condition(path: Path, where: str, raw: dict[str, Any]) -> Condition:
         exponent=raw.get("exponent"),
         weight=float(raw.get("weight", 1.0)),
         why=raw.get("why"),
+        instead=tuple(raw.get("instead", ())),
     )
 
 
@@ -244,6 +248,12 @@ def _signature(path: Path, raw: dict[str, Any]) -> Signature:
             raise CatalogError(
                 path, f"signature.none[{i}].why", "an exclusion must say which cause it points to"
             )
+    for group in ("all", "any", "supporting"):
+        for i, c in enumerate(raw.get(group, [])):
+            if "instead" in c:
+                raise CatalogError(
+                    path, f"signature.{group}[{i}].instead", "only an exclusion (none) can name one"
+                )
     onset = raw.get("onset")
     if onset is not None and onset not in SIGNALS:
         raise CatalogError(path, "signature.onset", f"unknown signal {onset!r}")
@@ -350,6 +360,8 @@ class Catalog:
             refs = [("relates_to", pb.relates_to)]
             if pb.signature:
                 refs.append(("signature.explains", pb.signature.explains))
+                for i, cond in enumerate(pb.signature.none):
+                    refs.append((f"signature.none[{i}].instead", cond.instead))
             for where, ids in refs:
                 for i, ref in enumerate(ids):
                     if ref not in self._by_id or ref == pb.id:

@@ -162,7 +162,7 @@ def diagnose(
         for pb in catalog.detectable():
             if _target_level(pb):
                 m = evaluate(pb, data, span, base, window.step)
-                if m.status == "matched":
+                if m.status in ("matched", "contested"):
                     matches.append(m)
     result.findings = rank(matches, advisory)
     result.undecided = [m for m in matches if m.status == "undecided"]
@@ -213,6 +213,7 @@ def to_json(d: Diagnosis, cfg: RulesConfig | None = None) -> dict[str, Any]:
                 "guardrail": list(pb.guardrail),
                 "runbook": cfg.runbook_for(pb.id),
                 "explained_by": m.explained_by,
+                "caveats": m.caveats,
                 "hints": [h.id for h in m.hints],
             }
         )

@@ -18,7 +18,7 @@ def render(catalog: Catalog, cfg: RulesConfig) -> dict[Path, str]:
         out[Path("runbooks") / name] = text
     from diagnoser import dashboards
 
-    boards = {name: dashboards.render(name) for name in dashboards.DASHBOARDS}
+    boards = {name: dashboards.render(name, cfg) for name in dashboards.DASHBOARDS}
     for name, text in boards.items():
         out[Path("dashboards") / f"{name}.json"] = text
     out[Path("dashboards") / "provisioning.yaml"] = dashboards.provisioning()

@@ -120,6 +120,8 @@ def text(doc: dict[str, Any], colour: bool = False) -> str:
         else:
             out += _wrap(f"fix: {f['fix'][0]}", "   ")
         out.append(f"   runbook: {f['runbook']}")
+        for caveat in f["caveats"]:
+            out += _wrap(f"caveat: {caveat}", "   ")
         for h in f["hints"]:
             out.append(f"   hint: see also {h} (advisory)")
     ruled = doc["ruled_out"]
@@ -155,6 +157,8 @@ def markdown(doc: dict[str, Any]) -> str:
         out.append(f"- **Confidence:** {f['confidence']:.0%} ({f['severity']})")
         if f["explained_by"]:
             out.append(f"- **Explained by:** `{f['explained_by']}`")
+        for caveat in f["caveats"]:
+            out.append(f"- **Caveat:** {caveat}")
         out.append("")
         out.append("| Evidence | Holds |")
         out.append("|---|---|")
@@ -215,6 +219,8 @@ def explain(result: Any, playbook_id: str) -> str:
         out.append(f"{playbook_id} for {_scope(m.scope)}: {status}")
         if m.explained_by:
             out.append(f"  explained by {m.explained_by} (its confidence halved)")
+        for caveat in m.caveats:
+            out.append(f"  caveat (confidence x0.75): {caveat}")
         if p is not None:
             onset = f"change at {clock(p.onset)} UTC" if p.onset else "no clear change point"
             out.append(

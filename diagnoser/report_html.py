@@ -119,6 +119,7 @@ def render(d: Diagnosis, doc: dict[str, Any]) -> str:
                 if f["explained_by"]
                 else ""
             )
+            + "".join(f" &middot; caveat: {e(c)}" for c in f["caveats"])
             + f'</p><div class="plots">{"".join(figs)}</div><table><tr><th>Evidence</th>'
             f"<th>Condition</th><th>Holds</th></tr>{ev}</table><p><b>Cause.</b> "
             f"{e(f['cause'])}</p><p><b>Fix.</b></p><ol>{fixes}</ol><p><b>Guardrail.</b> "

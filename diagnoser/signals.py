@@ -44,6 +44,7 @@ COMPLETION_HANDLERS = 'handler=~"/v1/completions|/v1/chat/completions"'
 # Default SLO thresholds; each must be a bucket boundary of its histogram.
 DEFAULT_TTFT_SLO = 1.0
 DEFAULT_ITL_SLO = 0.1
+ITL_STALL = 0.3  # seconds: a gap a reader notices, many times any healthy decode step
 
 _FAMILY_RE = re.compile(
     r"(?<![\w:])(vllm:[a-z0-9_]+|llm_probe_[a-z0-9_]+|DCGM_FI_[A-Z_]+|"
@@ -494,6 +495,14 @@ def _vocabulary(
             f"Share of output tokens with ITL <= {itl_slo:g} s (a bucket boundary).",
             itl_slo_expr,
             ("vllm_inter_token_latency_seconds", "slo_attainment"),
+        ),
+        s(
+            "itl_stall_share",
+            "ratio",
+            f"Share of output tokens that came more than {ITL_STALL:g} s after the previous one: "
+            "stalled streams, counted even when too few to move the ITL p99.",
+            lambda sc: f"1 - ({slo_attainment(ITL, ITL_STALL, metrics.ITL_BUCKETS)(sc)})",
+            ("vllm_inter_token_latency_seconds", "stall_share"),
         ),
         s(
             "goodput_rate",

@@ -18,6 +18,7 @@ VARIABLES = {
     "$__rate_interval": "5m",
     "$ttft_slo": "1.0",
     "$itl_slo": "0.1",
+    "$step_budget": "8192",
 }
 
 
@@ -26,7 +27,14 @@ def _panels(board: dict) -> list[dict]:
 
 
 def _exprs(board: dict) -> list[tuple[str, str]]:
-    return [(p["title"], t["expr"]) for p in _panels(board) for t in p.get("targets", [])]
+    """Every query: the panels' targets and the Prometheus annotations."""
+    panels = [(p["title"], t["expr"]) for p in _panels(board) for t in p.get("targets", [])]
+    notes = [
+        (f"annotation {a['name']}", a["expr"])
+        for a in board["annotations"]["list"]
+        if a.get("datasource", {}).get("type") == "prometheus"
+    ]
+    return panels + notes
 
 
 def _substitute(expr: str) -> str:
@@ -54,7 +62,13 @@ def test_the_json_is_what_grafana_imports(path):
         cells |= mine
         if p["type"] != "row":
             assert p["datasource"] == "${datasource}", p["title"]
-            assert p["type"] in ("stat", "timeseries", "table"), p["type"]
+            assert p["type"] in ("stat", "timeseries", "table", "heatmap"), p["type"]
+            if p["type"] == "heatmap":  # Grafana plots pre-bucketed series, sorted by le
+                assert p["options"]["calculate"] is False, p["title"]
+                assert all(t["format"] == "heatmap" for t in p["targets"]), p["title"]
+    notes = [a for a in board["annotations"]["list"] if not a.get("builtIn")]
+    assert [a["name"] for a in notes] == ["Playbook alerts"]
+    assert notes[0]["datasource"]["uid"] == "${datasource}"
 
 
 @pytest.mark.parametrize("path", BOARDS, ids=[p.stem for p in BOARDS])
@@ -94,6 +108,33 @@ def test_provisioning_and_configmaps_carry_every_dashboard():
     assert set(carried) == {p.name for p in BOARDS}
     for path in BOARDS:
         assert carried[path.name] == json.loads(path.read_text())
+
+
+def test_the_alerts_table_links_each_playbook_to_its_runbook(catalog):
+    from diagnoser.config import RulesConfig
+
+    board = json.loads((ROOT / "dashboards" / "overview.json").read_text())
+    (table,) = [p for p in _panels(board) if p["title"] == "Playbook alerts firing"]
+    (override,) = table["fieldConfig"]["overrides"]
+    assert override["matcher"] == {"id": "byName", "options": "playbook"}
+    (links,) = [p["value"] for p in override["properties"] if p["id"] == "links"]
+    # Grafana puts the cell's value (the alert's playbook label) where ${__value.raw} is.
+    cfg = RulesConfig()
+    for pb in catalog.detectable():
+        url = links[0]["url"].replace("${__value.raw}", pb.id)
+        assert url == cfg.runbook_for(pb.id) == pb_runbook_url(pb.id), pb.id
+
+
+def pb_runbook_url(playbook_id: str) -> str:
+    """The runbook_url annotation the generated alert for this playbook carries."""
+    import yaml
+
+    rules = yaml.safe_load((ROOT / "rules" / "alerts.rules.yaml").read_text())
+    for group in rules["groups"]:
+        for rule in group["rules"]:
+            if rule["labels"]["playbook"] == playbook_id:
+                return rule["annotations"]["runbook_url"]
+    raise AssertionError(f"no alert for {playbook_id}")
 
 
 def test_every_playbooks_dashboard_link_resolves_to_a_real_panel(catalog):

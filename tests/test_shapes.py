@@ -109,3 +109,49 @@ def test_each_scope_keeps_its_own_findings(catalog):
     ]
     assert a.explained_by is None and b.explained_by == "long-context-crowding"
     assert b.confidence == 0.4
+
+
+# --- contested exclusions (matching.resolve) ----------------------------------------------
+
+
+def _contested_match(catalog, pid, confidence, excluded_by=None):
+    """A match of ``pid`` whose exclusions pointing at ``excluded_by`` (if any) hold."""
+    from diagnoser.matching import ConditionResult, Match
+    from diagnoser.shapes import Verdict
+
+    pb = catalog[pid]
+    results = []
+    for cond in pb.signature.none:
+        holds = excluded_by is not None and excluded_by in cond.instead
+        results.append(ConditionResult(cond, "none", Verdict(holds)))
+    status = "contested" if any(r.verdict.holds for r in results) else "matched"
+    return Match(pb, {"model_name": "m"}, status, confidence=confidence, results=results)
+
+
+def test_a_contested_exclusion_rules_out_only_when_its_alternative_is_found(catalog):
+    from diagnoser.matching import resolve
+
+    # prefill-interference's KV exclusion points at kv-cache-pressure
+    alone = _contested_match(catalog, "prefill-interference", 0.8, "kv-cache-pressure")
+    resolve([alone])
+    assert alone.status == "matched" and alone.confidence == 0.6
+    assert alone.caveats and "kv-cache-pressure" in alone.caveats[0]
+
+    pi = _contested_match(catalog, "prefill-interference", 0.8, "kv-cache-pressure")
+    kv = _contested_match(catalog, "kv-cache-pressure", 0.85)
+    resolve([pi, kv])
+    assert pi.status == "ruled_out" and "kv-cache-pressure matched" in pi.reason
+    assert kv.status == "matched" and kv.confidence == 0.85
+
+    weaker = _contested_match(catalog, "prefill-interference", 0.8, "kv-cache-pressure")
+    resolve([weaker, _contested_match(catalog, "kv-cache-pressure", 0.6)])
+    assert weaker.status == "matched"  # the look-alike it points at is the weaker reading
+
+
+def test_two_playbooks_pointing_at_each_other_leave_the_stronger(catalog):
+    from diagnoser.matching import resolve
+
+    pi = _contested_match(catalog, "prefill-interference", 0.9, "long-request-in-batch")
+    lr = _contested_match(catalog, "long-request-in-batch", 0.7, "prefill-interference")
+    resolve([pi, lr])
+    assert (pi.status, lr.status) == ("matched", "ruled_out")

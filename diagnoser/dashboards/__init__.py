@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import importlib
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from diagnoser.config import RulesConfig
 
 # file name (dashboards/<name>.json) -> module with build()
 DASHBOARDS = {
@@ -16,11 +19,12 @@ DASHBOARDS = {
 }
 
 
-def render(name: str) -> str:
-    """The dashboard as Grafana's JSON model (stable key order)."""
+def render(name: str, cfg: RulesConfig | None = None) -> str:
+    """The dashboard as Grafana's JSON model (stable key order); ``cfg`` gives the runbook
+    links."""
     from grafanalib._gen import DashboardEncoder
 
-    dashboard = importlib.import_module(DASHBOARDS[name]).build()
+    dashboard = importlib.import_module(DASHBOARDS[name]).build(cfg)
     data: dict[str, Any] = dashboard.to_json_data()
     return json.dumps(data, cls=DashboardEncoder, indent=2, sort_keys=True) + "\n"
 

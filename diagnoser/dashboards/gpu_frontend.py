@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from grafanalib.core import Dashboard, RowPanel
 
+from diagnoser.config import RulesConfig
 from diagnoser.dashboards.style import Grid, dashboard, series, stat
 
 UID = "servediag-gpu-frontend"
 
 
-def build() -> Dashboard:
+def build(cfg: RulesConfig | None = None) -> Dashboard:
     g = Grid()
     panels: list[object] = [RowPanel(title="GPU (DCGM)", gridPos=g.place(24, 1))]
     panels += [

@@ -2,14 +2,41 @@
 
 from __future__ import annotations
 
-from grafanalib.core import Dashboard, RowPanel, Table, Target
+from grafanalib.core import Dashboard, RowPanel, Table, Target, TimeSeries
 
-from diagnoser.dashboards.style import DS, FLEET, Grid, dashboard, series, stat
+from diagnoser.config import RulesConfig
+from diagnoser.dashboards.style import DS, FLEET, Grid, custom, dashboard, series, stat
 
 UID = "servediag-kv-batching"
 
 
-def build() -> Dashboard:
+def budget_series(g: Grid) -> TimeSeries:
+    """Tokens per step against the step budget, which vLLM does not export: the
+    ``step_budget`` variable holds the pool's --max-num-batched-tokens."""
+    panel = series(
+        g,
+        "Tokens per engine step against the budget",
+        [("tokens_per_step_mean", "mean"), ("tokens_per_step_p99", "p99")],
+        description="Against --max-num-batched-tokens (set the step_budget variable to the "
+        "pool's value; vLLM does not export it). Steps far above a few hundred tokens carry "
+        "whole prefills and stall everyone's decode; the p99 tops out at 16384, the "
+        "histogram's last bound.",
+    )
+    panel.targets.append(
+        Target(expr="vector($step_budget)", legendFormat="budget", refId="C", datasource=DS)
+    )
+    return panel
+
+
+STEP_BUDGET = custom(
+    "step_budget",
+    "Step budget (--max-num-batched-tokens)",
+    ["2048", "4096", "8192", "16384", "32768"],
+    "8192",
+)
+
+
+def build(cfg: RulesConfig | None = None) -> Dashboard:
     g = Grid()
     panels: list[object] = [RowPanel(title="KV cache", gridPos=g.place(24, 1))]
     panels += [
@@ -36,13 +63,7 @@ def build() -> Dashboard:
             "Running and waiting",
             [("requests_running", "running"), ("requests_waiting", "waiting")],
         ),
-        series(
-            g,
-            "Tokens per engine step",
-            [("tokens_per_step_mean", "mean"), ("tokens_per_step_p99", "p99")],
-            description="Against --max-num-batched-tokens: steps far above a few hundred "
-            "tokens carry whole prefills and stall everyone's decode.",
-        ),
+        budget_series(g),
         series(g, "Engine steps over 4096 tokens / s", [("large_steps_rate", "{{model_name}}")]),
         series(
             g,
@@ -77,4 +98,5 @@ def build() -> Dashboard:
         UID,
         "KV usage, preemptions, running against waiting, tokens per engine step.",
         panels,
+        extra_variables=(STEP_BUDGET,),
     )

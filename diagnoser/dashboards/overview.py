@@ -5,6 +5,7 @@ from __future__ import annotations
 from grafanalib.core import Dashboard, RowPanel, Stat, Table, Target, Threshold
 
 from diagnoser import promql as q
+from diagnoser.config import RulesConfig
 from diagnoser.dashboards.style import DS, FLEET, RATE, Grid, dashboard, series, stat
 from diagnoser.promql import Scope
 from diagnoser.signals import ITL, TTFT
@@ -38,7 +39,59 @@ def slo_stat(grid: Grid, title: str, kind: str) -> Stat:
     )
 
 
-def build() -> Dashboard:
+def alerts_table(grid: Grid, cfg: RulesConfig) -> Table:
+    """The playbook alerts firing now; each playbook cell opens its runbook."""
+    return Table(
+        title="Playbook alerts firing",
+        dataSource=DS,
+        gridPos=grid.place(24, 6),
+        description="Alerts from the generated rules; click a playbook to open its runbook.",
+        targets=[
+            Target(
+                expr='ALERTS{alertname=~"Vllm.*", alertstate="firing", model_name=~"$model_name"}',
+                instant=True,
+                format="table",
+                refId="A",
+                datasource=DS,
+            )
+        ],
+        transformations=[
+            {
+                "id": "organize",
+                "options": {
+                    "excludeByName": {"Time": True, "Value": True, "__name__": True},
+                    "indexByName": {
+                        "alertname": 0,
+                        "severity": 1,
+                        "playbook": 2,
+                        "model_name": 3,
+                        "instance": 4,
+                    },
+                },
+            }
+        ],
+        overrides=[
+            {
+                "matcher": {"id": "byName", "options": "playbook"},
+                "properties": [
+                    {
+                        "id": "links",
+                        "value": [
+                            {
+                                "title": "Runbook: ${__value.text}",
+                                "url": cfg.runbook_for("${__value.raw}"),
+                                "targetBlank": True,
+                            }
+                        ],
+                    }
+                ],
+            }
+        ],
+    )
+
+
+def build(cfg: RulesConfig | None = None) -> Dashboard:
+    cfg = cfg or RulesConfig()
     g = Grid()
     panels: list[object] = [RowPanel(title="Service level", gridPos=g.place(24, 1))]
     panels += [
@@ -112,23 +165,7 @@ def build() -> Dashboard:
         series(g, "Preemptions / s", [("preemptions_rate", "{{model_name}}")]),
     ]
     panels.append(RowPanel(title="Alerts", gridPos=g.place(24, 1)))
-    panels.append(
-        Table(
-            title="Playbook alerts firing",
-            dataSource=DS,
-            gridPos=g.place(24, 6),
-            description="Alerts from the generated rules, with their playbook and runbook.",
-            targets=[
-                Target(
-                    expr='ALERTS{alertname=~"Vllm.*", alertstate="firing"}',
-                    instant=True,
-                    format="table",
-                    refId="A",
-                    datasource=DS,
-                )
-            ],
-        )
-    )
+    panels.append(alerts_table(g, cfg))
     return dashboard(
         "Overview",
         UID,

@@ -9,6 +9,7 @@ from __future__ import annotations
 from grafanalib.core import Dashboard, RowPanel, TimeSeries
 
 from diagnoser.catalog import CHAPTERS, load_catalog
+from diagnoser.config import RulesConfig
 from diagnoser.dashboards.ids import PLAYBOOKS_UID, panel_id, playbook_panels
 from diagnoser.dashboards.style import DS, UNITS, Grid, dashboard, target
 from diagnoser.signals import SIGNALS
@@ -16,7 +17,7 @@ from diagnoser.signals import SIGNALS
 UID = PLAYBOOKS_UID
 
 
-def build() -> Dashboard:
+def build(cfg: RulesConfig | None = None) -> Dashboard:
     catalog = load_catalog()
     ids = playbook_panels(catalog)
     g = Grid()

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 from grafanalib.core import Dashboard, RowPanel
 
-from diagnoser.dashboards.style import Grid, dashboard, series
+from diagnoser.config import RulesConfig
+from diagnoser.dashboards.style import Grid, dashboard, heatmap, series
+from diagnoser.signals import PROMPT
 
 UID = "servediag-prompt-length"
 
 
-def build() -> Dashboard:
+def build(cfg: RulesConfig | None = None) -> Dashboard:
     g = Grid()
     panels: list[object] = [RowPanel(title="Client side (synthetic probe)", gridPos=g.place(24, 1))]
     panels += [
@@ -43,6 +45,14 @@ def build() -> Dashboard:
     ]
     panels.append(RowPanel(title="Server side", gridPos=g.place(24, 1)))
     panels += [
+        heatmap(
+            g,
+            "Prompt length distribution (requests per bucket)",
+            PROMPT,
+            "Finished requests per prompt-token bucket over time: a new band of long prompts "
+            "shows here before it shows in the percentiles.",
+            w=24,
+        ),
         series(
             g,
             "Prompt tokens per request",

@@ -8,8 +8,10 @@ under both names, ``sum by (le)`` in quantiles, ``/ (den > 0)`` guards).
 from __future__ import annotations
 
 from grafanalib.core import (
+    Annotations,
     Dashboard,
     GridPos,
+    Heatmap,
     Stat,
     Target,
     Template,
@@ -118,7 +120,66 @@ def series(
     )
 
 
-def variables() -> Templating:
+# Playbook alerts as annotations on every time series: when each began and which playbook.
+ALERT_ANNOTATION = {
+    "datasource": {"type": "prometheus", "uid": DS},
+    "enable": True,
+    "expr": 'ALERTS{alertname=~"Vllm.*", alertstate="firing", model_name=~"$model_name"}',
+    "iconColor": "red",
+    "name": "Playbook alerts",
+    "step": "60s",
+    "titleFormat": "{{alertname}}",
+    "textFormat": "{{playbook}} ({{severity}}) on {{model_name}}",
+    "tagKeys": "playbook,severity",
+    "useValueForTime": False,
+}
+BUILTIN_ANNOTATION = {
+    "builtIn": 1,
+    "datasource": {"type": "grafana", "uid": "-- Grafana --"},
+    "enable": True,
+    "hide": True,
+    "iconColor": "rgba(0, 211, 255, 1)",
+    "name": "Annotations & Alerts",
+    "type": "dashboard",
+}
+
+
+def custom(name: str, label: str, values: list[str], default: str) -> Template:
+    """A dashboard variable with fixed choices."""
+    return Template(name=name, label=label, type="custom", query=",".join(values), default=default)
+
+
+def heatmap(grid: Grid, title: str, family: str, description: str, *, w: int = 12) -> Heatmap:
+    """The distribution of a histogram over time: observations per bucket and interval."""
+    selector = ", ".join(FLEET)
+    return Heatmap(
+        title=title,
+        dataSource=DS,
+        gridPos=grid.place(w, 8),
+        description=description,
+        dataFormat="tsbuckets",
+        targets=[
+            Target(
+                expr=f"sum by (le) (increase({family}_bucket{{{selector}}}[{RATE}]))",
+                format="heatmap",
+                legendFormat="{{le}}",
+                refId="A",
+                datasource=DS,
+            )
+        ],
+        options={
+            "calculate": False,
+            "cellGap": 1,
+            "color": {"mode": "scheme", "scheme": "Oranges", "scale": "exponential"},
+            "yAxis": {"axisPlacement": "left", "unit": "short"},
+            "rowsFrame": {"layout": "auto"},
+            "tooltip": {"show": True, "yHistogram": True},
+            "cellValues": {"unit": "short"},
+        },
+    )
+
+
+def variables(extra: tuple[Template, ...] = ()) -> Templating:
     def chained(name: str, matchers: str) -> Template:
         return Template(
             name=name,
@@ -132,10 +193,7 @@ def variables() -> Templating:
         )
 
     def slo(name: str, label: str, buckets: tuple[float, ...], default: str) -> Template:
-        values = [metrics.le_label(b) for b in buckets]
-        return Template(
-            name=name, label=label, type="custom", query=",".join(values), default=default
-        )
+        return custom(name, label, [metrics.le_label(b) for b in buckets], default)
 
     return Templating(
         list=[
@@ -146,6 +204,7 @@ def variables() -> Templating:
             chained("engine", '{job=~"$job", model_name=~"$model_name", instance=~"$instance"}'),
             slo("ttft_slo", "TTFT SLO (s)", metrics.TTFT_BUCKETS, "1.0"),
             slo("itl_slo", "ITL SLO (s)", metrics.ITL_BUCKETS, "0.1"),
+            *extra,
         ]
     )
 
@@ -158,14 +217,17 @@ def dashboard(
     *,
     refresh: str = "30s",
     auto_ids: bool = True,
+    extra_variables: tuple[Template, ...] = (),
 ) -> Dashboard:
-    """A dashboard in the house style: our title, tags, variables, UTC and schema."""
+    """A dashboard in the house style: our title, tags, variables, UTC and schema, with the
+    playbook alerts as annotations on every time series."""
     board = Dashboard(
         title=f"vLLM / {title} (servediag)",
         uid=uid,
         tags=["vllm", "servediag"],
         description=description,
-        templating=variables(),
+        annotations=Annotations(list=[BUILTIN_ANNOTATION, ALERT_ANNOTATION]),
+        templating=variables(extra_variables),
         panels=panels,
         timezone="utc",
         refresh=refresh,
