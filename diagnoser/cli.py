@@ -17,6 +17,9 @@ from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 import click
 
+# Preset names and KV dtypes for the options' help; the module is stdlib only, so still fast.
+from diagnoser.sim.hardware import KV_CACHE_DTYPES, MODEL_ALIASES
+
 if TYPE_CHECKING:
     from diagnoser.catalog import Catalog, Playbook
     from diagnoser.source import PrometheusSource
@@ -745,8 +748,8 @@ def diagnose_main() -> None:
     "--model",
     "model_ref",
     metavar="PRESET|CONFIG",
-    help="A preset (llama-3.1-8b, llama-2-7b, qwen3-8b, mistral-7b, llama-3.1-70b, "
-    "deepseek-v3) or a Hugging Face config.json (or the directory holding it).",
+    help=f"A preset ({', '.join(MODEL_ALIASES)}) or a Hugging Face config.json "
+    "(or the directory holding it).",
 )
 @click.option("--gpu", "gpu_name", default="H100-80GB", show_default=True, help="GPU preset.")
 @click.option(
@@ -795,12 +798,18 @@ def diagnose_main() -> None:
 )
 @click.option(
     "--kv-cache-dtype",
-    type=click.Choice(["auto", "bfloat16", "float16", "fp8", "fp8_e4m3", "fp8_e5m2"]),
+    type=click.Choice(list(KV_CACHE_DTYPES)),
     default="auto",
     show_default=True,
     help="As vLLM's flag: auto is the model's dtype; fp8 halves the bytes.",
 )
-@click.option("--block-size", type=click.IntRange(min=1), default=16, show_default=True)
+@click.option(
+    "--block-size",
+    type=click.IntRange(min=1),
+    default=16,
+    show_default=True,
+    help="Tokens per KV-cache block, as vLLM's flag.",
+)
 @source_options(
     None, "Also read each vLLM engine's live KV capacity from here (also PROMETHEUS_URL)."
 )
@@ -851,7 +860,6 @@ def kv_budget_cmd(
     import time
 
     from diagnoser import kvbudget, kvbudget_report
-    from diagnoser.sim import hardware
     from diagnoser.source import SourceError
 
     if model_ref is None and source.url is None:
@@ -860,30 +868,16 @@ def kv_budget_cmd(
         fail("--at reads Prometheus: give --prometheus-url too")
     budget = None
     if model_ref is not None:
-        model = kvbudget.load_model(model_ref)
-        try:
-            gpu = hardware.gpu(gpu_name)
-        except KeyError as exc:
-            fail(str(exc.args[0]))
-        if gpu_memory_gb is not None:
-            gpu = hardware.GpuSpec(f"{gpu_memory_gb:g} GB GPU", gpu_memory_gb * hardware.GB, 0, 0)
-        problem = kvbudget.tp_problem(model.spec, tensor_parallel)
-        if problem:
-            fail(f"--tensor-parallel-size {tensor_parallel}: {problem}")
-        longest = max_model_len or model.spec.max_position
-        if not longest:
-            fail(f"{model.source}: max_position_embeddings: is missing; pass --max-model-len")
-        weight_bytes, weights_from = kvbudget.weights(model, weights_gb)
-        budget = kvbudget.Budget(
-            model=model,
-            gpu=gpu,
-            weight_bytes=weight_bytes,
-            weights_from=weights_from,
-            max_model_len=longest,
-            context=context or longest,
-            users=users,
+        budget = kvbudget.make_budget(
+            model_ref,
+            gpu_name=gpu_name,
+            gpu_memory_gb=gpu_memory_gb,
             gpu_memory_utilization=gpu_memory_utilization,
-            overhead_bytes=overhead_gb * hardware.GB,
+            weights_gb=weights_gb,
+            overhead_gb=overhead_gb,
+            max_model_len=max_model_len,
+            context=context,
+            users=users,
             tensor_parallel=tensor_parallel,
             kv_cache_dtype=kv_cache_dtype,
             block_size=block_size,
@@ -898,7 +892,7 @@ def kv_budget_cmd(
             )
         except SourceError as exc:
             fail(str(exc), EXIT_SOURCE)
-    doc = kvbudget.to_json(budget, live)
+    doc = kvbudget_report.to_json(budget, live)
     if fmt == "json":
         click.echo(json.dumps(doc, indent=2))
     else:

@@ -13,18 +13,16 @@ the live capacity that running engines report in ``vllm:cache_config_info``.
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from diagnoser.errors import FileFieldError, UserError
 from diagnoser.sim import hardware
-from diagnoser.sim.hardware import GB, GpuSpec, ModelSpec
+from diagnoser.sim.hardware import GB, KV_CACHE_DTYPES, GpuSpec, ModelSpec
 from diagnoser.sim.hfconfig import KV_HEADS, ConfigFieldError, HfConfig
 from diagnoser.source import MetricSource
 
-# --kv-cache-dtype values vLLM accepts for CUDA, by bytes per value ("auto": the model's).
-KV_CACHE_DTYPES = {"auto": 0, "bfloat16": 2, "float16": 2, "fp8": 1, "fp8_e4m3": 1, "fp8_e5m2": 1}
 CACHE_INFO = "vllm:cache_config_info"
 # Ray's stat logger sanitises the colon away (see reference/engine-metrics.md).
 CACHE_INFO_SELECTOR = '{__name__=~"vllm:cache_config_info|vllm_cache_config_info"}'
@@ -121,6 +119,54 @@ def weights(model: Model, weights_gb: float | None) -> tuple[float, str]:
     how = f"{spec.params / 1e9:.3g}B parameters x {width}"
     kind = "preset" if model.source == "preset" else "estimate from config.json"
     return spec.weight_bytes, f"{kind}: {how}"
+
+
+def make_budget(
+    model_ref: str,
+    *,
+    gpu_name: str = "H100-80GB",
+    gpu_memory_gb: float | None = None,
+    gpu_memory_utilization: float = 0.9,
+    weights_gb: float | None = None,
+    overhead_gb: float = hardware.DEFAULT_RUNTIME_OVERHEAD / GB,
+    max_model_len: int | None = None,
+    context: int | None = None,
+    users: int | None = None,
+    tensor_parallel: int = 1,
+    kv_cache_dtype: str = "auto",
+    block_size: int = 16,
+) -> Budget:
+    """The budget the options describe; ``UserError`` (one line) for what cannot be planned."""
+    model = load_model(model_ref)
+    try:
+        gpu = hardware.gpu(gpu_name)
+    except KeyError as exc:
+        raise UserError(str(exc.args[0])) from None
+    if gpu_memory_gb is not None:
+        gpu = GpuSpec(f"{gpu_memory_gb:g} GB GPU", gpu_memory_gb * GB, gpu.bandwidth, gpu.flops)
+    problem = tp_problem(model.spec, tensor_parallel)
+    if problem:
+        raise UserError(f"--tensor-parallel-size {tensor_parallel}: {problem}")
+    longest = max_model_len or model.spec.max_position
+    if not longest:
+        raise ModelConfigError(
+            model.source, "max_position_embeddings", "is missing; pass --max-model-len"
+        )
+    weight_bytes, weights_from = weights(model, weights_gb)
+    return Budget(
+        model=model,
+        gpu=gpu,
+        weight_bytes=weight_bytes,
+        weights_from=weights_from,
+        max_model_len=longest,
+        context=context or longest,
+        users=users,
+        gpu_memory_utilization=gpu_memory_utilization,
+        overhead_bytes=round(overhead_gb * GB),
+        tensor_parallel=tensor_parallel,
+        kv_cache_dtype=kv_cache_dtype,
+        block_size=block_size,
+    )
 
 
 def kv_value_bytes(budget: Budget, kv_cache_dtype: str) -> int:
@@ -329,51 +375,3 @@ def read_live(
     source: MetricSource, at: float, max_model_len: int | None, context: int | None
 ) -> Live:
     return Live(at, max_model_len, context, live_capacity(source, at, max_model_len, context))
-
-
-def to_json(budget: Budget | None, live: Live | None) -> dict[str, Any]:
-    """One document with the plan (when a model is given) and the live reading (if any)."""
-    doc: dict[str, Any] = {}
-    if budget is not None:
-        spec = budget.model.spec
-        planned = plan(budget)
-        variants, refused = what_if(budget)
-        doc.update(
-            model={
-                "name": spec.name,
-                "source": budget.model.source,
-                "attention": attention_kind(spec),
-                "layers": spec.layers,
-                "attention_heads": spec.heads,
-                "kv_heads": spec.kv_heads,
-                "head_dim": spec.head_dim,
-                "kv_lora_rank": spec.kv_lora_rank or None,
-                "qk_rope_head_dim": spec.qk_rope_head_dim or None,
-                "dtype": spec.dtype,
-                "max_position": spec.max_position or None,
-            },
-            gpu={"name": budget.gpu.name, "memory_bytes": budget.gpu.memory_bytes},
-            gpu_memory_utilization=budget.gpu_memory_utilization,
-            weights={"bytes": budget.weight_bytes, "source": budget.weights_from},
-            runtime_overhead_bytes=round(budget.overhead_bytes),
-            block_size=budget.block_size,
-            max_model_len=budget.max_model_len,
-            context=budget.context,
-            users=budget.users,
-            kv_bytes_per_token=plan(budget, 1).kv_bytes_per_token,
-            plan=asdict(planned),
-            what_if=[asdict(p) for p in variants],
-            not_possible=refused,
-            notes=notes(budget, planned),
-        )
-    if live is not None:
-        doc["live"] = asdict(live)
-    return doc
-
-
-def attention_kind(spec: ModelSpec) -> str:
-    if spec.mla:
-        return "MLA"
-    if spec.kv_heads == spec.heads:
-        return "MHA"
-    return "MQA" if spec.kv_heads == 1 else "GQA"

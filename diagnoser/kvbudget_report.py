@@ -1,15 +1,67 @@
-"""Render a KV budget (the document ``kvbudget.to_json`` builds) as text for a terminal.
-
-GB are 10^9 bytes, as GPU vendors count; KV per token is in KiB (1,024 bytes).
+"""A KV budget as one JSON document for tools, and as text for a terminal (from the document,
+so the two never disagree). GB are 10^9 bytes, as GPU vendors count; KiB are 1,024 bytes.
 """
 
 from __future__ import annotations
 
 import textwrap
 import time
+from dataclasses import asdict
 from typing import Any
 
+from diagnoser import kvbudget
+from diagnoser.kvbudget import Budget, Live
+from diagnoser.sim.hardware import ModelSpec
+
 WIDTH = 96
+
+
+def to_json(budget: Budget | None, live: Live | None) -> dict[str, Any]:
+    """One document with the plan (when a model is given) and the live reading (if any)."""
+    doc: dict[str, Any] = {}
+    if budget is not None:
+        spec = budget.model.spec
+        planned = kvbudget.plan(budget)
+        variants, refused = kvbudget.what_if(budget)
+        doc.update(
+            model={
+                "name": spec.name,
+                "source": budget.model.source,
+                "attention": attention_kind(spec),
+                "layers": spec.layers,
+                "attention_heads": spec.heads,
+                "kv_heads": spec.kv_heads,
+                "head_dim": spec.head_dim,
+                "kv_lora_rank": spec.kv_lora_rank or None,
+                "qk_rope_head_dim": spec.qk_rope_head_dim or None,
+                "dtype": spec.dtype,
+                "max_position": spec.max_position or None,
+            },
+            gpu={"name": budget.gpu.name, "memory_bytes": budget.gpu.memory_bytes},
+            gpu_memory_utilization=budget.gpu_memory_utilization,
+            weights={"bytes": budget.weight_bytes, "source": budget.weights_from},
+            runtime_overhead_bytes=budget.overhead_bytes,
+            block_size=budget.block_size,
+            max_model_len=budget.max_model_len,
+            context=budget.context,
+            users=budget.users,
+            kv_bytes_per_token=kvbudget.plan(budget, 1).kv_bytes_per_token,
+            plan=asdict(planned),
+            what_if=[asdict(p) for p in variants],
+            not_possible=refused,
+            notes=kvbudget.notes(budget, planned),
+        )
+    if live is not None:
+        doc["live"] = asdict(live)
+    return doc
+
+
+def attention_kind(spec: ModelSpec) -> str:
+    if spec.mla:
+        return "MLA"
+    if spec.kv_heads == spec.heads:
+        return "MHA"
+    return "MQA" if spec.kv_heads == 1 else "GQA"
 
 
 def gb(n: float) -> str:
@@ -95,7 +147,7 @@ def _plan(doc: dict[str, Any]) -> list[str]:
     ]
     if doc["users"] is not None:
         per = kib(p["kv_bytes_per_token"])
-        fit = p["users_fit"] >= doc["users"]
+        fit, n = p["users_fit"] >= doc["users"], p["users_fit"]
         lines += [
             "",
             f"KV needed = {doc['users']:,} users x {doc['context']:,} tokens x {per} = "
@@ -103,8 +155,8 @@ def _plan(doc: dict[str, Any]) -> list[str]:
             f"  vs free = {free}",
             f"-> All {doc['users']:,} users fit."
             if fit
-            else f"-> Only {p['users_fit']:,} of {doc['users']:,} users fit: the rest queue, "
-            "or running requests are preempted and recomputed later.",
+            else f"-> {f'Only {n:,}' if n else 'None'} of {doc['users']:,} users fit: the rest "
+            "queue, or running requests are preempted and recomputed later.",
         ]
     else:
         lines.append(f"Users           {p['users_fit']:,} at {doc['context']:,} tokens each")

@@ -118,7 +118,9 @@ MODELS: dict[str, ModelSpec] = {
         ModelSpec("Qwen/Qwen3-8B", 8.19e9, 36, 4096, 32, 8, 128, 40960),
         ModelSpec("mistralai/Mistral-7B-Instruct-v0.3", 7.25e9, 32, 4096, 32, 8, 128, 32768),
         ModelSpec("meta-llama/Llama-3.1-70B-Instruct", 70.6e9, 80, 8192, 64, 8, 128, 131072),
-        # MLA, FP8 weights (671e9 without the multi-token-prediction module vLLM skips).
+        # MLA, FP8 weights (671e9 without the multi-token-prediction module vLLM skips). For
+        # the KV planner: the simulator would price compute by all 671e9 parameters, not the
+        # 37e9 a token activates.
         ModelSpec(
             "deepseek-ai/DeepSeek-V3",
             671e9,
@@ -155,6 +157,8 @@ GPUS: dict[str, GpuSpec] = {
 }
 
 DEFAULT_RUNTIME_OVERHEAD = 2.14 * GB
+# vLLM's --kv-cache-dtype values on CUDA, by bytes per value (0 for auto: the model's dtype).
+KV_CACHE_DTYPES = {"auto": 0, "bfloat16": 2, "float16": 2, "fp8": 1, "fp8_e4m3": 1, "fp8_e5m2": 1}
 
 
 def model(name: str) -> ModelSpec:
