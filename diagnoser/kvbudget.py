@@ -169,9 +169,9 @@ def make_budget(
     )
 
 
-def kv_value_bytes(budget: Budget, kv_cache_dtype: str) -> int:
-    size = KV_CACHE_DTYPES[kv_cache_dtype]
-    return size or (4 if budget.model.spec.dtype == "float32" else 2)
+def kv_value_bytes(kv_cache_dtype: str) -> int:
+    """Bytes per cached value; auto is the model's 16-bit dtype (float32 is served in bf16)."""
+    return KV_CACHE_DTYPES[kv_cache_dtype] or 2
 
 
 def tp_problem(spec: ModelSpec, tp: int) -> str | None:
@@ -189,7 +189,7 @@ def plan(budget: Budget, tensor_parallel: int | None = None, kv_cache_dtype: str
     tp = tensor_parallel or budget.tensor_parallel
     dtype = kv_cache_dtype or budget.kv_cache_dtype
     spec = budget.model.spec
-    value = kv_value_bytes(budget, dtype)
+    value = kv_value_bytes(dtype)
     per_token = spec.kv_bytes_per_token(value, tp)
     free = hardware.kv_budget_bytes(
         spec,

@@ -128,7 +128,7 @@ MODELS: dict[str, ModelSpec] = {
             7168,
             128,
             128,
-            128,
+            192,  # qk_nope_head_dim 128 + qk_rope_head_dim 64
             163840,
             dtype_bytes=1,
             kv_lora_rank=512,
