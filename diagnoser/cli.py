@@ -11,13 +11,18 @@ import functools
 import json
 import sys
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 import click
 
+# Preset names and KV dtypes for the options' help; the module is stdlib only, so still fast.
+from diagnoser.sim.hardware import KV_CACHE_DTYPES, MODEL_ALIASES
+
 if TYPE_CHECKING:
     from diagnoser.catalog import Catalog, Playbook
+    from diagnoser.source import PrometheusSource
 
 EXIT_FOUND = 1
 EXIT_USAGE = 2
@@ -455,6 +460,123 @@ def parse_duration_option(value: str) -> float:
     return seconds
 
 
+@dataclass(frozen=True)
+class SourceOptions:
+    """Where the Prometheus-compatible API is and how to reach it, as the options say."""
+
+    url: str | None
+    bearer_token_file: Path | None
+    basic_auth: str | None
+    headers: tuple[str, ...]
+    ca_file: str | None
+    insecure: bool
+    timeout: float
+
+    def connect(self) -> PrometheusSource:
+        """The source, or exit 2 on an unreadable token file or a malformed option."""
+        import os
+
+        from diagnoser.source import Auth, PrometheusSource
+
+        token = os.environ.get("PROMETHEUS_BEARER_TOKEN")
+        if self.bearer_token_file is not None:
+            try:
+                token = self.bearer_token_file.read_text(encoding="utf-8").strip()
+            except OSError as exc:
+                fail(f"cannot read --bearer-token-file {self.bearer_token_file}: {exc.strerror}")
+        basic = None
+        if self.basic_auth:
+            user, sep, password = self.basic_auth.partition(":")
+            if not sep:
+                fail("--basic-auth must be USER:PASS")
+            basic = (user, password)
+        extra = {}
+        for h in self.headers:
+            name, sep, value = h.partition("=")
+            if not sep or not name.strip():
+                fail(f"--header {name.strip() or h!r} must be NAME=VALUE")
+            extra[name.strip()] = value.strip()
+        auth = Auth(
+            bearer_token=token,
+            basic=basic,
+            headers=extra,
+            ca_file=self.ca_file,
+            insecure=self.insecure,
+        )
+        return PrometheusSource(self.url or "", auth, timeout=self.timeout)
+
+
+_SOURCE_PARAMS = (
+    "prometheus_url",
+    "bearer_token_file",
+    "basic_auth",
+    "headers",
+    "ca_file",
+    "insecure",
+    "timeout",
+)
+
+
+def source_options(default_url: str | None, url_help: str) -> Callable[[F], F]:
+    """``--prometheus-url`` with its auth, TLS and timeout options, handed to the command
+    as one ``source: SourceOptions`` argument (shared by every command that queries)."""
+    options = [
+        click.option(
+            "--prometheus-url",
+            envvar="PROMETHEUS_URL",
+            default=default_url,
+            show_default=default_url is not None,
+            help=url_help,
+        ),
+        click.option(
+            "--bearer-token-file",
+            type=click.Path(dir_okay=False, path_type=Path),
+            help="Read a bearer token from this file (or set PROMETHEUS_BEARER_TOKEN).",
+        ),
+        click.option(
+            "--basic-auth",
+            envvar="PROMETHEUS_BASIC_AUTH",
+            default=None,
+            metavar="USER:PASS",
+            help="Basic auth (also PROMETHEUS_BASIC_AUTH).",
+        ),
+        click.option(
+            "--header",
+            "headers",
+            multiple=True,
+            metavar="NAME=VALUE",
+            help="Extra request header, e.g. X-Scope-OrgID=tenant (repeatable).",
+        ),
+        click.option(
+            "--ca-file",
+            type=click.Path(dir_okay=False, exists=True),
+            default=None,
+            help="CA bundle to verify the server's certificate.",
+        ),
+        click.option("--insecure", is_flag=True, help="Do not verify TLS certificates."),
+        click.option(
+            "--timeout",
+            type=click.FloatRange(min=1, max=600),
+            default=30.0,
+            show_default=True,
+            help="Seconds to wait for each query.",
+        ),
+    ]
+
+    def decorate(fn: F) -> F:
+        @functools.wraps(fn)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            values = [kwargs.pop(name) for name in _SOURCE_PARAMS]
+            return fn(*args, source=SourceOptions(*values), **kwargs)
+
+        decorated: Any = wrapper
+        for option in reversed(options):
+            decorated = option(decorated)
+        return decorated  # type: ignore[no-any-return]
+
+    return decorate
+
+
 def _matchers(
     model: str | None, instance: str | None, job: str | None, match: tuple[str, ...]
 ) -> tuple[str, ...]:
@@ -495,13 +617,7 @@ def _matchers(
     help="Reference period: 'before' (as long as the window, just before it) or a "
     "duration such as 1d (the same hours that long ago).",
 )
-@click.option(
-    "--prometheus-url",
-    envvar="PROMETHEUS_URL",
-    default="http://localhost:9090",
-    show_default=True,
-    help="Prometheus-compatible API (also PROMETHEUS_URL).",
-)
+@source_options("http://localhost:9090", "Prometheus-compatible API (also PROMETHEUS_URL).")
 @click.option("--model", default=None, help="Only this model_name.")
 @click.option("--instance", default=None, help="Only this instance.")
 @click.option("--job", default=None, help="Only this job.")
@@ -534,39 +650,6 @@ def _matchers(
     metavar="ID",
     help="Show one playbook's signature evaluated step by step, with the numbers.",
 )
-@click.option(
-    "--bearer-token-file",
-    type=click.Path(dir_okay=False, path_type=Path),
-    help="Read a bearer token from this file (or set PROMETHEUS_BEARER_TOKEN).",
-)
-@click.option(
-    "--basic-auth",
-    envvar="PROMETHEUS_BASIC_AUTH",
-    default=None,
-    metavar="USER:PASS",
-    help="Basic auth (also PROMETHEUS_BASIC_AUTH).",
-)
-@click.option(
-    "--header",
-    "headers",
-    multiple=True,
-    metavar="NAME=VALUE",
-    help="Extra request header, e.g. X-Scope-OrgID=tenant (repeatable).",
-)
-@click.option(
-    "--ca-file",
-    type=click.Path(dir_okay=False, exists=True),
-    default=None,
-    help="CA bundle to verify the server's certificate.",
-)
-@click.option("--insecure", is_flag=True, help="Do not verify TLS certificates.")
-@click.option(
-    "--timeout",
-    type=click.FloatRange(min=1, max=600),
-    default=30.0,
-    show_default=True,
-    help="Seconds to wait for each query.",
-)
 @catalog_option
 @config_option
 @handles_errors
@@ -574,7 +657,7 @@ def diagnose_cmd(
     since: str,
     until: str | None,
     baseline: str,
-    prometheus_url: str,
+    source: SourceOptions,
     model: str | None,
     instance: str | None,
     job: str | None,
@@ -582,12 +665,6 @@ def diagnose_cmd(
     fmt: str,
     output: Path | None,
     explain: str | None,
-    bearer_token_file: Path | None,
-    basic_auth: str | None,
-    headers: tuple[str, ...],
-    ca_file: str | None,
-    insecure: bool,
-    timeout: float,
     catalog_dirs: tuple[Path, ...],
     config_path: Path | None,
 ) -> None:
@@ -610,38 +687,19 @@ def diagnose_cmd(
     from diagnoser import report
     from diagnoser.config import load_config
     from diagnoser.diagnosis import Window, diagnose, to_json
-    from diagnoser.source import Auth, PrometheusSource, SourceError
+    from diagnoser.source import SourceError
 
     window_s = parse_duration_option(since)
     end = parse_time(until) if until else time.time()
     offset = None if baseline == "before" else parse_duration_option(baseline)
-    token = os.environ.get("PROMETHEUS_BEARER_TOKEN")
-    if bearer_token_file is not None:
-        try:
-            token = bearer_token_file.read_text(encoding="utf-8").strip()
-        except OSError as exc:
-            fail(f"cannot read --bearer-token-file {bearer_token_file}: {exc.strerror}")
-    basic = None
-    if basic_auth:
-        user, sep, password = basic_auth.partition(":")
-        if not sep:
-            fail("--basic-auth must be USER:PASS")
-        basic = (user, password)
-    extra = {}
-    for h in headers:
-        name, sep, value = h.partition("=")
-        if not sep or not name.strip():
-            fail(f"--header {name.strip() or h!r} must be NAME=VALUE")
-        extra[name.strip()] = value.strip()
+    prometheus = source.connect()
     cat = _catalog(catalog_dirs)
     if explain is not None:
         _playbook(cat, explain)
     cfg = load_config(config_path)
-    auth = Auth(bearer_token=token, basic=basic, headers=extra, ca_file=ca_file, insecure=insecure)
-    source = PrometheusSource(prometheus_url, auth, timeout=timeout)
     try:
         result = diagnose(
-            source,
+            prometheus,
             cat,
             Window.plan(window_s, end, offset),
             _matchers(model, instance, job, match),
@@ -680,3 +738,162 @@ def diagnose_cmd(
 def diagnose_main() -> None:
     """The ``diagnose`` console script: the same as ``servediag diagnose``."""
     diagnose_cmd.main(args=sys.argv[1:], prog_name="diagnose")
+
+
+# --- kv-budget ------------------------------------------------------------------------------
+
+
+@main.command("kv-budget")
+@click.option(
+    "--model",
+    "model_ref",
+    metavar="PRESET|CONFIG",
+    help=f"A preset ({', '.join(MODEL_ALIASES)}) or a Hugging Face config.json "
+    "(or the directory holding it).",
+)
+@click.option("--gpu", "gpu_name", default="H100-80GB", show_default=True, help="GPU preset.")
+@click.option(
+    "--gpu-memory-gb",
+    type=click.FloatRange(min=0, min_open=True),
+    help="GPU memory in GB (10^9 bytes), instead of the preset's.",
+)
+@click.option(
+    "--gpu-memory-utilization",
+    type=click.FloatRange(min=0, max=1, min_open=True),
+    default=0.9,
+    show_default=True,
+    help="vLLM's share of the GPU's memory.",
+)
+@click.option(
+    "--weights-gb",
+    type=click.FloatRange(min=0),
+    help="The weights' size in GB (default: the preset's, or estimated from config.json).",
+)
+@click.option(
+    "--overhead-gb",
+    type=click.FloatRange(min=0),
+    default=2.14,
+    show_default=True,
+    help="Runtime overhead per GPU in GB (activations, CUDA graphs).",
+)
+@click.option(
+    "--max-model-len",
+    type=click.IntRange(min=1),
+    help="Longest sequence (default: the model's max_position_embeddings).",
+)
+@click.option(
+    "--context",
+    type=click.IntRange(min=1),
+    help="Tokens each user holds, prompt and answer (default: --max-model-len).",
+)
+@click.option("--users", type=click.IntRange(min=1), help="Concurrent users to check against.")
+@click.option(
+    "--tensor-parallel-size",
+    "--tp",
+    "tensor_parallel",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    help="GPUs the model is split across.",
+)
+@click.option(
+    "--kv-cache-dtype",
+    type=click.Choice(list(KV_CACHE_DTYPES)),
+    default="auto",
+    show_default=True,
+    help="As vLLM's flag: auto is the model's dtype; fp8 halves the bytes.",
+)
+@click.option(
+    "--block-size",
+    type=click.IntRange(min=1),
+    default=16,
+    show_default=True,
+    help="Tokens per KV-cache block, as vLLM's flag.",
+)
+@source_options(
+    None, "Also read each vLLM engine's live KV capacity from here (also PROMETHEUS_URL)."
+)
+@click.option(
+    "--at",
+    "at",
+    default=None,
+    metavar="TIME",
+    help="With --prometheus-url: when to read it, RFC 3339 or Unix seconds (default: now).",
+)
+@click.option(
+    "--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True
+)
+@handles_errors
+def kv_budget_cmd(
+    model_ref: str | None,
+    gpu_name: str,
+    gpu_memory_gb: float | None,
+    gpu_memory_utilization: float,
+    weights_gb: float | None,
+    overhead_gb: float,
+    max_model_len: int | None,
+    context: int | None,
+    users: int | None,
+    tensor_parallel: int,
+    kv_cache_dtype: str,
+    block_size: int,
+    source: SourceOptions,
+    at: str | None,
+    fmt: str,
+) -> None:
+    """Plan the KV cache: bytes per token, sequences and users that fit, and what if.
+
+    From a preset or a model's config.json (MLA models such as DeepSeek-V3 included):
+    KV bytes per token, the free memory after weights and overhead, how many full-length
+    sequences and users fit, and what FP8 KV or 2x/4x tensor parallelism would change. With
+    --prometheus-url, also each running engine's capacity from vllm:cache_config_info.
+    Exit status: 0 done, 2 bad input (one line naming the config field), 3 the metric
+    source cannot be reached or answers garbage.
+
+    \b
+    Examples:
+      servediag kv-budget --model llama-3.1-8b --context 8192 --users 64 --weights-gb 16
+      servediag kv-budget --model ./DeepSeek-V3/config.json --gpu H200 --tp 8
+      servediag kv-budget --model llama-3.1-8b --max-model-len 131072 \\
+          --prometheus-url http://prometheus:9090 --format json
+    """
+    import time
+
+    from diagnoser import kvbudget, kvbudget_report
+    from diagnoser.source import SourceError
+
+    if model_ref is None and source.url is None:
+        fail("give --model PRESET|CONFIG, or --prometheus-url for the live capacity")
+    if at is not None and source.url is None:
+        fail("--at reads Prometheus: give --prometheus-url too")
+    budget = None
+    if model_ref is not None:
+        budget = kvbudget.make_budget(
+            model_ref,
+            gpu_name=gpu_name,
+            gpu_memory_gb=gpu_memory_gb,
+            gpu_memory_utilization=gpu_memory_utilization,
+            weights_gb=weights_gb,
+            overhead_gb=overhead_gb,
+            max_model_len=max_model_len,
+            context=context,
+            users=users,
+            tensor_parallel=tensor_parallel,
+            kv_cache_dtype=kv_cache_dtype,
+            block_size=block_size,
+        )
+    live = None
+    if source.url is not None:
+        when = parse_time(at) if at else time.time()
+        longest_live = budget.max_model_len if budget else max_model_len
+        try:
+            live = kvbudget.read_live(
+                source.connect(), when, longest_live, budget.context if budget else context
+            )
+        except SourceError as exc:
+            fail(str(exc), EXIT_SOURCE)
+    doc = kvbudget_report.to_json(budget, live)
+    if fmt == "json":
+        click.echo(json.dumps(doc, indent=2))
+    else:
+        click.echo(kvbudget_report.text(doc), nl=False)

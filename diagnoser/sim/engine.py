@@ -153,7 +153,7 @@ class Engine:
     def __init__(self, spec: ModelSpec, g: GpuSpec, cfg: EngineConfig, start: float = 0.0):
         self.spec, self.gpu, self.cfg = spec, g, cfg
         self.num_blocks = cfg.num_gpu_blocks(spec, g)
-        self.kvpt = spec.kv_bytes_per_token(cfg.kv_cache_dtype_bytes) / cfg.tensor_parallel
+        self.kvpt = spec.kv_bytes_per_token(cfg.kv_cache_dtype_bytes, cfg.tensor_parallel)
         self.weights = spec.weight_bytes / cfg.tensor_parallel
         self.flops = g.flops * cfg.mfu * cfg.tensor_parallel
         self.bandwidth = g.bandwidth * cfg.mbu
