@@ -124,11 +124,20 @@ class TokenizerJson:
     def prompt(self, tokens: int, rng: random.Random) -> tuple[str, int]:
         words = list(rng.choices(WORDS, k=tokens + 8))
         ids: list[int] = self.tok.encode(" ".join(words), add_special_tokens=False).ids
-        while len(ids) < tokens:  # a tokenizer that merges words: draw more
-            words += rng.choices(WORDS, k=tokens - len(ids) + 8)
+        while len(ids) < tokens + 8:  # a tokenizer that merges words: draw more
+            words += rng.choices(WORDS, k=tokens + 8 - len(ids))
             ids = self.tok.encode(" ".join(words), add_special_tokens=False).ids
-        text = str(self.tok.decode(ids[:tokens]))
-        return text, self.count(text)
+        # Decoding a cut can end in part of a word that encodes differently: take the cut
+        # nearest ``tokens`` whose text has exactly ``tokens`` tokens.
+        best = ("", -1)
+        for delta in (0, -1, 1, -2, 2, -3, 3, -4, 4):
+            text = str(self.tok.decode(ids[: tokens + delta]))
+            counted = self.count(text)
+            if counted == tokens:
+                return text, counted
+            if abs(counted - tokens) < abs(best[1] - tokens):
+                best = (text, counted)
+        return best
 
 
 def load_counter(path: Path | None) -> tuple[TokenCounter, str | None]:

@@ -10,6 +10,7 @@ it is counted in ``llm_probe_skipped_total`` by reason.
 
 from __future__ import annotations
 
+import contextlib
 import random
 import threading
 import time
@@ -221,6 +222,10 @@ def serve_metrics(prober: Prober, host: str, port: int) -> ThreadingHTTPServer:
     """``/metrics`` on HOST:PORT in a background thread; ``shutdown()`` stops it."""
 
     class Handler(BaseHTTPRequestHandler):
+        def handle(self) -> None:
+            with contextlib.suppress(ConnectionResetError, BrokenPipeError):
+                super().handle()  # a client that hangs up is not an error
+
         def do_GET(self) -> None:
             if self.path.split("?")[0] != "/metrics":
                 self.send_error(404, "only /metrics is served")

@@ -15,6 +15,7 @@ engine phase are exact; across phases they are spread evenly between two observa
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from collections.abc import Iterator
@@ -160,6 +161,10 @@ def make_handler(live: LiveSim) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
         timeout = 120  # an idle keep-alive connection is closed after this
+
+        def handle(self) -> None:
+            with contextlib.suppress(ConnectionResetError, BrokenPipeError):
+                super().handle()  # a client that hangs up is not an error
 
         def do_GET(self) -> None:
             path = self.path.split("?")[0]
