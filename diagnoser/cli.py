@@ -481,7 +481,7 @@ def _seconds(option: str, value: str) -> float:
     from diagnoser.sim.scenario import parse_duration
 
     try:
-        seconds = parse_duration(value)
+        seconds = parse_duration(float(value) if value.strip().isdecimal() else value)
     except ValueError as exc:
         fail(f"{option}: {exc}")
     if seconds <= 0:

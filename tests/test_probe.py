@@ -316,6 +316,50 @@ def test_an_unreachable_target_is_exit_3_in_one_line():
 
 # --- the live simulator ---------------------------------------------------------------------
 
+
+def test_a_proxy_buffer_releases_chunks_at_its_flushes():
+    from diagnoser.sim.openai import Relay
+
+    now = [0.0]
+    written: list[tuple[float, bytes]] = []
+
+    def run(proxy: ProxyBuffer | None, chunks: list[tuple[bytes, float]]) -> None:
+        now[0] = 0.0
+        written.clear()
+        relay = Relay(
+            lambda b: written.append((now[0], b)),
+            lambda t: t / 2,  # simulated seconds at speed 2
+            0.0,
+            proxy,
+            sleep=lambda s: now.__setitem__(0, now[0] + s),
+            clock=lambda: now[0],
+        )
+        for data, at in chunks:
+            relay.send(data, at)
+        relay.close()
+
+    chunks = [(b"a", 0.2), (b"b", 0.6), (b"c", 3.0)]
+    run(None, chunks)
+    assert written == [(0.1, b"a"), (0.3, b"b"), (1.5, b"c")]
+    run(ProxyBuffer(seconds=2.0), chunks)
+    assert written == [(1.0, b"a"), (1.0, b"b"), (2.0, b"c")]
+    run(ProxyBuffer(full=True), chunks)
+    assert written == [(1.5, b"abc")]
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["--proxy-buffer", "soon", "--serve", "127.0.0.1:1"], "neither 'full' nor seconds"),
+        (["--proxy-buffer", "0", "--serve", "127.0.0.1:1"], "above zero"),
+        (["--proxy-buffer", "full", "--out", "x.om"], "--proxy-buffer needs --serve"),
+    ],
+)
+def test_bad_proxy_buffer_is_one_line_and_exit_2(args, says):
+    res = CliRunner().invoke(main, ["simulate", "healthy-steady", *args])
+    assert res.exit_code == 2 and res.stderr.count("\n") == 1 and says in res.stderr
+
+
 SCENARIO = """\
 description: One small model for the probe's tests.
 duration: 10m

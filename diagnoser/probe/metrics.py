@@ -26,7 +26,9 @@ from diagnoser import metrics as M
 from diagnoser.probe.stream import OUTCOMES
 from diagnoser.sim.exposition import Histogram, Recorder, labels_of
 
-SKIP_REASONS = ("budget", "in_flight")
+REQUESTS_HELP = "Probe requests by outcome."
+SKIPPED_HELP = "Probe requests not sent, by reason (budget, in_flight)."
+PROMPT_HELP = "Prompt length of the class's latest request, by who counted it."
 
 
 @dataclass
@@ -80,52 +82,20 @@ class ProbeMetrics:
         def lb(**kw: str) -> tuple[tuple[str, str], ...]:
             return labels_of(model_name=model_name, target=target, **kw, **extra)
 
+        histograms = (
+            ("llm_probe_ttft_seconds", "Client-side time to first token.", self.ttft),
+            ("llm_probe_itl_seconds", "Client-side gap between tokens.", self.itl),
+            ("llm_probe_e2e_seconds", "Client-side request latency.", self.e2e),
+        )
         for label in self.ttft:
-            rec.sample_histogram(
-                "llm_probe_ttft_seconds",
-                "Client-side time to first token.",
-                lb(prompt_bucket=label),
-                t,
-                self.ttft[label],
-            )
-            rec.sample_histogram(
-                "llm_probe_itl_seconds",
-                "Client-side gap between tokens.",
-                lb(prompt_bucket=label),
-                t,
-                self.itl[label],
-            )
-            rec.sample_histogram(
-                "llm_probe_e2e_seconds",
-                "Client-side request latency.",
-                lb(prompt_bucket=label),
-                t,
-                self.e2e[label],
-            )
-        for (label, outcome), value in self.outcomes.items():
-            rec.sample(
-                "llm_probe_requests_total",
-                "counter",
-                "Probe requests by outcome.",
-                lb(prompt_bucket=label, outcome=outcome),
-                t,
-                value,
-            )
-        for (label, reason), value in self.skipped.items():
-            rec.sample(
-                "llm_probe_skipped_total",
-                "counter",
-                "Probe requests not sent, by reason (budget, in_flight).",
-                lb(prompt_bucket=label, reason=reason),
-                t,
-                value,
-            )
-        for (label, source), value in self.prompt_tokens.items():
-            rec.sample(
-                "llm_probe_prompt_tokens",
-                "gauge",
-                "Prompt length of the class's latest request, by who counted it.",
-                lb(prompt_bucket=label, source=source),
-                t,
-                value,
-            )
+            for name, help_, hists in histograms:
+                rec.sample_histogram(name, help_, lb(prompt_bucket=label), t, hists[label])
+        series = (
+            ("llm_probe_requests_total", "counter", REQUESTS_HELP, "outcome", self.outcomes),
+            ("llm_probe_skipped_total", "counter", SKIPPED_HELP, "reason", self.skipped),
+            ("llm_probe_prompt_tokens", "gauge", PROMPT_HELP, "source", self.prompt_tokens),
+        )
+        for name, type_, help_, key, values in series:
+            for (label, value_label), value in values.items():
+                labels = lb(prompt_bucket=label, **{key: value_label})
+                rec.sample(name, type_, help_, labels, t, value)

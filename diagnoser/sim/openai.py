@@ -229,12 +229,20 @@ class ProxyBuffer:
         from diagnoser.sim.scenario import parse_duration
 
         try:
-            seconds = parse_duration(text.strip())
+            seconds = float(text) if _is_number(text) else parse_duration(text.strip())
         except ValueError:
-            raise ValueError(f"{text!r} is neither 'full' nor a duration like 2s") from None
-        if seconds <= 0:
-            raise ValueError("must be longer than zero")
+            raise ValueError(f"{text!r} is neither 'full' nor seconds like 2 or 2s") from None
+        if not (0 < seconds < math.inf):
+            raise ValueError("must be a number of seconds above zero")
         return cls(seconds=seconds)
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
 
 
 class Relay:
