@@ -143,12 +143,11 @@ class LiveSim:
             with self.cond:
                 while self.ticks == tick and not self.stopped:
                     self.cond.wait(1.0)
-                if self.stopped:
-                    yield [], "stopped"
-                    return
                 tick = self.ticks
                 generated, last = run.progress(req)
                 outcome, first = req.outcome, req.first_token
+                if self.stopped and not outcome:
+                    outcome = "stopped"
             new = token_times(seen, seen_at, generated, last, first)
             if new:
                 seen, seen_at = generated, new[-1]
