@@ -374,6 +374,14 @@ def parse_listen(value: str) -> tuple[str, int]:
     show_default=True,
     help="With --serve: simulated seconds per wall second.",
 )
+@click.option(
+    "--proxy-buffer",
+    "proxy_buffer",
+    default=None,
+    metavar="SECONDS|full",
+    help="With --serve: a buffering proxy in front of the API that releases streams every "
+    "SECONDS (simulated), or only when complete ('full').",
+)
 @click.option("--force", is_flag=True, help="Overwrite --out if it exists.")
 @click.option("--list", "list_", is_flag=True, help="List the library's scenarios and exit.")
 @handles_errors
@@ -383,18 +391,23 @@ def simulate_cmd(
     end: str | None,
     listen: str | None,
     speed: float,
+    proxy_buffer: str | None,
     force: bool,
     list_: bool,
 ) -> None:
     """Simulate a scenario with vLLM's real metric names.
 
-    SCENARIO is a name from the library (fixtures/scenarios) or a path to a YAML file.
+    SCENARIO is a name from the library (fixtures/scenarios) or a path to a YAML file. With
+    --serve it runs in real time and also answers OpenAI-compatible requests
+    (/v1/completions, /v1/chat/completions, streamed or not) with the timing its engine
+    predicts.
 
     \b
     Examples:
       servediag simulate retrieval-launch --out incident.om
       promtool tsdb create-blocks-from openmetrics incident.om ./data
       servediag simulate healthy-diurnal --serve 127.0.0.1:8000
+      servediag simulate healthy-steady --serve 127.0.0.1:8000 --proxy-buffer full
     """
     import time
 
@@ -408,14 +421,28 @@ def simulate_cmd(
         fail("name a scenario (servediag simulate --list shows the library)")
     if (out is None) == (listen is None):
         fail("give exactly one of --out FILE or --serve HOST:PORT")
+    if proxy_buffer is not None and listen is None:
+        fail("--proxy-buffer needs --serve")
+    proxy = None
+    if proxy_buffer is not None:
+        from diagnoser.sim.openai import ProxyBuffer
+
+        try:
+            proxy = ProxyBuffer.parse(proxy_buffer)
+        except ValueError as exc:
+            fail(f"--proxy-buffer: {exc}")
     sc = library.find(scenario)
     if listen is not None:
         from diagnoser.sim.live import serve
 
         host, port = parse_listen(listen)
-        click.echo(f"serving {sc.name} on http://{host}:{port}/metrics (Ctrl-C to stop)", err=True)
+        click.echo(
+            f"serving {sc.name} on http://{host}:{port} (/metrics, /v1/models, /v1/completions,"
+            " /v1/chat/completions; Ctrl-C to stop)",
+            err=True,
+        )
         try:
-            serve(sc, host, port, speed=speed)
+            serve(sc, host, port, speed=speed, proxy=proxy)
         except OSError as exc:
             fail(f"cannot listen on {listen}: {exc.strerror or exc}")
         except KeyboardInterrupt:
@@ -443,6 +470,259 @@ def simulate_cmd(
         f" {rec.sample_count()} samples -> {out}",
         err=True,
     )
+
+
+# --- probe ----------------------------------------------------------------------------------
+
+
+def _positive_int(option: str, value: str, most: int) -> int:
+    text = value.strip()
+    if not text.isdigit() or not 1 <= int(text) <= most:
+        fail(f"{option} {value!r} must be a whole number from 1 to {most}")
+    return int(text)
+
+
+def _seconds(option: str, value: str) -> float:
+    from diagnoser.sim.scenario import parse_duration
+
+    try:
+        seconds = parse_duration(float(value) if value.strip().isdecimal() else value)
+    except ValueError as exc:
+        fail(f"{option}: {exc}")
+    if seconds <= 0:
+        fail(f"{option} must be longer than zero")
+    return seconds
+
+
+def _header_pairs(headers: tuple[str, ...]) -> dict[str, str]:
+    """``NAME:VALUE`` (or ``NAME=VALUE``): split at whichever comes first."""
+    out = {}
+    for h in headers:
+        cut = min((i for i in (h.find(":"), h.find("=")) if i > 0), default=-1)
+        if cut < 0 or not h[:cut].strip() or " " in h[:cut].strip():
+            fail(f"--header {h.split(':')[0].split('=')[0]!r} must be NAME:VALUE")
+        out[h[:cut].strip()] = h[cut + 1 :].strip()
+    return out
+
+
+@main.command("probe")
+@click.option(
+    "--target",
+    default=None,
+    metavar="URL",
+    help="Base URL of the OpenAI-compatible "
+    "API, as users reach it (through the same gateway), with or without /v1.",
+)
+@click.option("--model", default=None, help="Model to ask (default: the first of /v1/models).")
+@click.option(
+    "--api",
+    type=click.Choice(["chat", "completions"]),
+    default="chat",
+    show_default=True,
+    help="/v1/chat/completions or /v1/completions.",
+)
+@click.option(
+    "--classes",
+    default="128,1k,4k,16k",
+    show_default=True,
+    help="Prompt length classes in tokens (k = 1024): the prompt_bucket labels.",
+)
+@click.option(
+    "--every",
+    default="30s",
+    show_default=True,
+    metavar="DURATION",
+    help="Time between rounds; a round sends one request per class.",
+)
+@click.option(
+    "--budget",
+    default="12/min",
+    show_default=True,
+    metavar="N/min",
+    help="At most N requests started in any minute.",
+)
+@click.option(
+    "--max-in-flight",
+    default="2",
+    show_default=True,
+    metavar="N",
+    help="At most N requests at once.",
+)
+@click.option(
+    "--max-tokens",
+    default="16",
+    show_default=True,
+    metavar="N",
+    help="max_tokens of every request: keep it small.",
+)
+@click.option(
+    "--timeout",
+    default="30s",
+    show_default=True,
+    metavar="DURATION",
+    help="Longest a request may take, stream included.",
+)
+@click.option(
+    "--tokenizer",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="The served model's tokenizer.json, for exact prompt lengths (needs the "
+    "tokenizers package); without it, a documented approximation.",
+)
+@click.option(
+    "--listen",
+    default="0.0.0.0:9464",
+    show_default=True,
+    metavar="HOST:PORT",
+    help="Serve the probe's /metrics here.",
+)
+@click.option(
+    "--target-label",
+    default=None,
+    metavar="NAME",
+    help="The target label's value (default: the URL's host[:port]).",
+)
+@click.option(
+    "--header",
+    "headers",
+    multiple=True,
+    metavar="NAME:VALUE",
+    help="Extra request header (repeatable).",
+)
+@click.option(
+    "--bearer-token-file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Send its content as a bearer token (read again per request).",
+)
+@click.option(
+    "--ca-file",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="CA bundle to verify the target's certificate.",
+)
+@click.option(
+    "--once",
+    is_flag=True,
+    help="One round, a table, and exit: 0 all ok, 1 some not ok, 3 unreachable.",
+)
+@handles_errors
+def probe_cmd(
+    target: str | None,
+    model: str | None,
+    api: str,
+    classes: str,
+    every: str,
+    budget: str,
+    max_in_flight: str,
+    max_tokens: str,
+    timeout: str,
+    tokenizer: Path | None,
+    listen: str,
+    target_label: str | None,
+    headers: tuple[str, ...],
+    bearer_token_file: Path | None,
+    ca_file: str | None,
+    once: bool,
+) -> None:
+    """A synthetic streaming client: what users see, per prompt length, on /metrics.
+
+    Sends small streamed requests on a schedule and exports llm_probe_ttft_seconds,
+    llm_probe_itl_seconds, llm_probe_e2e_seconds and llm_probe_requests_total (by outcome:
+    ok, http_error, timeout, truncated, connection_error). Run it outside the cluster, through
+    the gateway users use: its TTFT against the server's shows time lost outside the engine.
+
+    \b
+    Examples:
+      servediag probe --target http://127.0.0.1:8000 --once
+      servediag probe --target https://llm.example.com --bearer-token-file token \\
+          --every 1m --budget 6/min --listen 0.0.0.0:9464
+    """
+    import threading
+    from datetime import datetime, timezone
+
+    from diagnoser.probe import runner
+    from diagnoser.probe.prompts import load_counter, parse_classes
+    from diagnoser.probe.stream import Endpoint, ProbeError
+
+    if not target:
+        fail("give --target URL, the OpenAI-compatible API to probe")
+    sizes = tuple(parse_classes(classes))
+    every_s, timeout_s = _seconds("--every", every), _seconds("--timeout", timeout)
+    per_min = budget.strip().removesuffix("/min").removesuffix("/m")
+    budget_n = _positive_int("--budget", per_min, 100_000)
+    in_flight = _positive_int("--max-in-flight", max_in_flight, 64)
+    out_tokens = _positive_int("--max-tokens", max_tokens, 4096)
+    host, port = parse_listen_or_fail(listen)
+    ep = Endpoint(target, _header_pairs(headers), bearer_token_file, ca_file)
+    counter, warning = load_counter(tokenizer)
+    if warning:
+        click.echo(f"servediag: warning: {warning}", err=True)
+    try:
+        name = model or runner.discover_model(ep, timeout_s)
+    except ProbeError as exc:
+        fail(str(exc), EXIT_SOURCE)
+    cfg = runner.ProbeConfig(
+        ep,
+        name,
+        api,
+        sizes,
+        every_s,
+        budget_n,
+        in_flight,
+        out_tokens,
+        timeout_s,
+        target_label or "",
+        counter,
+    )
+    prober = runner.Prober(cfg)
+    click.echo(
+        f'probing {name} at {ep.shown} ({api}, target="{cfg.target_label}"); prompt tokens: '
+        f"{counter.description}",
+        err=True,
+    )
+    if cfg.needed_per_minute() > budget_n + 1e-9:
+        click.echo(
+            f"servediag: warning: {len(sizes)} classes every {every} need "
+            f"{cfg.needed_per_minute():g} requests a minute; --budget {budget_n}/min skips "
+            "the rest (llm_probe_skipped_total)",
+            err=True,
+        )
+    if once:
+        attempts = prober.round()
+        click.echo(runner.table(attempts))
+        results = [a.result for a in attempts if a.result is not None]
+        if results and all(r.outcome == "connection_error" for r in results):
+            sys.exit(EXIT_SOURCE)
+        sys.exit(0 if all(a.result and a.result.outcome == "ok" for a in attempts) else 1)
+    try:
+        server = runner.serve_metrics(prober, host, port)
+    except OSError as exc:
+        fail(f"cannot listen on {listen}: {exc.strerror or exc}")
+    click.echo(f"metrics on http://{host}:{port}/metrics; a round every {every}", err=True)
+    stop = threading.Event()
+
+    def log(line: str) -> None:
+        stamp = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+        click.echo(f"{stamp} {line}", err=True)
+
+    import signal
+
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    try:
+        prober.run(stop, log)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def parse_listen_or_fail(value: str) -> tuple[str, int]:
+    try:
+        return parse_listen(value)
+    except click.BadParameter as exc:
+        fail(f"--listen: {exc.message}")
 
 
 # --- diagnose -------------------------------------------------------------------------------

@@ -112,6 +112,11 @@ def request_token_buckets(max_model_len: int) -> tuple[float, ...]:
         exp += 1
 
 
+def prompt_bucket_label(tokens: int) -> str:
+    """The ``prompt_bucket`` label of a prompt length class: 128 -> ``128``, 4096 -> ``4k``."""
+    return f"{tokens // 1024}k" if tokens >= 1024 and tokens % 1024 == 0 else str(tokens)
+
+
 def le_label(value: float) -> str:
     """Format a bucket bound as ``prometheus_client`` does (``1.0``, ``2560.0``, ``1e+06``)."""
     if value == inf:

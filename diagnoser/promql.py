@@ -43,6 +43,14 @@ class Scope:
         """Matchers that also apply to API-server series (no model or engine labels)."""
         return tuple(m for m in self.matchers if _matcher_label(m) not in ENGINE_ONLY_LABELS)
 
+    def probe_matchers(self) -> tuple[str, ...]:
+        """Matchers that apply to the synthetic probe's series.
+
+        The probe is scraped as a target of its own (its own job and instance, no engine,
+        often outside the cluster), so only the model selects its series.
+        """
+        return tuple(m for m in self.matchers if _matcher_label(m) == "model_name")
+
 
 Expr = Callable[[Scope], str]
 
@@ -260,6 +268,15 @@ def either(*exprs: Expr) -> Expr:
 def ratio(num: Expr, den: Expr) -> Expr:
     def build(scope: Scope) -> str:
         return f"({num(scope)}) / (({den(scope)}) > 0)"
+
+    return build
+
+
+def on_probe(inner: Expr) -> Expr:
+    """``inner`` over the synthetic probe's series: scoped by model only (see Scope)."""
+
+    def build(scope: Scope) -> str:
+        return inner(replace(scope, matchers=scope.probe_matchers()))
 
     return build
 

@@ -70,12 +70,14 @@ class Prometheus:
         scrape_configs: list[dict[str, Any]] | None = None,
         extra_args: list[str] | None = None,
         startup_timeout: float = 30.0,
+        evaluation_interval: str = "15s",
     ):
         self.data_dir = data_dir
         self.rule_files = rule_files or []
         self.scrape_configs = scrape_configs or []
         self.extra_args = extra_args or []
         self.timeout = startup_timeout
+        self.evaluation_interval = evaluation_interval
         self.port = 0
         self.proc: subprocess.Popen[bytes] | None = None
         self._tmp: tempfile.TemporaryDirectory[str] | None = None
@@ -91,7 +93,10 @@ class Prometheus:
         config.write_text(
             json.dumps(
                 {
-                    "global": {"scrape_interval": "15s", "evaluation_interval": "15s"},
+                    "global": {
+                        "scrape_interval": "15s",
+                        "evaluation_interval": self.evaluation_interval,
+                    },
                     "rule_files": [str(p) for p in self.rule_files],
                     "scrape_configs": self.scrape_configs,
                 }

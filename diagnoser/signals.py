@@ -164,7 +164,7 @@ def slo_attainment(
 
 
 def _probe_quantile(p: float, family: str, *, by_bucket: bool) -> q.Expr:
-    return q.quantile(p, family, extra_by=("prompt_bucket",) if by_bucket else ())
+    return q.on_probe(q.quantile(p, family, extra_by=("prompt_bucket",) if by_bucket else ()))
 
 
 def _vocabulary(
@@ -560,8 +560,8 @@ def _vocabulary(
             "ratio",
             "Share of probe requests that did not end ok.",
             q.ratio(
-                q.counter_rate(PROBE_REQUESTS, extra=('outcome!="ok"',)),
-                q.counter_rate(PROBE_REQUESTS),
+                q.on_probe(q.counter_rate(PROBE_REQUESTS, extra=('outcome!="ok"',))),
+                q.on_probe(q.counter_rate(PROBE_REQUESTS)),
             ),
             ("llm_probe_requests_failed", "share"),
         ),

@@ -73,6 +73,7 @@ class Request:
     cached: int = 0  # tokens found in the prefix cache (this admission)
     preemptions: int = 0
     probe: str | None = None  # prompt bucket, for synthetic probe requests
+    outcome: str = ""  # "finished" or "aborted" (a crash) once it has left the engine
 
 
 @dataclass
@@ -127,6 +128,13 @@ class Batch:
 
     def context(self) -> int:
         return self._context
+
+    def progress(self, req: Request) -> tuple[int, float] | None:
+        """A running sequence's tokens so far and its latest token's time (None: not here)."""
+        for i, r in enumerate(self.reqs):
+            if r is req:
+                return int(self.generated[i]), float(self.last[i])
+        return None
 
     def grow(self, tokens: np.ndarray) -> None:
         """Each sequence generated ``tokens[i]`` more."""
@@ -362,6 +370,7 @@ class Engine:
 
     def _finish(self, req: Request, t: float) -> None:
         req.last_token = t
+        req.outcome = "finished"
         self.stats.finished.append(req)
 
     def drain(self) -> EngineStats:

@@ -5,34 +5,17 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from diagnoser import metrics as M
+from diagnoser.probe.metrics import ProbeMetrics
 from diagnoser.sim.engine import Request
-from diagnoser.sim.exposition import Histogram, Recorder, labels_of
+from diagnoser.sim.exposition import Recorder, labels_of
 from diagnoser.sim.scenario import Change, ModelScenario, Probe, Scenario, resolve
 from diagnoser.sim.server import Server, ServerSpec
 
 TICK = 1.0  # seconds of simulated time per step of the outer loop
-
-
-@dataclass
-class ProbeMetrics:
-    ttft: dict[str, Histogram] = field(default_factory=dict)
-    itl: dict[str, Histogram] = field(default_factory=dict)
-    e2e: dict[str, Histogram] = field(default_factory=dict)
-    outcomes: dict[tuple[str, str], float] = field(default_factory=dict)
-
-    def bucket(self, label: str) -> None:
-        if label not in self.ttft:
-            self.ttft[label] = Histogram(M.TTFT_BUCKETS)
-            self.itl[label] = Histogram(M.ITL_BUCKETS)
-            self.e2e[label] = Histogram(M.REQUEST_LATENCY_BUCKETS)
-            for outcome in ("ok", "http_error", "timeout", "truncated"):
-                self.outcomes.setdefault((label, outcome), 0.0)
 
 
 class ModelRun:
@@ -64,6 +47,7 @@ class ModelRun:
         self.next_id = 0
         self.probe = ProbeMetrics()
         self.next_probe = start
+        self.injected: list[tuple[Request, bool]] = []
         self._ramps: list[tuple[Change, dict[str, float]]] = []
         self._applied = 0
 
@@ -157,18 +141,50 @@ class ModelRun:
             self.next_probe += p.every
         return out
 
+    # --- requests from real clients (the live server's OpenAI-compatible API) --------------
+
+    def serving(self) -> bool:
+        return any(s.up for s in self.servers)
+
+    def inject(self, req: Request, too_long: bool = False) -> None:
+        """Hand a client's request to the servers at the next step, like the scenario's own.
+
+        ``too_long`` ones were already answered 400; the API server still tokenized them.
+        """
+        req.rid = self.next_id
+        self.next_id += 1
+        self.injected.append((req, too_long))
+
+    def progress(self, req: Request) -> tuple[int, float]:
+        """Tokens generated so far and the time of the latest one."""
+        if not req.outcome:
+            for server in self.servers:
+                for engine in server.engines:
+                    found = engine.running.progress(req)
+                    if found is not None:
+                        return found
+        return req.generated, req.last_token
+
+    # --- one step -------------------------------------------------------------------------
+
     def step(self, t: float, dt: float) -> None:
         self.apply_timeline(t)
         for server in self.servers:
             for lost in server.maintain(t):
+                lost.outcome = "aborted"
                 if lost.probe is not None:
                     self._probe_failed(lost.probe)
         # Tokenization is first come, first served: keep the tick's requests in arrival order.
-        incoming = sorted(self._arrivals(t, dt) + self._probes(t, dt), key=lambda x: x[0].arrival)
+        incoming = self._arrivals(t, dt) + self._probes(t, dt)
+        if self.injected:
+            incoming += self.injected
+            self.injected = []
+        incoming.sort(key=lambda x: x[0].arrival)
         up = [s for s in self.servers if s.up]
         if incoming:
             if not up:
                 for req, _ in incoming:
+                    req.outcome = "aborted"
                     if req.probe is not None:
                         self._probe_failed(req.probe)
             else:
@@ -185,8 +201,7 @@ class ModelRun:
             server.advance(t + dt, dt)
 
     def _probe_failed(self, label: str) -> None:
-        key = (label, "http_error")
-        self.probe.outcomes[key] = self.probe.outcomes.get(key, 0.0) + 1
+        self.probe.count(label, "http_error")
 
     def _probe_done(self, req: Request) -> None:
         c = self.m.client
@@ -195,13 +210,11 @@ class ModelRun:
         e2e = req.last_token - req.arrival + 2 * c.network_seconds
         if c.buffering_proxy:
             ttft = e2e  # the proxy releases the stream only when it is complete
-        self.probe.ttft[label].observe([ttft])
-        self.probe.e2e[label].observe([e2e])
         gaps = req.generated - 1
-        if gaps > 0:
-            gap = 0.0005 if c.buffering_proxy else (req.last_token - req.first_token) / gaps
-            self.probe.itl[label].observe([gap], np.array([float(gaps)]))
-        self.probe.outcomes[(label, "ok")] = self.probe.outcomes.get((label, "ok"), 0.0) + 1
+        gap = 0.0005 if c.buffering_proxy else (req.last_token - req.first_token) / max(1, gaps)
+        self.probe.observe_ok(
+            label, ttft, e2e, [gap] if gaps > 0 else [], [float(gaps)] if gaps > 0 else None
+        )
 
     # --- scrape ---------------------------------------------------------------------------
 
@@ -215,42 +228,7 @@ class ModelRun:
             return
         target = {"job": "llm-probe", "instance": "llm-probe:9464"}
         rec.sample("up", "gauge", "Scrape health.", labels_of(**target), t, 1.0)
-        for label in self.probe.ttft:
-            lb = labels_of(
-                model_name=self.m.name, target=self.m.probe.target, prompt_bucket=label, **target
-            )
-            rec.sample_histogram(
-                "llm_probe_ttft_seconds",
-                "Client-side time to first token.",
-                lb,
-                t,
-                self.probe.ttft[label],
-            )
-            rec.sample_histogram(
-                "llm_probe_itl_seconds",
-                "Client-side gap between tokens.",
-                lb,
-                t,
-                self.probe.itl[label],
-            )
-            rec.sample_histogram(
-                "llm_probe_e2e_seconds",
-                "Client-side request latency.",
-                lb,
-                t,
-                self.probe.e2e[label],
-            )
-        for (label, outcome), value in self.probe.outcomes.items():
-            lb = labels_of(
-                model_name=self.m.name,
-                target=self.m.probe.target,
-                prompt_bucket=label,
-                outcome=outcome,
-                **target,
-            )
-            rec.sample(
-                "llm_probe_requests_total", "counter", "Probe requests by outcome.", lb, t, value
-            )
+        self.probe.record(rec, t, self.m.name, self.m.probe.target, **target)
 
 
 def _slug(name: str) -> str:
@@ -265,34 +243,47 @@ def simulate(sc: Scenario, end: float, rec: Recorder | None = None) -> Recorder:
     return rec
 
 
-def run_iter(
-    sc: Scenario, end: float, rec: Recorder, start: float | None = None
-) -> Iterator[float]:
-    """The simulation as a generator of scrape times (the live server advances it).
+def run_iter(sc: Scenario, end: float, rec: Recorder) -> Iterator[float]:
+    """The simulation of ``sc.duration`` up to ``end``, as a generator of scrape times."""
+    end = math.floor(end / sc.scrape_interval) * sc.scrape_interval
+    yield from Simulation(sc, rec, end - sc.duration).run(end)
 
-    By default it covers ``sc.duration`` up to ``end``; with ``start`` it runs from there
-    to ``end``, which may be infinite (the timeline's last state then holds).
-    """
-    interval = sc.scrape_interval
-    if start is None:
-        end = math.floor(end / interval) * interval
-        start = end - sc.duration
-    rng = np.random.default_rng(sc.seed)
-    runs = [
-        ModelRun(m, start, np.random.default_rng(rng.integers(2**32))) for m in _fresh(sc.models)
-    ]
-    t = start
-    next_scrape = start
-    while t < end + 1e-9:
-        if t >= next_scrape - 1e-9:
-            for run in runs:
-                run.record(rec, next_scrape, interval)
-            yield next_scrape
-            next_scrape += interval
-        dt = min(TICK, next_scrape - t)
-        for run in runs:
-            run.step(t, dt)
-        t += dt
+
+class Simulation:
+    """Every model of a scenario, stepped together and recorded at every scrape."""
+
+    def __init__(self, sc: Scenario, rec: Recorder, start: float):
+        self.rec = rec
+        self.interval = sc.scrape_interval
+        rng = np.random.default_rng(sc.seed)
+        self.runs = [
+            ModelRun(m, start, np.random.default_rng(rng.integers(2**32)))
+            for m in _fresh(sc.models)
+        ]
+        self.t = start
+        self.next_scrape = start
+
+    def model(self, name: str) -> ModelRun | None:
+        return next((r for r in self.runs if r.m.name == name), None)
+
+    def run(self, end: float, exact: bool = False) -> Iterator[float]:
+        """Step up to ``end``, yielding each scrape time once it is recorded.
+
+        ``exact`` never steps past ``end`` (the live server follows the wall clock with it);
+        otherwise the last step may overrun it, as the batch simulation always has.
+        """
+        while self.t < (end - 1e-9 if exact else end + 1e-9):
+            if self.t >= self.next_scrape - 1e-9:
+                for run in self.runs:
+                    run.record(self.rec, self.next_scrape, self.interval)
+                yield self.next_scrape
+                self.next_scrape += self.interval
+            dt = min(TICK, self.next_scrape - self.t)
+            if exact:
+                dt = min(dt, end - self.t)
+            for run in self.runs:
+                run.step(self.t, dt)
+            self.t += dt
 
 
 def _fresh(models: list[ModelScenario]) -> list[ModelScenario]:

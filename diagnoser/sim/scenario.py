@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from diagnoser.errors import FileFieldError, read_yaml_mapping
+from diagnoser.metrics import prompt_bucket_label
 from diagnoser.sim import hardware
 from diagnoser.sim.engine import EngineConfig
 from diagnoser.sim.server import PROFILES, ApiServerConfig, Fault
@@ -62,9 +63,7 @@ class Probe:
     max_tokens: int = 16
     target: str = "public"
 
-    @staticmethod
-    def bucket_label(tokens: int) -> str:
-        return f"{tokens // 1024}k" if tokens >= 1024 and tokens % 1024 == 0 else str(tokens)
+    bucket_label = staticmethod(prompt_bucket_label)
 
 
 @dataclass

@@ -1,0 +1,165 @@
+"""Prompts of a known length in tokens, for the probe's prompt length classes.
+
+Two ways to count, and the probe says which one it used:
+
+- **the served model's tokenizer** (``--tokenizer tokenizer.json``, read with the optional
+  ``tokenizers`` package): the prompt is cut to exactly N tokens of that tokenizer;
+- **the approximation**: the prompt is N words drawn from :data:`WORDS`, common English words
+  that are each one token, with a leading space, in the vocabularies this was checked on
+  (GPT-4's cl100k, Mistral's SentencePiece v1 and v3, Tekken): N words are N tokens there.
+  Other vocabularies may split a few of them. A server's chat template adds its own few
+  tokens on top, which the server's ``usage.prompt_tokens`` shows.
+
+Every request gets freshly drawn words, so no two prompts share a prefix: the server's prefix
+cache cannot serve a probe's prompt from an earlier one, and TTFT measures a real prefill.
+The simulator counts prompt tokens with :func:`approx_tokens`, which gives N for these
+prompts.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from diagnoser.errors import UserError
+from diagnoser.metrics import prompt_bucket_label
+
+_WORD_TEXT = """
+the of and to in is that for it as was with be by on not he this are or his from at which but
+have an they you were their one all we can her has there been if more when will would who so no
+time people year way day man world life hand part child eye woman place work week case point
+number group problem fact water room mother area money story month lot right study book job word
+business issue side kind head house service friend father power hour game line end member law
+car city community name president team minute idea kid body information back parent face others
+level office door health person art war history party result change morning reason research girl
+guy moment air teacher force education foot boy age policy process music market sense nation plan
+college interest death experience effect use class control care field development role effort
+rate heart drug show leader light voice wife police mind price report decision son view
+relationship town road arm difference value building action model season society tax director
+position player record paper space ground form event official matter center couple site project
+activity star table need court oil situation cost industry figure street image phase stock
+picture evidence color land bank garden river ocean tree stone bread window train summer winter
+spring island bridge forest mountain village letter question answer simple small large early
+young great little old long good new high different important public able bad real best better
+sure free strong true whole clear recent certain personal open red difficult available likely
+short single medical current wrong private past foreign fine common poor natural significant
+similar hot dead central happy serious ready left physical general environmental financial blue
+democratic dark various entire close legal religious cold final main green nice huge popular
+traditional cultural
+"""
+WORDS = tuple(_WORD_TEXT.split())
+
+APPROXIMATION = "approximation"
+TOKENIZER = "tokenizer"
+
+_TOKEN_RE = re.compile(r"\w+|[^\w\s]")
+
+
+def approx_tokens(text: str) -> int:
+    """Tokens in ``text`` by the approximation: one per word and one per punctuation mark.
+
+    Exact for the probe's prompts; ordinary English text has 10-30% more tokens than this
+    on the common tokenizers (longer and rarer words split into pieces).
+    """
+    return len(_TOKEN_RE.findall(text))
+
+
+def parse_classes(text: str) -> list[int]:
+    """``128,1k,4k,16k`` -> [128, 1024, 4096, 16384] (``k`` is 1024; sorted, no repeats)."""
+    from diagnoser.shapes import class_size
+
+    out: list[int] = []
+    for part in text.split(","):
+        size = class_size(part) if part.strip() else None
+        if size is None or size != int(size) or size < 1:
+            raise UserError(
+                f"--classes: {part.strip()!r} is not a prompt length like 128, 1k or 16k"
+            )
+        if size > 1024 * 1024:
+            raise UserError(f"--classes: {part.strip()} is longer than 1m tokens")
+        out.append(int(size))
+    if len(set(prompt_bucket_label(n) for n in out)) != len(out):
+        raise UserError("--classes: a prompt length is given twice")
+    return sorted(out)
+
+
+class TokenCounter(Protocol):
+    """Builds a prompt of ``tokens`` tokens; ``source`` says how tokens were counted."""
+
+    source: str
+    description: str
+
+    def prompt(self, tokens: int, rng: random.Random) -> tuple[str, int]:
+        """A fresh prompt and its length in tokens by this counter."""
+        ...
+
+
+@dataclass
+class Approximation:
+    source: str = APPROXIMATION
+    description: str = (
+        "approximation: one common English word per token "
+        "(exact on the cl100k, Mistral SentencePiece and Tekken vocabularies)"
+    )
+
+    def prompt(self, tokens: int, rng: random.Random) -> tuple[str, int]:
+        return " ".join(rng.choices(WORDS, k=tokens)), tokens
+
+
+class TokenizerJson:
+    """A Hugging Face ``tokenizer.json``, read with the ``tokenizers`` package."""
+
+    source = TOKENIZER
+
+    def __init__(self, tokenizer: Any, path: Path):
+        self.tok = tokenizer
+        self.description = f"tokenizer: {path}"
+
+    def count(self, text: str) -> int:
+        return len(self.tok.encode(text, add_special_tokens=False).ids)
+
+    def prompt(self, tokens: int, rng: random.Random) -> tuple[str, int]:
+        words = list(rng.choices(WORDS, k=tokens + 8))
+        ids: list[int] = self.tok.encode(" ".join(words), add_special_tokens=False).ids
+        while len(ids) < tokens + 8:  # a tokenizer that merges words: draw more
+            words += rng.choices(WORDS, k=tokens + 8 - len(ids))
+            ids = self.tok.encode(" ".join(words), add_special_tokens=False).ids
+        # Decoding a cut can end in part of a word that encodes differently: take the cut
+        # nearest ``tokens`` whose text has exactly ``tokens`` tokens.
+        best = ("", -1)
+        for delta in (0, -1, 1, -2, 2, -3, 3, -4, 4):
+            text = str(self.tok.decode(ids[: tokens + delta]))
+            counted = self.count(text)
+            if counted == tokens:
+                return text, counted
+            if abs(counted - tokens) < abs(best[1] - tokens):
+                best = (text, counted)
+        return best
+
+
+def load_counter(path: Path | None) -> tuple[TokenCounter, str | None]:
+    """The counter for ``--tokenizer PATH`` (or the approximation), and a warning if any.
+
+    Without the ``tokenizers`` package the approximation is used and the warning says so; a
+    file that cannot be read as a tokenizer is the user's error.
+    """
+    if path is None:
+        return Approximation(), None
+    if not path.is_file():
+        raise UserError(f"--tokenizer {path}: no such file")
+    try:
+        from tokenizers import Tokenizer
+    except ImportError:
+        return Approximation(), (
+            f"the 'tokenizers' package is not installed, so {path} is not used: prompt lengths "
+            "are approximate (pip install tokenizers)"
+        )
+    try:
+        tok = Tokenizer.from_file(str(path))
+    except Exception as exc:  # the Rust library raises its own exception types
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise UserError(f"--tokenizer {path}: not a tokenizer.json ({first})") from None
+    return TokenizerJson(tok, path), None

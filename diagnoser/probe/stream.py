@@ -1,0 +1,307 @@
+"""One streamed request to an OpenAI-compatible server, timed as the user sees it.
+
+The clock starts before the connection is opened (a user's request pays for it too). The
+first token is the first server-sent event that carries text (``choices[0].text``, or
+``delta.content`` / ``delta.reasoning_content`` in chat); chat's opening role-only chunk is not
+a token. Gaps are measured between such events as they arrive, so a proxy that holds the
+stream back shows as a late first token followed by gaps near zero.
+
+Outcomes:
+
+- ``ok``: HTTP 200 and the stream ended properly (``data: [DONE]`` or a ``finish_reason``);
+- ``http_error``: any other status, or an error object or invalid JSON inside the stream;
+- ``timeout``: the whole request took longer than its timeout (connect, wait and stream);
+- ``truncated``: the stream was cut before its end (no ``[DONE]``, no ``finish_reason``);
+- ``connection_error``: no connection (refused, DNS, TLS) or no response at all.
+
+Only ``ok`` requests are timed in the histograms; every request is counted by outcome.
+"""
+
+from __future__ import annotations
+
+import base64
+import http.client
+import json
+import socket
+import ssl
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import unquote, urlsplit
+
+from diagnoser.errors import UserError
+from diagnoser.source import redact_url
+
+OUTCOMES = ("ok", "http_error", "timeout", "truncated", "connection_error")
+API_PATHS = {"completions": "/v1/completions", "chat": "/v1/chat/completions"}
+USER_AGENT = "servediag-probe"
+MAX_LINE = 1 << 20  # longest server-sent event line read whole
+MAX_ERROR_BODY = 1 << 16
+
+Clock = Callable[[], float]
+
+
+class ProbeError(Exception):
+    """The target cannot be reached or answers something unusable (exit status 3)."""
+
+
+@dataclass
+class Endpoint:
+    """Where and how to send: the API's base URL, TLS, and the request headers."""
+
+    url: str
+    headers: dict[str, str] = field(default_factory=dict)
+    bearer_token_file: Path | None = None
+    ca_file: str | None = None
+
+    def __post_init__(self) -> None:
+        parts = urlsplit(self.url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise UserError(f"--target {redact_url(self.url)!r} is not an http(s):// URL")
+        try:
+            port = parts.port
+        except ValueError:
+            raise UserError(f"--target {redact_url(self.url)!r} has a bad port") from None
+        self.scheme, self.host = parts.scheme, parts.hostname
+        self.port = port or (443 if parts.scheme == "https" else 80)
+        prefix = parts.path.rstrip("/")
+        self.prefix = prefix[: -len("/v1")] if prefix.endswith("/v1") else prefix
+        self.query = f"?{parts.query}" if parts.query else ""
+        self.shown = redact_url(self.url)
+        if parts.username is not None:
+            user_pass = f"{unquote(parts.username)}:{unquote(parts.password or '')}"
+            self.headers.setdefault(
+                "Authorization", "Basic " + base64.b64encode(user_pass.encode()).decode()
+            )
+        self._token: str | None = None
+        if self.bearer_token_file is not None:
+            self._token = self._read_token()
+            if self._token is None:
+                raise UserError(f"cannot read --bearer-token-file {self.bearer_token_file}")
+
+    @property
+    def netloc(self) -> str:
+        default = 443 if self.scheme == "https" else 80
+        return self.host if self.port == default else f"{self.host}:{self.port}"
+
+    def path(self, api_path: str) -> str:
+        return f"{self.prefix}{api_path}{self.query}"
+
+    def _read_token(self) -> str | None:
+        assert self.bearer_token_file is not None
+        try:
+            return self.bearer_token_file.read_text(encoding="utf-8").strip() or None
+        except (OSError, UnicodeDecodeError):
+            return None
+
+    def request_headers(self, accept: str) -> dict[str, str]:
+        """Headers for one request; a token file is read again each time (tokens rotate)."""
+        out = {"User-Agent": USER_AGENT, "Accept": accept, **self.headers}
+        if self.bearer_token_file is not None:
+            self._token = self._read_token() or self._token  # keep the last good one
+            out["Authorization"] = f"Bearer {self._token}"
+        return out
+
+    def connection(self, timeout: float) -> http.client.HTTPConnection:
+        if self.scheme == "https":
+            ctx = ssl.create_default_context(cafile=self.ca_file)
+            return http.client.HTTPSConnection(self.host, self.port, timeout=timeout, context=ctx)
+        return http.client.HTTPConnection(self.host, self.port, timeout=timeout)
+
+
+@dataclass
+class Result:
+    outcome: str
+    ttft: float | None = None
+    gaps: list[float] = field(default_factory=list)
+    e2e: float | None = None
+    tokens: int = 0  # events that carried text
+    finish_reason: str | None = None
+    prompt_tokens: int | None = None  # as the server counted them (usage)
+    detail: str = ""
+
+
+def _error_message(body: bytes) -> str:
+    """The ``message`` of an OpenAI-style error body, or the start of the body."""
+    text = body.decode("utf-8", "replace").strip()
+    try:
+        obj = json.loads(text)
+    except ValueError:
+        return " ".join(text.split())[:200] or "(empty body)"
+    return _message_of(obj) or text[:200]
+
+
+def _message_of(obj: Any) -> str:
+    if isinstance(obj, dict):
+        err = obj.get("error", obj)
+        if isinstance(err, dict) and isinstance(err.get("message"), str):
+            return " ".join(err["message"].split())[:300]
+        if isinstance(err, str):
+            return err[:300]
+    return ""
+
+
+def _text_of(choice: dict[str, Any]) -> str:
+    text = choice.get("text")
+    if isinstance(text, str):
+        return text
+    delta = choice.get("delta")
+    if isinstance(delta, dict):
+        for key in ("content", "reasoning_content", "reasoning"):
+            value = delta.get(key)
+            if isinstance(value, str) and value:
+                return value
+    return ""
+
+
+def stream(
+    ep: Endpoint,
+    api: str,
+    body: dict[str, Any],
+    timeout: float,
+    clock: Clock = time.monotonic,
+) -> Result:
+    """POST ``body`` (with ``stream: true``) and read the server-sent events to the end."""
+    data = json.dumps({**body, "stream": True}).encode()
+    headers = {**ep.request_headers("text/event-stream"), "Content-Type": "application/json"}
+    t0 = clock()
+    deadline = t0 + timeout
+    conn = ep.connection(timeout)
+    try:
+        try:
+            conn.request("POST", ep.path(API_PATHS[api]), body=data, headers=headers)
+            sock = conn.sock
+            if isinstance(sock, socket.socket):
+                sock.settimeout(max(0.001, deadline - clock()))
+            resp = conn.getresponse()
+        except TimeoutError:
+            return Result("timeout", detail=f"no response within {timeout:g} s")
+        except (OSError, http.client.HTTPException) as exc:
+            return Result("connection_error", detail=_describe(exc))
+        if resp.status != 200:
+            try:
+                if isinstance(sock, socket.socket):
+                    sock.settimeout(max(0.001, deadline - clock()))
+                message = _error_message(resp.read(MAX_ERROR_BODY))
+            except (OSError, http.client.HTTPException):
+                message = "(body not read)"
+            return Result("http_error", detail=f"HTTP {resp.status}: {message}")
+        return _read_events(resp, sock, t0, deadline, timeout, clock)
+    finally:
+        conn.close()
+
+
+def _read_events(
+    resp: http.client.HTTPResponse,
+    sock: object,
+    t0: float,
+    deadline: float,
+    timeout: float,
+    clock: Clock,
+) -> Result:
+    res = Result("truncated")
+    last = t0
+    while True:
+        remaining = deadline - clock()
+        if remaining <= 0:
+            return _timed_out(res, timeout)
+        try:
+            if isinstance(sock, socket.socket):
+                sock.settimeout(remaining)
+            raw = resp.readline(MAX_LINE)
+        except TimeoutError:
+            return _timed_out(res, timeout)
+        except (OSError, http.client.HTTPException) as exc:
+            res.detail = f"stream cut after {res.tokens} token(s): {_describe(exc)}"
+            return res
+        now = clock()
+        if not raw:
+            break
+        line = raw.decode("utf-8", "replace").rstrip("\r\n")
+        name, _, value = line.partition(":")
+        if name != "data":
+            continue  # blank lines end events; comments and other fields carry no tokens
+        value = value[1:] if value.startswith(" ") else value
+        if value.strip() == "[DONE]":
+            res.outcome, res.e2e = "ok", now - t0
+            return res
+        try:
+            obj = json.loads(value)
+        except ValueError:
+            res.outcome, res.detail = "http_error", "the stream carries invalid JSON"
+            return res
+        if not isinstance(obj, dict):
+            continue
+        if "error" in obj:
+            res.outcome = "http_error"
+            res.detail = f"error in the stream: {_message_of(obj) or 'no message'}"
+            return res
+        usage = obj.get("usage")
+        if isinstance(usage, dict) and isinstance(usage.get("prompt_tokens"), int):
+            res.prompt_tokens = usage["prompt_tokens"]
+        choices = obj.get("choices")
+        if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
+            continue
+        if _text_of(choices[0]):
+            if res.ttft is None:
+                res.ttft = now - t0
+            else:
+                res.gaps.append(now - last)
+            last = now
+            res.tokens += 1
+        reason = choices[0].get("finish_reason")
+        if isinstance(reason, str) and reason:
+            res.finish_reason = reason
+    if res.finish_reason is not None:  # ended properly, without [DONE]
+        res.outcome, res.e2e = "ok", clock() - t0
+    else:
+        res.detail = f"the stream ended after {res.tokens} token(s) without [DONE]"
+    return res
+
+
+def _timed_out(res: Result, timeout: float) -> Result:
+    return Result(
+        "timeout",
+        ttft=res.ttft,
+        tokens=res.tokens,
+        detail=f"not finished within {timeout:g} s ({res.tokens} token(s) received)",
+    )
+
+
+def _describe(exc: BaseException) -> str:
+    if isinstance(exc, ConnectionRefusedError):
+        return "connection refused"
+    if isinstance(exc, socket.gaierror):
+        return f"cannot resolve the host ({exc.strerror or exc})"
+    if isinstance(exc, ssl.SSLError):
+        return f"TLS: {exc.reason or exc}"
+    if isinstance(exc, http.client.RemoteDisconnected):
+        return "the server closed the connection without a response"
+    if isinstance(exc, http.client.IncompleteRead):
+        return "the chunked stream was cut"
+    text = getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
+    return str(text)
+
+
+def get_json(ep: Endpoint, api_path: str, timeout: float) -> Any:
+    """GET a JSON document (``/v1/models``); failures raise :class:`ProbeError`."""
+    conn = ep.connection(timeout)
+    where = f"{ep.shown.rstrip('/')} ({api_path})"
+    try:
+        conn.request("GET", ep.path(api_path), headers=ep.request_headers("application/json"))
+        resp = conn.getresponse()
+        body = resp.read(MAX_ERROR_BODY * 16)
+    except TimeoutError:
+        raise ProbeError(f"{where}: no answer within {timeout:g} s") from None
+    except (OSError, http.client.HTTPException) as exc:
+        raise ProbeError(f"{where}: {_describe(exc)}") from None
+    finally:
+        conn.close()
+    if resp.status != 200:
+        raise ProbeError(f"{where}: HTTP {resp.status}: {_error_message(body)}")
+    try:
+        return json.loads(body)
+    except ValueError:
+        raise ProbeError(f"{where}: the answer is not JSON") from None
