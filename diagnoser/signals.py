@@ -568,21 +568,21 @@ def _vocabulary(
         s(
             "ttft_outside_engine",
             "s",
-            "Client-side TTFT p95 minus server-side TTFT p95: time lost outside the engine.",
+            "Client-side TTFT p95 of the fastest prompt class minus server-side TTFT p95: time "
+            "lost outside the engine (the fastest class, so slow prefill of long probe prompts "
+            "does not count as lost).",
             q.difference(
-                _probe_quantile(0.95, PROBE_TTFT, by_bucket=False), q.quantile(0.95, TTFT)
+                lambda sc: q.agg("min", sc, _probe_quantile(0.95, PROBE_TTFT, by_bucket=True)(sc)),
+                q.quantile(0.95, TTFT),
             ),
             ("llm_probe_ttft_outside_engine_seconds", "p95"),
         ),
         s(
             "probe_first_token_share_of_e2e",
             "ratio",
-            "Client-side TTFT over end-to-end (medians): near 1 when the stream arrives in one "
+            "Client-side TTFT over end-to-end (means): near 1 when the stream arrives in one "
             "burst at the end (a buffering proxy).",
-            q.ratio(
-                _probe_quantile(0.5, PROBE_TTFT, by_bucket=False),
-                _probe_quantile(0.5, PROBE_E2E, by_bucket=False),
-            ),
+            q.ratio(q.on_probe(q.hist_mean(PROBE_TTFT)), q.on_probe(q.hist_mean(PROBE_E2E))),
             ("llm_probe_ttft_over_e2e", "ratio"),
         ),
         # scrape health

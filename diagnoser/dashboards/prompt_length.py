@@ -32,8 +32,8 @@ def build(cfg: RulesConfig | None = None) -> Dashboard:
             "Time lost outside the engine",
             [("ttft_outside_engine", "{{model_name}}")],
             w=12,
-            description="Client TTFT p95 minus server TTFT p95: a buffering proxy, "
-            "gateway or network.",
+            description="Client TTFT p95 of the fastest prompt class minus server TTFT p95: "
+            "a buffering proxy, gateway or network.",
         ),
         series(
             g,
