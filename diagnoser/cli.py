@@ -18,6 +18,7 @@ import click
 
 if TYPE_CHECKING:
     from diagnoser.catalog import Catalog, Playbook
+    from diagnoser.source import PrometheusSource
 
 EXIT_FOUND = 1
 EXIT_USAGE = 2
@@ -440,6 +441,94 @@ def simulate_cmd(
     )
 
 
+# --- the metric source, shared by diagnose and webhook ---------------------------------------
+
+SOURCE_OPTIONS = (
+    click.option(
+        "--prometheus-url",
+        envvar="PROMETHEUS_URL",
+        default="http://localhost:9090",
+        show_default=True,
+        help="Prometheus-compatible API (also PROMETHEUS_URL).",
+    ),
+    click.option(
+        "--bearer-token-file",
+        type=click.Path(dir_okay=False, path_type=Path),
+        help="Read a bearer token from this file (or set PROMETHEUS_BEARER_TOKEN).",
+    ),
+    click.option(
+        "--basic-auth",
+        envvar="PROMETHEUS_BASIC_AUTH",
+        default=None,
+        metavar="USER:PASS",
+        help="Basic auth (also PROMETHEUS_BASIC_AUTH).",
+    ),
+    click.option(
+        "--header",
+        "headers",
+        multiple=True,
+        metavar="NAME=VALUE",
+        help="Extra request header, e.g. X-Scope-OrgID=tenant (repeatable).",
+    ),
+    click.option(
+        "--ca-file",
+        type=click.Path(dir_okay=False, exists=True),
+        default=None,
+        help="CA bundle to verify the server's certificate.",
+    ),
+    click.option("--insecure", is_flag=True, help="Do not verify TLS certificates."),
+    click.option(
+        "--timeout",
+        type=click.FloatRange(min=1, max=600),
+        default=30.0,
+        show_default=True,
+        help="Seconds to wait for each query.",
+    ),
+)
+
+
+def source_options(fn: F) -> F:
+    """The Prometheus URL, authentication and timeout options, passed on as keywords."""
+    for option in reversed(SOURCE_OPTIONS):
+        fn = option(fn)
+    return fn
+
+
+def _source(
+    prometheus_url: str,
+    bearer_token_file: Path | None,
+    basic_auth: str | None,
+    headers: tuple[str, ...],
+    ca_file: str | None,
+    insecure: bool,
+    timeout: float,
+) -> PrometheusSource:
+    import os
+
+    from diagnoser.source import Auth, PrometheusSource
+
+    token = os.environ.get("PROMETHEUS_BEARER_TOKEN")
+    if bearer_token_file is not None:
+        try:
+            token = bearer_token_file.read_text(encoding="utf-8").strip()
+        except OSError as exc:
+            fail(f"cannot read --bearer-token-file {bearer_token_file}: {exc.strerror}")
+    basic = None
+    if basic_auth:
+        user, sep, password = basic_auth.partition(":")
+        if not sep:
+            fail("--basic-auth must be USER:PASS")
+        basic = (user, password)
+    extra = {}
+    for h in headers:
+        name, sep, value = h.partition("=")
+        if not sep or not name.strip():
+            fail(f"--header {name.strip() or h!r} must be NAME=VALUE")
+        extra[name.strip()] = value.strip()
+    auth = Auth(bearer_token=token, basic=basic, headers=extra, ca_file=ca_file, insecure=insecure)
+    return PrometheusSource(prometheus_url, auth, timeout=timeout)
+
+
 # --- diagnose -------------------------------------------------------------------------------
 
 
@@ -495,13 +584,6 @@ def _matchers(
     help="Reference period: 'before' (as long as the window, just before it) or a "
     "duration such as 1d (the same hours that long ago).",
 )
-@click.option(
-    "--prometheus-url",
-    envvar="PROMETHEUS_URL",
-    default="http://localhost:9090",
-    show_default=True,
-    help="Prometheus-compatible API (also PROMETHEUS_URL).",
-)
 @click.option("--model", default=None, help="Only this model_name.")
 @click.option("--instance", default=None, help="Only this instance.")
 @click.option("--job", default=None, help="Only this job.")
@@ -534,39 +616,7 @@ def _matchers(
     metavar="ID",
     help="Show one playbook's signature evaluated step by step, with the numbers.",
 )
-@click.option(
-    "--bearer-token-file",
-    type=click.Path(dir_okay=False, path_type=Path),
-    help="Read a bearer token from this file (or set PROMETHEUS_BEARER_TOKEN).",
-)
-@click.option(
-    "--basic-auth",
-    envvar="PROMETHEUS_BASIC_AUTH",
-    default=None,
-    metavar="USER:PASS",
-    help="Basic auth (also PROMETHEUS_BASIC_AUTH).",
-)
-@click.option(
-    "--header",
-    "headers",
-    multiple=True,
-    metavar="NAME=VALUE",
-    help="Extra request header, e.g. X-Scope-OrgID=tenant (repeatable).",
-)
-@click.option(
-    "--ca-file",
-    type=click.Path(dir_okay=False, exists=True),
-    default=None,
-    help="CA bundle to verify the server's certificate.",
-)
-@click.option("--insecure", is_flag=True, help="Do not verify TLS certificates.")
-@click.option(
-    "--timeout",
-    type=click.FloatRange(min=1, max=600),
-    default=30.0,
-    show_default=True,
-    help="Seconds to wait for each query.",
-)
+@source_options
 @catalog_option
 @config_option
 @handles_errors
@@ -574,7 +624,6 @@ def diagnose_cmd(
     since: str,
     until: str | None,
     baseline: str,
-    prometheus_url: str,
     model: str | None,
     instance: str | None,
     job: str | None,
@@ -582,14 +631,9 @@ def diagnose_cmd(
     fmt: str,
     output: Path | None,
     explain: str | None,
-    bearer_token_file: Path | None,
-    basic_auth: str | None,
-    headers: tuple[str, ...],
-    ca_file: str | None,
-    insecure: bool,
-    timeout: float,
     catalog_dirs: tuple[Path, ...],
     config_path: Path | None,
+    **source_args: Any,
 ) -> None:
     """Match live Prometheus series against the playbooks; the likely cause first.
 
@@ -610,35 +654,16 @@ def diagnose_cmd(
     from diagnoser import report
     from diagnoser.config import load_config
     from diagnoser.diagnosis import Window, diagnose, to_json
-    from diagnoser.source import Auth, PrometheusSource, SourceError
+    from diagnoser.source import SourceError
 
     window_s = parse_duration_option(since)
     end = parse_time(until) if until else time.time()
     offset = None if baseline == "before" else parse_duration_option(baseline)
-    token = os.environ.get("PROMETHEUS_BEARER_TOKEN")
-    if bearer_token_file is not None:
-        try:
-            token = bearer_token_file.read_text(encoding="utf-8").strip()
-        except OSError as exc:
-            fail(f"cannot read --bearer-token-file {bearer_token_file}: {exc.strerror}")
-    basic = None
-    if basic_auth:
-        user, sep, password = basic_auth.partition(":")
-        if not sep:
-            fail("--basic-auth must be USER:PASS")
-        basic = (user, password)
-    extra = {}
-    for h in headers:
-        name, sep, value = h.partition("=")
-        if not sep or not name.strip():
-            fail(f"--header {name.strip() or h!r} must be NAME=VALUE")
-        extra[name.strip()] = value.strip()
+    source = _source(**source_args)
     cat = _catalog(catalog_dirs)
     if explain is not None:
         _playbook(cat, explain)
     cfg = load_config(config_path)
-    auth = Auth(bearer_token=token, basic=basic, headers=extra, ca_file=ca_file, insecure=insecure)
-    source = PrometheusSource(prometheus_url, auth, timeout=timeout)
     try:
         result = diagnose(
             source,
@@ -680,3 +705,150 @@ def diagnose_cmd(
 def diagnose_main() -> None:
     """The ``diagnose`` console script: the same as ``servediag diagnose``."""
     diagnose_cmd.main(args=sys.argv[1:], prog_name="diagnose")
+
+
+# --- webhook --------------------------------------------------------------------------------
+
+
+@main.command("webhook")
+@click.option(
+    "--listen",
+    required=True,
+    metavar="HOST:PORT",
+    help="Address to serve on; point Alertmanager's webhook_configs at http://HOST:PORT/alerts.",
+)
+@click.option(
+    "--since",
+    default="1h",
+    show_default=True,
+    metavar="DURATION",
+    help="How far back each diagnosis looks, up to the moment the alert arrives.",
+)
+@click.option(
+    "--baseline",
+    default="before",
+    show_default=True,
+    help="Reference period, as for diagnose: 'before' or a duration such as 1d.",
+)
+@click.option(
+    "--step",
+    default=None,
+    metavar="DURATION",
+    help="Query resolution, rates over four steps (default: planned from --since, at least "
+    "15 s with 5 m rates). Only for fast scrapes and windows of minutes.",
+)
+@click.option(
+    "--slack-url",
+    envvar="SERVEDIAG_SLACK_WEBHOOK_URL",
+    default=None,
+    metavar="URL",
+    help="Also post each diagnosis to this Slack-compatible incoming webhook "
+    "(also SERVEDIAG_SLACK_WEBHOOK_URL).",
+)
+@click.option(
+    "--dedupe-window",
+    default="1h",
+    show_default=True,
+    metavar="DURATION",
+    help="Skip an alert (same name, playbook and model) diagnosed less than this ago.",
+)
+@click.option(
+    "--queue-size",
+    type=click.IntRange(1, 10_000),
+    default=32,
+    show_default=True,
+    help="Alert groups that may wait for a diagnosis; beyond it Alertmanager gets 503.",
+)
+@click.option(
+    "--workers",
+    type=click.IntRange(1, 32),
+    default=2,
+    show_default=True,
+    help="Diagnoses run at once (one per alert group at a time).",
+)
+@source_options
+@catalog_option
+@config_option
+@handles_errors
+def webhook_cmd(
+    listen: str,
+    since: str,
+    baseline: str,
+    step: str | None,
+    slack_url: str | None,
+    dedupe_window: str,
+    queue_size: int,
+    workers: int,
+    catalog_dirs: tuple[Path, ...],
+    config_path: Path | None,
+    **source_args: Any,
+) -> None:
+    """Receive Alertmanager notifications and diagnose each firing playbook alert.
+
+    For every firing alert with a `playbook` label, runs the diagnosis of that alert's model
+    over the last --since and prints one JSON line on stdout: the alert, its playbook id and
+    runbook_url, the top finding and the whole diagnosis. Logs go to stderr. A bad payload is
+    answered 400, a full queue 503; a failing diagnosis is logged and the receiver goes on.
+    GET /healthz and GET /metrics are served too. Stops on Ctrl-C or SIGTERM.
+
+    \b
+    Examples:
+      servediag webhook --listen 0.0.0.0:9095 --prometheus-url http://prometheus:9090
+      servediag webhook --listen 127.0.0.1:9095 --slack-url https://hooks.slack.com/services/...
+    """
+    import logging
+    import signal
+    import threading
+
+    from diagnoser.config import load_config
+    from diagnoser.diagnosis import MIN_STEP
+    from diagnoser.notify import SlackForwarder
+    from diagnoser.source import MAX_POINTS
+    from diagnoser.webhook import Webhook
+    from diagnoser.webhook_http import serve
+
+    host, port = parse_listen(listen)
+    since_s = parse_duration_option(since)
+    offset = None if baseline == "before" else parse_duration_option(baseline)
+    step_s = parse_duration_option(step) if step else None
+    if step_s is not None and 2 * since_s / step_s > MAX_POINTS:
+        fail(f"--step {step} is too fine for --since {since}: use at least {MIN_STEP:g}s")
+    dedupe_s = parse_duration_option(dedupe_window)
+    cat = _catalog(catalog_dirs)
+    cfg = load_config(config_path)
+    logging.basicConfig(
+        level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(levelname)s %(message)s"
+    )
+    logging.getLogger("urllib3").setLevel(logging.ERROR)  # retries end in one error line
+
+    if slack_url and not slack_url.startswith(("http://", "https://")):
+        fail("--slack-url must be an http:// or https:// URL")
+    lock = threading.Lock()
+
+    def emit(record: dict[str, Any]) -> None:
+        line = json.dumps(record, separators=(",", ":")) + "\n"
+        with lock:  # workers emit concurrently; a line is never split
+            sys.stdout.write(line)
+            sys.stdout.flush()
+
+    hook = Webhook(
+        _source(**source_args),
+        cat,
+        emit,
+        cfg,
+        since=since_s,
+        baseline_offset=offset,
+        step=step_s,
+        forwarder=SlackForwarder(slack_url, cat) if slack_url else None,
+        dedupe_window=dedupe_s,
+        workers=workers,
+        max_pending=queue_size,
+    )
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    try:
+        serve(hook, host, port, stop=stop)
+    except OSError as exc:
+        fail(f"cannot listen on {listen}: {exc.strerror or exc}")
+    except KeyboardInterrupt:
+        pass
