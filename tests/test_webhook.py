@@ -347,7 +347,11 @@ def test_an_unreachable_prometheus_is_logged_and_the_receiver_keeps_running():
         assert post(url, notification(alert(model="second")))[0] == 200
     finally:
         proc.terminate()
-        out, err = proc.communicate(timeout=30)
+        try:
+            out, err = proc.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            out, err = proc.communicate()
     assert proc.returncode == 0, err
     assert "Traceback" not in err
     errors = [ln for ln in err.splitlines() if " ERROR " in ln]
