@@ -234,3 +234,34 @@ def test_every_sent_receiver_calls_the_diagnosis_webhook():
     urls = {r["name"]: [w["url"] for w in r.get("webhook_configs", [])] for r in doc["receivers"]}
     assert urls["page"] == urls["ticket"] == ["http://webhook:9095/alerts"]
     assert urls["discard"] == []
+
+
+def test_the_files_the_dockerfile_copies_build_the_wheel(tmp_path):
+    """What `pip install .` sees inside the image: only the copied files, and enough of them."""
+    import sys
+    import zipfile
+
+    context = tmp_path / "src"
+    for line in re.findall(r"^COPY (.+) \S+$", (ROOT / "Dockerfile").read_text(), re.M):
+        for source in line.split():
+            src, dst = ROOT / source, context / source
+            if src.is_dir():
+                shutil.copytree(src, dst, ignore=shutil.ignore_patterns("__pycache__"))
+            else:
+                dst.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(src, dst)
+    proc = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(tmp_path), "."],
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=context,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr
+    (wheel,) = tmp_path.glob("servediag-*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    assert "diagnoser/_catalog/playbooks/kv-cache-pressure.yaml" in names
+    assert "diagnoser/_catalog/scenarios/context-length-rejections.yaml" in names
+    entry = next(n for n in names if n.endswith("entry_points.txt"))
+    assert "servediag = diagnoser.cli:main" in zipfile.ZipFile(wheel).read(entry).decode()
