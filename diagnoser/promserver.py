@@ -1,7 +1,8 @@
 """A throwaway local Prometheus: backfill OpenMetrics with promtool, serve it on loopback.
 
-Used by the tests and the demo. Nothing is left running: the server is a context manager
-that stops its process and removes its data unless told to keep it.
+Used by the tests and the demo; ``Alertmanager`` starts a real Alertmanager the same way for
+the alerting tests. Nothing is left running: each server is a context manager that stops its
+process and removes its working files.
 """
 
 from __future__ import annotations
@@ -17,25 +18,37 @@ import urllib.parse
 import urllib.request
 from pathlib import Path
 from types import TracebackType
-from typing import IO, Any
+from typing import IO, Any, TypeVar
 
 
 class PrometheusError(Exception):
-    """A binary is missing, a backfill failed, or the server did not come up."""
+    """A binary is missing, a backfill failed, or a server did not come up."""
 
 
-def binary(*names: str) -> str:
+def binary(*names: str, package: str = "prometheus") -> str:
     for name in names:
         path = shutil.which(name)
         if path:
             return path
-    raise PrometheusError(f"{names[0]} not found on PATH (Debian package 'prometheus')")
+    raise PrometheusError(f"{names[0]} not found on PATH (Debian package '{package}')")
 
 
 def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def listening(port: int, host: str = "127.0.0.1") -> bool:
+    """Whether a server listens on ``port``: binding it fails even with SO_REUSEADDR (which
+    only lets a new server past connections of a stopped one that wait to close)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError:
+            return True
+        return False
 
 
 def backfill(openmetrics: Path, data_dir: Path, block_hours: int = 2) -> None:
@@ -60,24 +73,23 @@ def backfill(openmetrics: Path, data_dir: Path, block_hours: int = 2) -> None:
         raise PrometheusError(f"backfill of {openmetrics} failed: {tail[0]}")
 
 
-class Prometheus:
-    """``with Prometheus(data_dir) as prom: prom.url`` -- a real server on a free port."""
+_S = TypeVar("_S", bound="LocalServer")
 
-    def __init__(
-        self,
-        data_dir: Path,
-        rule_files: list[Path] | None = None,
-        scrape_configs: list[dict[str, Any]] | None = None,
-        extra_args: list[str] | None = None,
-        startup_timeout: float = 30.0,
-        evaluation_interval: str = "15s",
-    ):
-        self.data_dir = data_dir
-        self.rule_files = rule_files or []
-        self.scrape_configs = scrape_configs or []
-        self.extra_args = extra_args or []
+
+class LocalServer:
+    """A server binary on a free loopback port; ``with`` stops it and removes its files.
+
+    Subclasses say which binary and which arguments; the base class picks the port (retrying
+    when another process wins the race for it), waits for ``READY_PATH`` to answer 200, and
+    keeps the server's log for the error message when it does not come up.
+    """
+
+    NAMES: tuple[str, ...] = ()
+    PACKAGE = ""
+    READY_PATH = "/-/ready"
+
+    def __init__(self, startup_timeout: float = 30.0):
         self.timeout = startup_timeout
-        self.evaluation_interval = evaluation_interval
         self.port = 0
         self.proc: subprocess.Popen[bytes] | None = None
         self._tmp: tempfile.TemporaryDirectory[str] | None = None
@@ -87,44 +99,30 @@ class Prometheus:
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
-    def start(self) -> Prometheus:
-        self._tmp = tempfile.TemporaryDirectory(prefix="servediag-prom-")
-        config = Path(self._tmp.name) / "prometheus.yml"
-        config.write_text(
-            json.dumps(
-                {
-                    "global": {
-                        "scrape_interval": "15s",
-                        "evaluation_interval": self.evaluation_interval,
-                    },
-                    "rule_files": [str(p) for p in self.rule_files],
-                    "scrape_configs": self.scrape_configs,
-                }
-            )
-        )
-        self._log = (Path(self._tmp.name) / "prometheus.log").open("wb")
+    @property
+    def workdir(self) -> Path:
+        assert self._tmp is not None, "the server is not started"
+        return Path(self._tmp.name)
+
+    def command(self, exe: str) -> list[str]:
+        raise NotImplementedError
+
+    def start(self: _S) -> _S:
+        exe = binary(*self.NAMES, package=self.PACKAGE)
+        self._tmp = tempfile.TemporaryDirectory(prefix=f"servediag-{self.NAMES[0]}-")
+        log = self.workdir / "server.log"
+        self._log = log.open("wb")
         for _attempt in range(3):
             self.port = free_port()
             self.proc = subprocess.Popen(
-                [
-                    binary("prometheus"),
-                    f"--config.file={config}",
-                    f"--storage.tsdb.path={self.data_dir}",
-                    f"--web.listen-address=127.0.0.1:{self.port}",
-                    "--storage.tsdb.retention.time=100y",
-                    "--web.enable-lifecycle",
-                    "--query.lookback-delta=5m",
-                    *self.extra_args,
-                ],
-                stdout=self._log,
-                stderr=subprocess.STDOUT,
+                self.command(exe), stdout=self._log, stderr=subprocess.STDOUT
             )
             if self._wait_ready():
                 return self
             self.stop()
-        tail = (Path(self._tmp.name) / "prometheus.log").read_text(errors="replace")[-500:]
+        tail = log.read_text(errors="replace")[-500:]
         self.close()
-        raise PrometheusError(f"prometheus did not become ready: {tail.strip()}")
+        raise PrometheusError(f"{self.NAMES[0]} did not become ready: {tail.strip()}")
 
     def _wait_ready(self) -> bool:
         deadline = time.monotonic() + self.timeout
@@ -132,7 +130,7 @@ class Prometheus:
             if self.proc is None or self.proc.poll() is not None:
                 return False
             try:
-                with urllib.request.urlopen(f"{self.url}/-/ready", timeout=1) as resp:
+                with urllib.request.urlopen(f"{self.url}{self.READY_PATH}", timeout=1) as resp:
                     if resp.status == 200:
                         return True
             except (urllib.error.URLError, OSError):
@@ -159,7 +157,7 @@ class Prometheus:
             self._tmp.cleanup()
             self._tmp = None
 
-    def __enter__(self) -> Prometheus:
+    def __enter__(self: _S) -> _S:
         return self.start()
 
     def __exit__(
@@ -169,6 +167,57 @@ class Prometheus:
         tb: TracebackType | None,
     ) -> None:
         self.close()
+
+
+class Prometheus(LocalServer):
+    """``with Prometheus(data_dir) as prom: prom.url`` -- a real server on a free port.
+
+    ``config`` adds top-level configuration (``alerting``, or ``global`` keys such as a
+    shorter ``evaluation_interval``) to the defaults.
+    """
+
+    NAMES = ("prometheus",)
+    PACKAGE = "prometheus"
+
+    def __init__(
+        self,
+        data_dir: Path,
+        rule_files: list[Path] | None = None,
+        scrape_configs: list[dict[str, Any]] | None = None,
+        extra_args: list[str] | None = None,
+        startup_timeout: float = 30.0,
+        config: dict[str, Any] | None = None,
+    ):
+        super().__init__(startup_timeout)
+        self.data_dir = data_dir
+        self.rule_files = rule_files or []
+        self.scrape_configs = scrape_configs or []
+        self.extra_args = extra_args or []
+        self.config = config or {}
+
+    def command(self, exe: str) -> list[str]:
+        config = self.workdir / "prometheus.yml"
+        glob = {"scrape_interval": "15s", "evaluation_interval": "15s"}
+        config.write_text(
+            json.dumps(
+                {
+                    **self.config,
+                    "global": {**glob, **self.config.get("global", {})},
+                    "rule_files": [str(p) for p in self.rule_files],
+                    "scrape_configs": self.scrape_configs,
+                }
+            )
+        )
+        return [
+            exe,
+            f"--config.file={config}",
+            f"--storage.tsdb.path={self.data_dir}",
+            f"--web.listen-address=127.0.0.1:{self.port}",
+            "--storage.tsdb.retention.time=100y",
+            "--web.enable-lifecycle",
+            "--query.lookback-delta=5m",
+            *self.extra_args,
+        ]
 
     def query(self, expr: str, at: float | None = None) -> list[dict[str, Any]]:
         params = {"query": expr}
@@ -187,3 +236,33 @@ class Prometheus:
         if body.get("status") != "success":
             raise PrometheusError(f"query failed: {body.get('error')}")
         return list(body["data"]["result"])
+
+
+class Alertmanager(LocalServer):
+    """A real Alertmanager on a free loopback port, from a config given as a mapping.
+
+    Clustering is off (``--cluster.listen-address=``), so it binds nothing but its web port.
+    """
+
+    NAMES = ("prometheus-alertmanager", "alertmanager")
+    PACKAGE = "prometheus-alertmanager"
+
+    def __init__(self, config: dict[str, Any], startup_timeout: float = 30.0):
+        super().__init__(startup_timeout)
+        self.config = config
+
+    def command(self, exe: str) -> list[str]:
+        config = self.workdir / "alertmanager.yml"
+        config.write_text(json.dumps(self.config))
+        return [
+            exe,
+            f"--config.file={config}",
+            f"--storage.path={self.workdir / 'data'}",
+            f"--web.listen-address=127.0.0.1:{self.port}",
+            "--cluster.listen-address=",
+        ]
+
+    def alerts(self) -> list[dict[str, Any]]:
+        """The alerts Alertmanager holds (API v2)."""
+        with urllib.request.urlopen(f"{self.url}/api/v2/alerts", timeout=10) as resp:
+            return list(json.loads(resp.read()))

@@ -497,7 +497,10 @@ def test_the_probe_signals_alert_and_panels_read_the_real_probe(live_sim, tmp_pa
     rules = [ROOT / "rules" / "recording.rules.yaml", ROOT / "rules" / "alerts.rules.yaml"]
     try:
         with Prometheus(
-            tmp_path / "data", rule_files=rules, scrape_configs=scrape, evaluation_interval="1s"
+            tmp_path / "data",
+            rule_files=rules,
+            scrape_configs=scrape,
+            config={"global": {"evaluation_interval": "1s"}},
         ) as prom:
 
             def by_model(signal: str, scope: Scope | None = None) -> dict[str, float]:

@@ -109,6 +109,9 @@ class Approximation:
         return " ".join(rng.choices(WORDS, k=tokens)), tokens
 
 
+ATTEMPTS = 8  # word draws tried for an exact length
+
+
 class TokenizerJson:
     """A Hugging Face ``tokenizer.json``, read with the ``tokenizers`` package."""
 
@@ -122,21 +125,24 @@ class TokenizerJson:
         return len(self.tok.encode(text, add_special_tokens=False).ids)
 
     def prompt(self, tokens: int, rng: random.Random) -> tuple[str, int]:
-        words = list(rng.choices(WORDS, k=tokens + 8))
-        ids: list[int] = self.tok.encode(" ".join(words), add_special_tokens=False).ids
-        while len(ids) < tokens + 8:  # a tokenizer that merges words: draw more
-            words += rng.choices(WORDS, k=tokens + 8 - len(ids))
-            ids = self.tok.encode(" ".join(words), add_special_tokens=False).ids
-        # Decoding a cut can end in part of a word that encodes differently: take the cut
-        # nearest ``tokens`` whose text has exactly ``tokens`` tokens.
+        """A prompt of exactly ``tokens`` tokens if one of a few draws allows it, else the
+        nearest found (and its true count, which the probe reports)."""
         best = ("", -1)
-        for delta in (0, -1, 1, -2, 2, -3, 3, -4, 4):
-            text = str(self.tok.decode(ids[: tokens + delta]))
-            counted = self.count(text)
-            if counted == tokens:
-                return text, counted
-            if abs(counted - tokens) < abs(best[1] - tokens):
-                best = (text, counted)
+        for _ in range(ATTEMPTS):
+            words = list(rng.choices(WORDS, k=tokens + 8))
+            ids: list[int] = self.tok.encode(" ".join(words), add_special_tokens=False).ids
+            while len(ids) < tokens + 8:  # a tokenizer that merges words: draw more
+                words += rng.choices(WORDS, k=tokens + 8 - len(ids))
+                ids = self.tok.encode(" ".join(words), add_special_tokens=False).ids
+            # Decoding a cut can end in part of a word that encodes differently: take the cut
+            # nearest ``tokens`` whose text has exactly ``tokens`` tokens.
+            for delta in (0, -1, 1, -2, 2, -3, 3, -4, 4):
+                text = str(self.tok.decode(ids[: tokens + delta]))
+                counted = self.count(text)
+                if counted == tokens:
+                    return text, counted
+                if abs(counted - tokens) < abs(best[1] - tokens):
+                    best = (text, counted)
         return best
 
 

@@ -1,0 +1,67 @@
+"""``make demo``: every step announced, the report's path printed, nothing left running, and a
+failing step named in one line."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+from diagnoser.promserver import listening
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def demo(cwd: Path, *args: str, path: str | None = None) -> subprocess.CompletedProcess[str]:
+    import os
+
+    env = dict(os.environ)
+    if path is not None:
+        env["PATH"] = path
+    return subprocess.run(
+        [sys.executable, "-m", "diagnoser.demo", *args],
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=cwd,
+        env=env,
+        timeout=300,
+    )
+
+
+def test_the_demo_announces_each_step_and_leaves_nothing_running(tmp_path):
+    proc = demo(tmp_path, "--scenario", "context-length-rejections")
+    assert proc.returncode == 0, proc.stderr
+    steps = re.findall(r"^\[(\d)/8\] ", proc.stdout, re.M)
+    assert steps == [str(i) for i in range(1, 9)]
+    assert "LIKELY CAUSE" in proc.stdout
+    assert "top finding: context-length-rejections (as labelled)" in proc.stdout
+    report = Path(re.search(r"HTML report: (\S+)", proc.stdout).group(1))
+    assert report == tmp_path / "out" / "demo-report.html"
+    assert report.read_text().lstrip().lower().startswith("<!doctype html")
+    port = int(re.search(r"http://127\.0\.0\.1:(\d+)", proc.stdout).group(1))
+    assert not listening(port)
+    assert "nothing left running" in proc.stdout.splitlines()[-1]
+
+
+def test_a_failing_step_is_named_in_one_line(tmp_path):
+    empty = tmp_path / "bin"
+    empty.mkdir()
+    proc = demo(tmp_path, path=str(empty))  # no promtool, no prometheus
+    assert proc.returncode == 1
+    assert "[2/8] generating Prometheus rules" in proc.stdout
+    assert "[3/8]" not in proc.stdout
+    first, hint, last = proc.stderr.splitlines()
+    assert first.startswith("demo: step 2/8 (generating Prometheus rules and checking them")
+    assert "promtool not found on PATH" in first
+    assert "make setup" in hint and last == "demo: nothing was left running"
+    assert not (tmp_path / "out").exists()
+
+
+def test_an_unknown_scenario_fails_at_the_first_step(tmp_path):
+    proc = demo(tmp_path, "--scenario", "retreival-launch")
+    assert proc.returncode == 2
+    assert proc.stderr.startswith("demo: step 1/8 (loading the playbook catalog")
+    assert "did you mean 'retrieval-launch'?" in proc.stderr
+    assert "Traceback" not in proc.stderr

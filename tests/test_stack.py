@@ -1,0 +1,267 @@
+"""The docker-compose stack, checked without a Docker engine.
+
+The compose file's structure (pinned images, health checks, named volumes, every mounted path
+present, every command's config file mounted), docker-compose's own validation, and the
+configs it mounts checked by the real tools: ``promtool check config`` and ``amtool
+check-config``, with the severity routes tested by ``amtool config routes test``.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+import pytest
+import yaml
+
+from diagnoser.sim import library
+
+ROOT = Path(__file__).resolve().parent.parent
+COMPOSE = ROOT / "docker-compose.yml"
+SERVICES = {"simulator", "webhook", "prometheus", "alertmanager", "grafana"}
+# Where each service listens inside the stack's network.
+PORTS = {"simulator": 8000, "webhook": 9095, "prometheus": 9090, "alertmanager": 9093}
+INTERPOLATION = re.compile(r"\$\{([A-Z_][A-Z0-9_]*)(?::-([^}]*))?\}")
+
+
+@pytest.fixture(scope="module")
+def compose() -> dict[str, Any]:
+    doc = yaml.safe_load(COMPOSE.read_text(encoding="utf-8"))
+    assert isinstance(doc, dict)
+    return doc
+
+
+def _binds(service: dict[str, Any]) -> list[tuple[Path, PurePosixPath]]:
+    """(repository path, container path) of each bind mount."""
+    out = []
+    for vol in service.get("volumes", []):
+        source, target = vol.split(":")[:2]
+        if source.startswith((".", "/")):
+            out.append(((ROOT / source).resolve(), PurePosixPath(target)))
+    return out
+
+
+def _in_repo(service: dict[str, Any], container_path: str) -> Path | None:
+    """The repository file a container path of ``service`` comes from, if it is bind-mounted."""
+    path = PurePosixPath(container_path)
+    for source, target in _binds(service):
+        if path == target or target in path.parents:
+            return source / path.relative_to(target)
+    return None
+
+
+def _defaults(text: str) -> str:
+    """``${VAR:-default}`` -> ``default``, as compose does with VAR unset."""
+    return INTERPOLATION.sub(lambda m: m.group(2) or "", text)
+
+
+def test_the_stack_has_its_services(compose):
+    assert set(compose["services"]) == SERVICES
+
+
+def test_images_are_pinned_and_ours_is_built_from_a_pinned_base(compose):
+    for name, svc in compose["services"].items():
+        image = svc["image"]
+        repo, _, tag = image.rpartition(":")
+        assert repo and tag and tag != "latest", (name, image)
+        if "build" in svc:
+            assert svc["build"] == "." and (ROOT / "Dockerfile").is_file()
+        else:
+            assert re.fullmatch(r"v?\d+\.\d+\.\d+", tag), (name, image)
+    base = re.search(r"^FROM (\S+)", (ROOT / "Dockerfile").read_text(), re.M)
+    assert base and re.fullmatch(r"python:\d+\.\d+\.\d+-slim-\w+", base.group(1))
+
+
+def test_every_file_the_dockerfile_copies_exists():
+    copies = re.findall(r"^COPY (.+) \S+$", (ROOT / "Dockerfile").read_text(), re.M)
+    sources = [s for line in copies for s in line.split()]
+    assert {"pyproject.toml", "diagnoser", "playbooks", "fixtures/scenarios"} <= set(sources)
+    for source in sources:
+        assert (ROOT / source).exists(), source
+
+
+def test_every_service_has_a_healthcheck(compose):
+    for name, svc in compose["services"].items():
+        check = svc.get("healthcheck", {})
+        assert check.get("test") and check["test"][0] == "CMD", name
+        assert {"interval", "timeout", "retries", "start_period"} <= set(check), name
+
+
+def test_data_lives_in_named_volumes_and_bind_mounts_exist(compose):
+    declared = set(compose.get("volumes") or {})
+    named = set()
+    for name, svc in compose["services"].items():
+        for vol in svc.get("volumes", []):
+            source = vol.split(":")[0]
+            if source.startswith((".", "/")):
+                assert (ROOT / source).exists(), (name, source)
+                assert vol.endswith(":ro"), (name, vol)
+            else:
+                assert source in declared, (name, source)
+                named.add(source)
+    assert named == declared
+    assert {"prometheus-data", "alertmanager-data", "grafana-data"} <= named
+
+
+def test_each_command_names_files_that_are_mounted(compose):
+    services = compose["services"]
+    for name in ("prometheus", "alertmanager"):
+        svc = services[name]
+        config = next(a.split("=", 1)[1] for a in svc["command"] if a.startswith("--config.file"))
+        source = _in_repo(svc, config)
+        assert source is not None and source.is_file(), (name, config)
+        assert source.parent == ROOT / "deploy"
+    sim = [_defaults(a) for a in services["simulator"]["command"]]
+    assert sim[0] == "simulate" and sim[1] in library.names()
+    assert float(sim[sim.index("--speed") + 1]) > 0
+    hook = services["webhook"]["command"]
+    assert hook[0] == "webhook" and hook[hook.index("--listen") + 1].endswith(":9095")
+
+
+def test_every_address_in_the_stack_names_a_service_and_its_port(compose):
+    services = compose["services"]
+    texts = [
+        COMPOSE.read_text(),
+        (ROOT / "deploy" / "prometheus.yml").read_text(),
+        (ROOT / "deploy" / "alertmanager.yml").read_text(),
+        (ROOT / "deploy" / "grafana" / "datasources.yaml").read_text(),
+    ]
+    found = set()
+    for text in texts:
+        live = "\n".join(ln for ln in text.splitlines() if not ln.lstrip().startswith("#"))
+        for host, port in re.findall(r"\b([a-z][a-z0-9-]*):(\d{4})\b", live):
+            if host in ("localhost", "http", "https"):
+                continue
+            assert host in services and PORTS[host] == int(port), (host, port)
+            found.add(host)
+    assert found == set(PORTS)
+
+
+def test_grafana_provisioning_points_at_the_mounted_dashboards(compose):
+    grafana = compose["services"]["grafana"]
+    provider = yaml.safe_load((ROOT / "dashboards" / "provisioning.yaml").read_text())
+    (entry,) = provider["providers"]
+    source = _in_repo(grafana, entry["options"]["path"])
+    assert source == ROOT / "dashboards"
+    assert len(list(source.glob("*.json"))) >= 5
+    # The provisioning files sit where Grafana reads them.
+    targets = {str(t): s for s, t in _binds(grafana)}
+    assert targets["/etc/grafana/provisioning/dashboards/servediag.yaml"] == (
+        ROOT / "dashboards" / "provisioning.yaml"
+    )
+    datasources = targets["/etc/grafana/provisioning/datasources/servediag.yaml"]
+    doc = yaml.safe_load(datasources.read_text())
+    (default,) = [d for d in doc["datasources"] if d.get("isDefault")]
+    assert default["type"] == "prometheus" and default["url"] == "http://prometheus:9090"
+    home = grafana["environment"]["GF_DASHBOARDS_DEFAULT_HOME_DASHBOARD_PATH"]
+    assert _in_repo(grafana, home) == ROOT / "dashboards" / "overview.json"
+    assert grafana["environment"]["GF_AUTH_ANONYMOUS_ENABLED"] == "true"
+
+
+def test_the_commented_real_vllm_service_is_valid_when_uncommented():
+    lines = COMPOSE.read_text().splitlines()
+    start = lines.index("  # vllm:")
+    block = []
+    for line in lines[start:]:
+        if not line.startswith("  # "):
+            break
+        block.append(line[len("  # ") :])
+    svc = yaml.safe_load("\n".join(block))["vllm"]
+    assert re.fullmatch(r"vllm/vllm-openai:v\d+\.\d+\.\d+", svc["image"])
+    assert "--served-model-name" in svc["command"] and svc["healthcheck"]["test"]
+    (device,) = svc["deploy"]["resources"]["reservations"]["devices"]
+    assert device["driver"] == "nvidia" and device["capabilities"] == ["gpu"]
+    assert "  # hf-cache: {}" in lines
+    assert '      # - targets: ["vllm:8000"]' in (ROOT / "deploy" / "prometheus.yml").read_text()
+
+
+def _tool(name: str, package: str) -> str:
+    exe = shutil.which(name)
+    if exe is None:
+        pytest.fail(f"{name} not found: run scripts/install-deps (Debian package {package})")
+    return exe
+
+
+def _run(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(args, capture_output=True, text=True, check=False, cwd=ROOT)
+
+
+def test_docker_compose_validates_the_file():
+    proc = _run(_tool("docker-compose", "docker-compose"), "-f", str(COMPOSE), "config", "-q")
+    assert proc.returncode == 0, proc.stderr
+
+
+@pytest.mark.promtool
+def test_promtool_checks_the_prometheus_config_and_its_rules(promtool_bin):
+    proc = _run(promtool_bin, "check", "config", "deploy/prometheus.yml")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    out = proc.stdout + proc.stderr
+    assert "2 rule files found" in out
+    assert "rules/recording.rules.yaml" in out and "rules/alerts.rules.yaml" in out
+
+
+def test_amtool_checks_the_alertmanager_config():
+    proc = _run(
+        _tool("amtool", "prometheus-alertmanager"), "check-config", "deploy/alertmanager.yml"
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "SUCCESS" in proc.stdout
+
+
+@pytest.mark.parametrize(
+    ("severity", "receiver"), [("critical", "page"), ("warning", "ticket"), ("info", "discard")]
+)
+def test_alerts_are_routed_by_severity(severity, receiver):
+    proc = _run(
+        _tool("amtool", "prometheus-alertmanager"),
+        "config",
+        "routes",
+        "test",
+        "--config.file=deploy/alertmanager.yml",
+        f"severity={severity}",
+        "alertname=VllmKvCachePressure",
+        "model_name=m",
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == [receiver]
+
+
+def test_every_sent_receiver_calls_the_diagnosis_webhook():
+    doc = yaml.safe_load((ROOT / "deploy" / "alertmanager.yml").read_text())
+    urls = {r["name"]: [w["url"] for w in r.get("webhook_configs", [])] for r in doc["receivers"]}
+    assert urls["page"] == urls["ticket"] == ["http://webhook:9095/alerts"]
+    assert urls["discard"] == []
+
+
+def test_the_files_the_dockerfile_copies_build_the_wheel(tmp_path):
+    """What `pip install .` sees inside the image: only the copied files, and enough of them."""
+    import sys
+    import zipfile
+
+    context = tmp_path / "src"
+    for line in re.findall(r"^COPY (.+) \S+$", (ROOT / "Dockerfile").read_text(), re.M):
+        for source in line.split():
+            src, dst = ROOT / source, context / source
+            if src.is_dir():
+                shutil.copytree(src, dst, ignore=shutil.ignore_patterns("__pycache__"))
+            else:
+                dst.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(src, dst)
+    proc = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(tmp_path), "."],
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=context,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr
+    (wheel,) = tmp_path.glob("servediag-*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    assert "diagnoser/_catalog/playbooks/kv-cache-pressure.yaml" in names
+    assert "diagnoser/_catalog/scenarios/context-length-rejections.yaml" in names
+    entry = next(n for n in names if n.endswith("entry_points.txt"))
+    assert "servediag = diagnoser.cli:main" in zipfile.ZipFile(wheel).read(entry).decode()
