@@ -18,8 +18,8 @@ import copy
 
 from diagnoser.sim.scenario import LIMITS, Scenario, resolve
 
-SHIFTS = (-360.0, 300.0, -180.0, 480.0, -240.0, 120.0, 60.0, -420.0)  # seconds
-SCALES = (0.8, 1.25, 1.0, 0.9, 1.1, 0.85, 1.2, 0.8)
+SHIFTS = (-360.0, 300.0, -180.0, 480.0, -240.0, 120.0, 60.0, -420.0, -300.0, 240.0)  # s
+SCALES = (0.8, 1.25, 1.0, 0.9, 1.1, 0.85, 1.2, 0.8, 1.15, 0.95)
 
 
 def variant(sc: Scenario, k: int) -> Scenario:
