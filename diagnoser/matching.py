@@ -267,7 +267,10 @@ def resolve(matches: list[Match]) -> None:
                 if stronger:
                     ruled = ruled or f"{why} (and {stronger[0]} matched)"
                 else:
-                    caveats.append(f"{why}, but {' or '.join(r.condition.instead)} did not match")
+                    weaker = [i for i in r.condition.instead if i in same]
+                    verdict = "matched less strongly" if weaker else "did not match"
+                    names = " or ".join(weaker or r.condition.instead)
+                    caveats.append(f"{why}, but {names} {verdict}")
             decisions.append((m, ruled, caveats))
     for m, ruled, caveats in decisions:
         if ruled:

@@ -146,6 +146,7 @@ def test_a_contested_exclusion_rules_out_only_when_its_alternative_is_found(cata
     weaker = _contested_match(catalog, "prefill-interference", 0.8, "kv-cache-pressure")
     resolve([weaker, _contested_match(catalog, "kv-cache-pressure", 0.6)])
     assert weaker.status == "matched"  # the look-alike it points at is the weaker reading
+    assert weaker.caveats[0].endswith("but kv-cache-pressure matched less strongly")
 
 
 def test_two_playbooks_pointing_at_each_other_leave_the_stronger(catalog):
