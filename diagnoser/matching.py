@@ -9,6 +9,7 @@ undecided with the series it lacked.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -237,6 +238,14 @@ def evaluate(
     return match
 
 
+def _by_scope(matches: Iterable[Match]) -> list[dict[str, Match]]:
+    """The matches of each scope (model or target), by playbook id."""
+    groups: dict[tuple[tuple[str, str], ...], dict[str, Match]] = {}
+    for m in matches:
+        groups.setdefault(tuple(sorted(m.scope.items())), {})[m.playbook.id] = m
+    return list(groups.values())
+
+
 def resolve(matches: list[Match]) -> None:
     """Settle contested matches: an exclusion that names the causes it points to (``instead``)
     rules a playbook out only if one of them matched the same scope at least as strongly.
@@ -244,12 +253,8 @@ def resolve(matches: list[Match]) -> None:
     prefills that stall decoding), so the match stands at lower confidence, with a caveat.
     Decided on the confidences before resolution, so two playbooks that point at each other
     leave the stronger one standing."""
-    by_scope: dict[tuple[tuple[str, str], ...], dict[str, Match]] = {}
-    for m in matches:
-        if m.status in ("matched", "contested"):
-            by_scope.setdefault(tuple(sorted(m.scope.items())), {})[m.playbook.id] = m
     decisions: list[tuple[Match, str | None, list[str]]] = []
-    for same in by_scope.values():
+    for same in _by_scope(m for m in matches if m.status in ("matched", "contested")):
         for m in same.values():
             if m.status != "contested":
                 continue
@@ -296,10 +301,7 @@ def rank(matches: list[Match], advisory: list[Playbook]) -> list[Match]:
     advisory hints. Every scope (model or target) keeps its own findings."""
     resolve(matches)
     found = [m for m in matches if m.status == "matched"]
-    by_scope: dict[tuple[tuple[str, str], ...], dict[str, Match]] = {}
-    for m in found:
-        by_scope.setdefault(tuple(sorted(m.scope.items())), {})[m.playbook.id] = m
-    for same in by_scope.values():
+    for same in _by_scope(found):
         for m in same.values():
             for other in same.values():
                 sig = other.playbook.signature

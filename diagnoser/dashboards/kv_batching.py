@@ -5,7 +5,16 @@ from __future__ import annotations
 from grafanalib.core import Dashboard, RowPanel, Table, Target, TimeSeries
 
 from diagnoser.config import RulesConfig
-from diagnoser.dashboards.style import DS, FLEET, Grid, custom, dashboard, series, stat
+from diagnoser.dashboards.style import (
+    DS,
+    FLEET,
+    Grid,
+    custom,
+    dashboard,
+    series,
+    stat,
+    table_target,
+)
 
 UID = "servediag-kv-batching"
 
@@ -81,14 +90,10 @@ def build(cfg: RulesConfig | None = None) -> Dashboard:
             gridPos=g.place(24, 6),
             description="One row per engine: block size, KV dtype, GPU blocks, memory share.",
             targets=[
-                Target(
-                    expr=f"max by (model_name, instance, engine, block_size, cache_dtype, "
+                table_target(
+                    f"max by (model_name, instance, engine, block_size, cache_dtype, "
                     f"num_gpu_blocks, gpu_memory_utilization, enable_prefix_caching) "
-                    f"(vllm:cache_config_info{{{', '.join(FLEET)}}})",
-                    instant=True,
-                    format="table",
-                    refId="A",
-                    datasource=DS,
+                    f"(vllm:cache_config_info{{{', '.join(FLEET)}}})"
                 )
             ],
         )

@@ -6,7 +6,17 @@ from grafanalib.core import Dashboard, RowPanel, Stat, Table, Target, Threshold
 
 from diagnoser import promql as q
 from diagnoser.config import RulesConfig
-from diagnoser.dashboards.style import DS, FLEET, RATE, Grid, dashboard, series, stat
+from diagnoser.dashboards.style import (
+    DS,
+    FIRING_ALERTS,
+    FLEET,
+    RATE,
+    Grid,
+    dashboard,
+    series,
+    stat,
+    table_target,
+)
 from diagnoser.promql import Scope
 from diagnoser.signals import ITL, TTFT
 
@@ -46,15 +56,7 @@ def alerts_table(grid: Grid, cfg: RulesConfig) -> Table:
         dataSource=DS,
         gridPos=grid.place(24, 6),
         description="Alerts from the generated rules; click a playbook to open its runbook.",
-        targets=[
-            Target(
-                expr='ALERTS{alertname=~"Vllm.*", alertstate="firing", model_name=~"$model_name"}',
-                instant=True,
-                format="table",
-                refId="A",
-                datasource=DS,
-            )
-        ],
+        targets=[table_target(FIRING_ALERTS)],
         transformations=[
             {
                 "id": "organize",

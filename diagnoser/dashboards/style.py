@@ -53,6 +53,11 @@ def target(signal: str, legend: str, ref: str, *, per_instance: bool = False) ->
     )
 
 
+def table_target(query: str) -> Target:
+    """An instant query whose series become the rows of a table panel."""
+    return Target(expr=query, instant=True, format="table", refId="A", datasource=DS)
+
+
 class Grid:
     """Lays panels out left to right, 24 columns wide, starting a new line when full."""
 
@@ -120,11 +125,13 @@ def series(
     )
 
 
+# The generated playbook alerts firing now, for the chosen models.
+FIRING_ALERTS = 'ALERTS{alertname=~"Vllm.*", alertstate="firing", model_name=~"$model_name"}'
 # Playbook alerts as annotations on every time series: when each began and which playbook.
 ALERT_ANNOTATION = {
     "datasource": {"type": "prometheus", "uid": DS},
     "enable": True,
-    "expr": 'ALERTS{alertname=~"Vllm.*", alertstate="firing", model_name=~"$model_name"}',
+    "expr": FIRING_ALERTS,
     "iconColor": "red",
     "name": "Playbook alerts",
     "step": "60s",
