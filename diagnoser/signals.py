@@ -167,6 +167,14 @@ def _probe_quantile(p: float, family: str, *, by_bucket: bool) -> q.Expr:
     return q.on_probe(q.quantile(p, family, extra_by=("prompt_bucket",) if by_bucket else ()))
 
 
+def _first_token_share(scope: q.Scope) -> str:
+    """Mean TTFT over mean e2e per prompt class, the lowest class per scope: a long prompt's
+    first token is most of its request anyway, so only the short classes tell buffering."""
+    per_class = scope.with_by(*scope.by, "prompt_bucket")
+    share = q.ratio(q.on_probe(q.hist_mean(PROBE_TTFT)), q.on_probe(q.hist_mean(PROBE_E2E)))
+    return q.agg("min", scope, share(per_class))
+
+
 def _vocabulary(
     ttft_slo: float = DEFAULT_TTFT_SLO, itl_slo: float = DEFAULT_ITL_SLO
 ) -> list[Signal]:
@@ -580,9 +588,10 @@ def _vocabulary(
         s(
             "probe_first_token_share_of_e2e",
             "ratio",
-            "Client-side TTFT over end-to-end (means): near 1 when the stream arrives in one "
-            "burst at the end (a buffering proxy).",
-            q.ratio(q.on_probe(q.hist_mean(PROBE_TTFT)), q.on_probe(q.hist_mean(PROBE_E2E))),
+            "Client-side TTFT over end-to-end (means per prompt class, the lowest class): near "
+            "1 when even short prompts' streams arrive in one burst at the end (a buffering "
+            "proxy); long prompts' prefill alone does not raise it.",
+            _first_token_share,
             ("llm_probe_ttft_over_e2e", "ratio"),
         ),
         # scrape health
