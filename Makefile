@@ -37,10 +37,10 @@ goldens: setup
 	UPDATE_GOLDENS=1 $(PY) -m pytest -q tests/test_golden.py
 
 bench: setup
-	$(PY) -m diagnoser.bench
+	$(PY) -m diagnoser.lab.bench
 
 demo: setup
-	$(PY) -m diagnoser.demo --scenario $(SCENARIO)
+	$(PY) -m diagnoser.lab.demo --scenario $(SCENARIO)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache build dist *.egg-info

@@ -1,5 +1,6 @@
 """grafanalib source of dashboards/gpu-frontend.json (rendered by `make generate`)."""
 
-from diagnoser.dashboards.gpu_frontend import build
+from diagnoser.outputs.dashboards.gpu_frontend import build
+from diagnoser.site import Site
 
-dashboard = build()
+dashboard = build(Site.default())

@@ -1,5 +1,6 @@
 """grafanalib source of dashboards/kv-batching.json (rendered by `make generate`)."""
 
-from diagnoser.dashboards.kv_batching import build
+from diagnoser.outputs.dashboards.kv_batching import build
+from diagnoser.site import Site
 
-dashboard = build()
+dashboard = build(Site.default())

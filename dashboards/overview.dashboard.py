@@ -1,5 +1,6 @@
 """grafanalib source of dashboards/overview.json (rendered by `make generate`)."""
 
-from diagnoser.dashboards.overview import build
+from diagnoser.outputs.dashboards.overview import build
+from diagnoser.site import Site
 
-dashboard = build()
+dashboard = build(Site.default())

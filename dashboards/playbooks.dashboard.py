@@ -1,5 +1,6 @@
 """grafanalib source of dashboards/playbooks.json (rendered by `make generate`)."""
 
-from diagnoser.dashboards.playbooks import build
+from diagnoser.outputs.dashboards.playbooks import build
+from diagnoser.site import Site
 
-dashboard = build()
+dashboard = build(Site.default())

@@ -1,5 +1,6 @@
 """grafanalib source of dashboards/prompt-length.json (rendered by `make generate`)."""
 
-from diagnoser.dashboards.prompt_length import build
+from diagnoser.outputs.dashboards.prompt_length import build
+from diagnoser.site import Site
 
-dashboard = build()
+dashboard = build(Site.default())

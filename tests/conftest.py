@@ -12,10 +12,15 @@ SHARED = Path(os.environ.get("SERVEDIAG_SHARED", ROOT.parent / "shared"))
 
 
 @pytest.fixture(scope="session")
-def catalog():
-    from diagnoser.catalog import load_catalog
+def site():
+    from diagnoser.site import Site
 
-    return load_catalog()
+    return Site.default()
+
+
+@pytest.fixture(scope="session")
+def catalog(site):
+    return site.catalog
 
 
 @pytest.fixture(scope="session")
@@ -36,7 +41,8 @@ def promtool_bin() -> str:
 @pytest.fixture(scope="session")
 def scenario_library(tmp_path_factory):
     """Every library scenario simulated once and backfilled into its own TSDB directory."""
-    from diagnoser.sim import harness, library
+    from diagnoser.lab import harness
+    from diagnoser.sim import library
 
     return harness.prepare(library.names(), tmp_path_factory.mktemp("scenarios"))
 
@@ -44,7 +50,7 @@ def scenario_library(tmp_path_factory):
 @pytest.fixture(scope="session")
 def prometheus_for(scenario_library):
     """``prometheus_for(name)``: a real Prometheus serving that scenario (started once)."""
-    from diagnoser.promserver import Prometheus
+    from diagnoser.lab.promserver import Prometheus
 
     servers: dict[str, Prometheus] = {}
 

@@ -33,15 +33,16 @@ from typing import Any
 import pytest
 import yaml
 
-from diagnoser import rules
-from diagnoser.config import AlertOverride, RulesConfig
-from diagnoser.promserver import Alertmanager, Prometheus, free_port, listening
+from diagnoser.lab.promserver import Alertmanager, Prometheus, free_port, listening
+from diagnoser.outputs import rules
+from diagnoser.site import Site
+from diagnoser.site.config import AlertOverride, SiteConfig
 
 ROOT = Path(__file__).resolve().parent.parent
 SCENARIO = Path(__file__).resolve().parent / "scenarios" / "live-rejections.yaml"
 ALERT, PLAYBOOK, MODEL = "VllmRequestsRejected", "context-length-rejections", "qwen3-8b"
 BUDGET = 90.0
-TEST_CONFIG = RulesConfig(alerts={ALERT: AlertOverride(for_="15s")})
+TEST_CONFIG = SiteConfig(alerts={ALERT: AlertOverride(for_="15s")})
 
 
 def alertmanager_config(webhook_url: str) -> dict[str, Any]:
@@ -108,7 +109,7 @@ def test_an_alert_reaches_the_webhook_through_alertmanager_and_arrives_diagnosed
     ports: list[int] = [sim_port, hook_port]
     with contextlib.ExitStack() as stack:
         tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="servediag-e2e-")))
-        files = rules.render_files(catalog, TEST_CONFIG)
+        files = rules.render_files(Site.build(TEST_CONFIG, catalog))
         rule_files = []
         for name in (rules.RECORDING_FILE, rules.ALERTS_FILE):
             (tmp / name).write_text(files[name])

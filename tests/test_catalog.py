@@ -176,7 +176,7 @@ def test_validate_renders_alerts_so_a_bad_placeholder_is_caught(tmp_path):
     data = yaml.safe_load((builtin_dir() / "prompt-length-shift.yaml").read_text())
     data["id"] = "site-queue"
     data["alert"]["name"] = "VllmSiteQueue"
-    data["alert"]["expr"] = "${requests_waiting_by_reason@instance} > 3"
+    data["alert"]["expr"] = "${requests_waiting_by_reason@instance} > ${ratio} * ${ttft_ratio}"
     data["seed"] = {"symptoms": []}
     (tmp_path / "site-queue.yaml").write_text(yaml.safe_dump(data))
     proc = _cli("catalog", "validate", str(tmp_path))

@@ -111,7 +111,7 @@ def test_provisioning_and_configmaps_carry_every_dashboard():
 
 
 def test_the_alerts_table_links_each_playbook_to_its_runbook(catalog):
-    from diagnoser.config import RulesConfig
+    from diagnoser.site.config import SiteConfig
 
     board = json.loads((ROOT / "dashboards" / "overview.json").read_text())
     (table,) = [p for p in _panels(board) if p["title"] == "Playbook alerts firing"]
@@ -119,7 +119,7 @@ def test_the_alerts_table_links_each_playbook_to_its_runbook(catalog):
     assert override["matcher"] == {"id": "byName", "options": "playbook"}
     (links,) = [p["value"] for p in override["properties"] if p["id"] == "links"]
     # Grafana puts the cell's value (the alert's playbook label) where ${__value.raw} is.
-    cfg = RulesConfig()
+    cfg = SiteConfig()
     for pb in catalog.detectable():
         url = links[0]["url"].replace("${__value.raw}", pb.id)
         assert url == cfg.runbook_for(pb.id) == pb_runbook_url(pb.id), pb.id
@@ -138,7 +138,7 @@ def pb_runbook_url(playbook_id: str) -> str:
 
 
 def test_every_playbooks_dashboard_link_resolves_to_a_real_panel(catalog):
-    from diagnoser.dashboards.ids import PLAYBOOKS_UID, link
+    from diagnoser.outputs.dashboards.ids import PLAYBOOKS_UID, link
 
     board = json.loads((ROOT / "dashboards" / "playbooks.json").read_text())
     assert board["uid"] == PLAYBOOKS_UID

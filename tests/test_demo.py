@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from diagnoser.promserver import listening
+from diagnoser.lab.promserver import listening
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -20,7 +20,7 @@ def demo(cwd: Path, *args: str, path: str | None = None) -> subprocess.Completed
     if path is not None:
         env["PATH"] = path
     return subprocess.run(
-        [sys.executable, "-m", "diagnoser.demo", *args],
+        [sys.executable, "-m", "diagnoser.lab.demo", *args],
         capture_output=True,
         text=True,
         check=False,

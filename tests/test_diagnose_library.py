@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import pytest
 
-from diagnoser.diagnosis import Window, diagnose, to_json
+from diagnoser.core.source import PrometheusSource
+from diagnoser.diagnose import Window, diagnose, to_json
 from diagnoser.sim import library
-from diagnoser.source import PrometheusSource
 
 NAMES = library.names()
 
 
 @pytest.fixture(scope="module")
-def diagnoses(scenario_library, prometheus_for, catalog):
+def diagnoses(scenario_library, prometheus_for, site):
     cache: dict[str, dict] = {}
 
     def get(name: str) -> dict:
@@ -20,7 +20,7 @@ def diagnoses(scenario_library, prometheus_for, catalog):
             sc = library.find(name)
             prom = prometheus_for(name)
             window = Window.plan(sc.labels.window, scenario_library[name].end)
-            cache[name] = to_json(diagnose(PrometheusSource(prom.url), catalog, window))
+            cache[name] = to_json(diagnose(PrometheusSource(prom.url), site, window))
         return cache[name]
 
     return get
@@ -72,36 +72,34 @@ def test_a_finding_carries_the_contract_fields(diagnoses):
 
 
 def test_markdown_html_and_explain_render_the_same_diagnosis(
-    scenario_library, prometheus_for, catalog
+    scenario_library, prometheus_for, site
 ):
-    from diagnoser import report
-    from diagnoser.report_html import render
+    from diagnoser.report.explain import explain
+    from diagnoser.report.html import render
+    from diagnoser.report.markdown import markdown
 
     sc = library.find("two-am-itl-spike")
     prom = prometheus_for(sc.name)
     window = Window.plan(sc.labels.window, scenario_library[sc.name].end)
-    result = diagnose(PrometheusSource(prom.url), catalog, window)
-    doc = to_json(result)
-    md = report.markdown(doc)
+    result = diagnose(PrometheusSource(prom.url), site, window)
+    md = markdown(result)
     assert md.startswith("## Diagnosis") and "(`prefill-interference`)" in md
-    page = render(result, doc)
+    page = render(result)
     assert page.startswith("<!doctype html>") and page.count("<svg") >= 3
     assert "onset" in page and "<script" not in page
-    text = report.explain(result, "prefill-interference")
+    text = explain(result, "prefill-interference")
     assert "MATCHED" in text and "large_steps_rate >= 0.005" in text
-    assert "ruled out" in report.explain(
+    assert "ruled out" in explain(result, "long-request-in-batch") or "not matched" in explain(
         result, "long-request-in-batch"
-    ) or "not matched" in report.explain(result, "long-request-in-batch")
+    )
 
 
 def test_scoping_to_an_unknown_model_finds_nothing_to_diagnose(
-    scenario_library, prometheus_for, catalog
+    scenario_library, prometheus_for, site
 ):
     prom = prometheus_for("retrieval-launch")
     window = Window.plan(3600, scenario_library["retrieval-launch"].end)
     doc = to_json(
-        diagnose(
-            PrometheusSource(prom.url), catalog, window, matchers=('model_name="no-such-model"',)
-        )
+        diagnose(PrometheusSource(prom.url), site, window, matchers=('model_name="no-such-model"',))
     )
     assert doc["scopes"] == [] and doc["findings"] == []

@@ -11,11 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from diagnoser import report
-from diagnoser.diagnosis import Window, diagnose, to_json
-from diagnoser.promserver import Prometheus
-from diagnoser.sim import harness, library
-from diagnoser.source import PrometheusSource
+from diagnoser.core.source import PrometheusSource
+from diagnoser.diagnose import Window, diagnose
+from diagnoser.lab import harness
+from diagnoser.lab.promserver import Prometheus
+from diagnoser.report.text import text
+from diagnoser.sim import library
 
 GOLDEN = Path(__file__).parent / "golden"
 END = 1793534400.0  # 2026-11-01T12:00:00Z: a fixed end, so times in the reports are stable
@@ -28,15 +29,15 @@ def normalise(text: str) -> str:
 
 
 @pytest.fixture(scope="module")
-def reports(tmp_path_factory, catalog):
+def reports(tmp_path_factory, site):
     prepared = harness.prepare(SCENARIOS, tmp_path_factory.mktemp("golden"), end=END)
     out = {}
     for name in SCENARIOS:
         sc = library.find(name)
         with Prometheus(prepared[name].data_dir) as prom:
             window = Window.plan(sc.labels.window, END)
-            doc = to_json(diagnose(PrometheusSource(prom.url), catalog, window))
-        out[name] = normalise(report.text(doc, colour=False))
+            result = diagnose(PrometheusSource(prom.url), site, window)
+        out[name] = normalise(text(result, colour=False))
     return out
 
 

@@ -10,9 +10,9 @@ import pytest
 from click.testing import CliRunner
 
 from diagnoser.cli import main
+from diagnoser.hardware.hfconfig import ConfigFieldError, HfConfig, estimate_params
+from diagnoser.hardware.presets import GB, ModelSpec, model
 from diagnoser.sim import library
-from diagnoser.sim.hardware import GB, ModelSpec, model
-from diagnoser.sim.hfconfig import ConfigFieldError, HfConfig, estimate_params
 
 # Published config.json files (Hugging Face), trimmed of fields vLLM does not read here.
 LLAMA_2_7B = {
@@ -418,7 +418,7 @@ def test_no_cache_info_at_that_time_is_said_plainly(scenario_library, prometheus
 
 
 def test_an_unreachable_prometheus_is_one_line_and_exit_3():
-    from diagnoser.promserver import free_port
+    from diagnoser.lab.promserver import free_port
 
     url = f"http://user:s3cret@127.0.0.1:{free_port()}"
     res = invoke("--model", "llama-3.1-8b", "--prometheus-url", url)
@@ -428,12 +428,12 @@ def test_an_unreachable_prometheus_is_one_line_and_exit_3():
 
 
 def test_prometheus_url_from_the_environment_and_shared_option_checks():
-    from diagnoser.promserver import free_port
+    from diagnoser.lab.promserver import free_port
 
     runner = CliRunner(env={"PROMETHEUS_URL": f"http://127.0.0.1:{free_port()}"})
     res = runner.invoke(main, ["kv-budget"], catch_exceptions=False)
     assert res.exit_code == 3 and "connection refused" in res.stderr
     bad = runner.invoke(main, ["kv-budget", "--header", "no-equals"], catch_exceptions=False)
-    assert bad.exit_code == 2 and "must be NAME=VALUE" in bad.stderr
+    assert bad.exit_code == 2 and "must be NAME:VALUE" in bad.stderr
     res = invoke("--model", "llama-3.1-8b", "--at", "0")
     assert res.exit_code == 2 and "give --prometheus-url too" in res.stderr

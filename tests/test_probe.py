@@ -22,11 +22,11 @@ import pytest
 from click.testing import CliRunner
 
 from diagnoser.cli import main
-from diagnoser.metrics import prompt_bucket_label
+from diagnoser.core.families import prompt_bucket_label
+from diagnoser.lab.promserver import Prometheus, free_port, listening
 from diagnoser.probe.prompts import WORDS, Approximation, approx_tokens, load_counter, parse_classes
 from diagnoser.probe.runner import ProbeConfig, Prober
 from diagnoser.probe.stream import Endpoint, stream
-from diagnoser.promserver import Prometheus, free_port, listening
 from diagnoser.sim.openai import ProxyBuffer
 from diagnoser.sim.scenario import Probe, load_scenario
 
@@ -264,11 +264,11 @@ def test_a_closed_port_is_a_connection_error():
         (["--target", "ftp://x"], "is not an http(s):// URL"),
         (["--classes", "128,lots"], "--classes: 'lots' is not a prompt length"),
         (["--classes", "1k,1024"], "given twice"),
-        (["--every", "0s"], "--every must be longer than zero"),
+        (["--every", "0s"], "--every: '0s' must be longer than zero"),
         (["--timeout", "soon"], "--timeout: 'soon' is not a duration"),
         (["--budget", "many/min"], "--budget 'many' must be a whole number"),
-        (["--max-in-flight", "0"], "--max-in-flight '0' must be a whole number"),
-        (["--header", "NoSeparator"], "--header 'NoSeparator' must be NAME:VALUE"),
+        (["--max-in-flight", "0"], "--max-in-flight: 0 is not in the range 1<=x<=64"),
+        (["--header", "NoSeparator"], "--header: 'NoSeparator' must be NAME:VALUE"),
         (["--listen", "nowhere"], "--listen: 'nowhere' is not HOST:PORT"),
         (["--tokenizer", "missing.json"], "--tokenizer missing.json: no such file"),
         (["--bearer-token-file", "no-token"], "cannot read --bearer-token-file no-token"),
@@ -466,9 +466,9 @@ def _start_probe(url: str, port: int, log: IO[bytes], classes: str) -> subproces
 
 
 def test_the_probe_signals_alert_and_panels_read_the_real_probe(live_sim, tmp_path):
-    from diagnoser.promql import Scope
-    from diagnoser.shapes import grows_with
-    from diagnoser.signals import SIGNALS
+    from diagnoser.catalog.shapes.growth import grows_with
+    from diagnoser.core.promql import Scope
+    from diagnoser.core.signals import SIGNALS
 
     # Enough traffic for the alerts' floor (0.1 finished requests a second over 5 minutes).
     sims = {

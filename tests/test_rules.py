@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from diagnoser import rules
-from diagnoser.config import ConfigError, RulesConfig, load_config
+from diagnoser.outputs import rules
+from diagnoser.site import Site
+from diagnoser.site.config import ConfigError, SiteConfig, load_config
 
 ROOT = Path(__file__).resolve().parent.parent
 RULES = ROOT / "rules"
@@ -47,7 +48,7 @@ def test_one_alert_per_detectable_playbook(catalog):
 
 
 def test_every_alert_follows_the_mixin_schema(catalog):
-    cfg = RulesConfig()
+    cfg = SiteConfig()
     for a in _alerts():
         assert re.fullmatch(r"Vllm[A-Z][A-Za-z0-9]+", a["alert"])
         assert a["labels"]["severity"] in ("critical", "warning", "info")
@@ -162,7 +163,7 @@ def test_config_knobs_reach_every_expression_and_annotation(tmp_path, catalog, p
         "traffic_floor_rps: 0.5\n"
         "alerts:\n  VllmPromptLengthShift: {for: 1h, severity: critical, params: {ratio: 3}}\n"
     )
-    files = rules.render_files(catalog, load_config(cfg_file))
+    files = rules.render_files(Site.build(load_config(cfg_file), catalog))
     alerts = yaml.safe_load(files[rules.ALERTS_FILE])["groups"][0]["rules"]
     shift = next(a for a in alerts if a["alert"] == "VllmPromptLengthShift")
     assert shift["for"] == "1h" and shift["labels"]["severity"] == "critical"
@@ -198,4 +199,4 @@ def test_a_bad_config_is_one_clear_error(tmp_path, catalog, text, says):
     path = tmp_path / "site.yaml"
     path.write_text(text)
     with pytest.raises(ConfigError, match=re.escape(says)):
-        rules.render_files(catalog, load_config(path))
+        rules.render_files(Site.build(load_config(path), catalog))

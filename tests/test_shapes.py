@@ -5,9 +5,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from diagnoser import shapes
-from diagnoser.matching import change_point, periods_for
-from diagnoser.source import Series
+from diagnoser.catalog.shapes.compare import compare
+from diagnoser.catalog.shapes.growth import class_size, grows_with
+from diagnoser.catalog.shapes.level import level
+from diagnoser.catalog.shapes.window import drifts, plateau, spikes, tracks
+from diagnoser.core.source import Series
+from diagnoser.diagnose.onset import change_point, periods_for
 
 rng = np.random.default_rng(0)
 
@@ -17,65 +20,65 @@ def noisy(level: float, n: int = 60, sd: float = 0.02) -> np.ndarray:
 
 
 def test_rises_falls_flat_compare_medians():
-    assert shapes.compare("rises", 1.5, noisy(1.0), noisy(2.0), "median", None).holds
-    assert not shapes.compare("rises", 1.5, noisy(1.0), noisy(1.2), "median", None).holds
-    assert shapes.compare("falls", 0.5, noisy(60), noisy(8), "median", None).holds
-    assert shapes.compare("flat", 0.3, noisy(0.025), noisy(0.027), "median", None).holds
-    assert not shapes.compare("flat", 0.3, noisy(0.025), noisy(0.06), "median", None).holds
+    assert compare("rises", 1.5, noisy(1.0), noisy(2.0), "median", None).holds
+    assert not compare("rises", 1.5, noisy(1.0), noisy(1.2), "median", None).holds
+    assert compare("falls", 0.5, noisy(60), noisy(8), "median", None).holds
+    assert compare("flat", 0.3, noisy(0.025), noisy(0.027), "median", None).holds
+    assert not compare("flat", 0.3, noisy(0.025), noisy(0.06), "median", None).holds
 
 
 def test_a_floor_keeps_a_near_zero_baseline_from_inflating_a_ratio():
     base, now = noisy(0.001), noisy(0.004)
-    assert shapes.compare("rises", 2, base, now, "median", None).holds
-    assert not shapes.compare("rises", 2, base, now, "median", 0.01).holds
+    assert compare("rises", 2, base, now, "median", None).holds
+    assert not compare("rises", 2, base, now, "median", 0.01).holds
 
 
 def test_rises_by_is_absolute():
-    v = shapes.compare("rises_by", 0.1, noisy(0.01), noisy(0.35), "median", None)
+    v = compare("rises_by", 0.1, noisy(0.01), noisy(0.35), "median", None)
     assert v.holds and v.numbers["delta"] == pytest.approx(0.34, abs=0.02)
 
 
 def test_too_few_samples_is_undecided_not_false():
-    v = shapes.compare("rises", 1.5, np.array([1.0]), noisy(2.0), "median", None)
+    v = compare("rises", 1.5, np.array([1.0]), noisy(2.0), "median", None)
     assert v.holds is None
 
 
 def test_held_counts_the_share_of_samples_past_a_level():
     now = np.array([0.95] * 6 + [0.5] * 4)
-    assert shapes.level("above", 0.9, now, "median", 0.5).holds
-    assert not shapes.level("above", 0.9, now, "median", 0.7).holds
+    assert level("above", 0.9, now, "median", 0.5).holds
+    assert not level("above", 0.9, now, "median", 0.7).holds
 
 
 def test_a_steady_drift_is_a_drift_and_a_step_is_not():
     t = np.arange(240) * 60.0
     ramp = 2000 + 18000 * t / t[-1] + 200 * rng.standard_normal(240)
     step = np.where(t < t[120], 2000.0, 20000.0) + 200 * rng.standard_normal(240)
-    assert shapes.drifts(2, t, ramp, None).holds
-    assert not shapes.drifts(2, t, step, None).holds
+    assert drifts(2, t, ramp, None).holds
+    assert not drifts(2, t, step, None).holds
 
 
 def test_spikes_and_plateau():
     calm = noisy(0.03, 100)
     spiky = calm.copy()
     spiky[40:43] = 0.4
-    assert shapes.spikes(4, spiky).holds and not shapes.spikes(4, calm).holds
+    assert spikes(4, spiky).holds and not spikes(4, calm).holds
     pinned = np.minimum(noisy(300, 100, 0.3), 256)
-    assert shapes.plateau(0.05, 0.5, pinned).holds
-    assert not shapes.plateau(0.05, 0.5, noisy(100, 100, 0.3)).holds
+    assert plateau(0.05, 0.5, pinned).holds
+    assert not plateau(0.05, 0.5, noisy(100, 100, 0.3)).holds
 
 
 def test_tracks_is_correlation():
     a = rng.random(100)
-    assert shapes.tracks(0.6, a, 3 * a + 0.1 * rng.random(100)).holds
-    assert not shapes.tracks(0.6, a, rng.random(100)).holds
+    assert tracks(0.6, a, 3 * a + 0.1 * rng.random(100)).holds
+    assert not tracks(0.6, a, rng.random(100)).holds
 
 
 def test_grows_with_fits_the_long_classes():
     linear = {"128": 0.05, "1k": 0.1, "4k": 0.4, "16k": 1.6}
     superlinear = {"128": 0.05, "1k": 0.1, "4k": 0.45, "16k": 3.2}
-    assert not shapes.grows_with(1.2, linear).holds
-    assert shapes.grows_with(1.2, superlinear).holds
-    assert shapes.class_size("16k") == 16384 and shapes.class_size("x") is None
+    assert not grows_with(1.2, linear).holds
+    assert grows_with(1.2, superlinear).holds
+    assert class_size("16k") == 16384 and class_size("x") is None
 
 
 def test_the_onset_is_the_change_point():
@@ -93,7 +96,8 @@ def test_no_change_point_in_noise():
 
 
 def test_each_scope_keeps_its_own_findings(catalog):
-    from diagnoser.matching import Match, rank
+    from diagnoser.diagnose.match import Match
+    from diagnoser.diagnose.rank import rank
 
     pb = catalog["kv-cache-pressure"]
     a = Match(pb, {"model_name": "a"}, "matched", confidence=0.9)
@@ -111,13 +115,13 @@ def test_each_scope_keeps_its_own_findings(catalog):
     assert b.confidence == 0.4
 
 
-# --- contested exclusions (matching.resolve) ----------------------------------------------
+# --- contested exclusions (diagnose.rank.resolve) ----------------------------------------------
 
 
 def _contested_match(catalog, pid, confidence, excluded_by=None):
     """A match of ``pid`` whose exclusions pointing at ``excluded_by`` (if any) hold."""
-    from diagnoser.matching import ConditionResult, Match
-    from diagnoser.shapes import Verdict
+    from diagnoser.catalog.shapes import Verdict
+    from diagnoser.diagnose.match import ConditionResult, Match
 
     pb = catalog[pid]
     results = []
@@ -129,7 +133,7 @@ def _contested_match(catalog, pid, confidence, excluded_by=None):
 
 
 def test_a_contested_exclusion_rules_out_only_when_its_alternative_is_found(catalog):
-    from diagnoser.matching import resolve
+    from diagnoser.diagnose.rank import resolve
 
     # prefill-interference's KV exclusion points at kv-cache-pressure
     alone = _contested_match(catalog, "prefill-interference", 0.8, "kv-cache-pressure")
@@ -150,7 +154,7 @@ def test_a_contested_exclusion_rules_out_only_when_its_alternative_is_found(cata
 
 
 def test_two_playbooks_pointing_at_each_other_leave_the_stronger(catalog):
-    from diagnoser.matching import resolve
+    from diagnoser.diagnose.rank import resolve
 
     pi = _contested_match(catalog, "prefill-interference", 0.9, "long-request-in-batch")
     lr = _contested_match(catalog, "long-request-in-batch", 0.7, "prefill-interference")

@@ -6,9 +6,10 @@ import re
 
 import pytest
 
-from diagnoser import metrics
-from diagnoser.promql import Scope
-from diagnoser.signals import _FAMILY_RE, SIGNALS, Vocabulary
+from diagnoser.core import families as metrics
+from diagnoser.core.promql import Scope
+from diagnoser.core.signals import SIGNALS, Vocabulary
+from diagnoser.core.signals.base import _FAMILY_RE
 
 TYPED = ("counter", "gauge", "histogram", "renamed")
 NAME = re.compile(r"`((?:vllm:|DCGM_|http_|process_|llm_probe_)[A-Za-z0-9_:]+)`")

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from diagnoser.hardware.presets import GB, GIB, gpu, kv_budget_bytes, kv_capacity_tokens, model
 from diagnoser.sim.engine import Engine, EngineConfig, Request
-from diagnoser.sim.hardware import GB, GIB, gpu, kv_budget_bytes, kv_capacity_tokens, model
 
 H100 = gpu("H100-80GB")
 LLAMA3 = model("llama-3.1-8b")

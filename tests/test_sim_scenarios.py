@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from diagnoser.promserver import free_port
-from diagnoser.signals import SIGNALS
+from diagnoser.core.exposition import iter_openmetrics
+from diagnoser.core.signals import SIGNALS
+from diagnoser.lab.promserver import free_port
 from diagnoser.sim import library
-from diagnoser.sim.exposition import iter_openmetrics
 from diagnoser.sim.run import simulate
 from diagnoser.sim.scenario import ScenarioError, load_scenario
 

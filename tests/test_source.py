@@ -11,7 +11,7 @@ from typing import ClassVar
 
 import pytest
 
-from diagnoser.source import Auth, PrometheusSource, SourceError, redact_url
+from diagnoser.core.source import Auth, PrometheusSource, SourceError, redact_url
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -58,7 +58,7 @@ def _range(url: str, **kw) -> list:
 
 
 def test_refused_connection(fake_api):
-    from diagnoser.promserver import free_port
+    from diagnoser.lab.promserver import free_port
 
     with pytest.raises(
         SourceError, match=r"cannot reach http://127\.0\.0\.1:\d+: connection refused"

@@ -11,12 +11,12 @@ import urllib.request
 
 import pytest
 
-from diagnoser.diagnosis import Window, diagnose, to_json
-from diagnoser.promserver import free_port
+from diagnoser.core.exposition import iter_openmetrics
+from diagnoser.core.source import PrometheusSource
+from diagnoser.diagnose import Window, diagnose, to_json
+from diagnoser.lab.promserver import free_port
 from diagnoser.sim import library
-from diagnoser.sim.exposition import iter_openmetrics
 from diagnoser.sim.run import simulate
-from diagnoser.source import PrometheusSource
 
 SCENARIO = "retrieval-launch"
 
@@ -67,7 +67,7 @@ def victoria(tmp_path_factory):
         proc.wait(10)
 
 
-def test_the_same_top_finding_from_victoriametrics(victoria, catalog):
+def test_the_same_top_finding_from_victoriametrics(victoria, site):
     sc = library.find(SCENARIO)
     end = float(int(time.time()) // 60 * 60)
     body = _prometheus_text_with_ms(simulate(sc, end))
@@ -79,6 +79,6 @@ def test_the_same_top_finding_from_victoriametrics(victoria, catalog):
     while not json.loads(urllib.request.urlopen(probe).read())["data"]["result"]:
         assert time.monotonic() < deadline, "imported series never became queryable"
         time.sleep(0.5)
-    doc = to_json(diagnose(PrometheusSource(victoria), catalog, Window.plan(sc.labels.window, end)))
+    doc = to_json(diagnose(PrometheusSource(victoria), site, Window.plan(sc.labels.window, end)))
     assert doc["findings"], doc["undecided"]
     assert doc["findings"][0]["id"] == sc.labels.expect[0]

@@ -22,12 +22,13 @@ from typing import Any
 
 import pytest
 
-from diagnoser.notify import SlackForwarder, message
-from diagnoser.promserver import Prometheus, free_port, listening
-from diagnoser.sim import harness
-from diagnoser.source import PrometheusSource
-from diagnoser.webhook import Webhook
-from diagnoser.webhook_http import serve
+from diagnoser.core.source import PrometheusSource
+from diagnoser.lab import harness
+from diagnoser.lab.promserver import Prometheus, free_port, listening
+from diagnoser.report.chat import message
+from diagnoser.webhook.http import serve
+from diagnoser.webhook.notify import SlackForwarder
+from diagnoser.webhook.receiver import Webhook
 
 SCENARIO = "context-length-rejections"
 MODEL = "qwen3-8b"
@@ -93,15 +94,15 @@ def running(hook: Webhook) -> Iterator[str]:
     assert not thread.is_alive()
 
 
-def make_hook(catalog, loaded, source=None, **kw: Any) -> tuple[Webhook, list[dict[str, Any]]]:
+def make_hook(site, loaded, source=None, **kw: Any) -> tuple[Webhook, list[dict[str, Any]]]:
     url, end = loaded
     records: list[dict[str, Any]] = []
-    hook = Webhook(source or PrometheusSource(url), catalog, records.append, now=lambda: end, **kw)
+    hook = Webhook(source or PrometheusSource(url), site, records.append, now=lambda: end, **kw)
     return hook, records
 
 
-def test_a_firing_playbook_alert_arrives_diagnosed(catalog, loaded):
-    hook, records = make_hook(catalog, loaded)
+def test_a_firing_playbook_alert_arrives_diagnosed(site, loaded):
+    hook, records = make_hook(site, loaded)
     with running(hook) as url:
         assert post(url, notification(alert())) == (200, {"status": "accepted"})
         (record,) = wait_for(lambda: records)
@@ -124,8 +125,8 @@ BAD = [
 ]
 
 
-def test_a_bad_payload_is_answered_400_and_logged(catalog, loaded, caplog):
-    hook, records = make_hook(catalog, loaded)
+def test_a_bad_payload_is_answered_400_and_logged(site, loaded, caplog):
+    hook, records = make_hook(site, loaded)
     caplog.set_level(logging.WARNING, logger="servediag.webhook")
     with running(hook) as url:
         for body, why in BAD:
@@ -143,8 +144,8 @@ def test_a_bad_payload_is_answered_400_and_logged(catalog, loaded, caplog):
     assert any("not JSON" in m for m in refused)
 
 
-def test_resolved_and_other_alerts_are_not_diagnosed(catalog, loaded):
-    hook, records = make_hook(catalog, loaded)
+def test_resolved_and_other_alerts_are_not_diagnosed(site, loaded):
+    hook, records = make_hook(site, loaded)
     other = alert()
     other["labels"].pop("playbook")
     advisory = alert(playbook="hidden-tail")
@@ -158,9 +159,9 @@ def test_resolved_and_other_alerts_are_not_diagnosed(catalog, loaded):
     assert ("alerts", "queued") not in counts and records == []
 
 
-def test_duplicates_within_the_window_are_skipped(catalog, loaded):
+def test_duplicates_within_the_window_are_skipped(site, loaded):
     clock = [1000.0]
-    hook, records = make_hook(catalog, loaded, dedupe_window=600, clock=lambda: clock[0])
+    hook, records = make_hook(site, loaded, dedupe_window=600, clock=lambda: clock[0])
     with running(hook) as url:
         assert post(url, notification(alert()))[0] == 200
         wait_for(lambda: records)
@@ -199,9 +200,9 @@ class HeldSource:
         return self.inner.query(expr, at)
 
 
-def test_the_queue_is_bounded_and_a_group_runs_one_diagnosis_at_a_time(catalog, loaded, caplog):
+def test_the_queue_is_bounded_and_a_group_runs_one_diagnosis_at_a_time(site, loaded, caplog):
     source = HeldSource(loaded[0])
-    hook, records = make_hook(catalog, loaded, source=source, workers=2, max_pending=2)
+    hook, records = make_hook(site, loaded, source=source, workers=2, max_pending=2)
     caplog.set_level(logging.WARNING, logger="servediag.webhook")
     with running(hook) as url:
         assert post(url, notification(alert("m-a"), group="A"))[0] == 200
@@ -261,9 +262,9 @@ def chat_server(status: int = 200) -> Iterator[tuple[str, list[dict[str, Any]]]]
         server.server_close()
 
 
-def test_diagnoses_are_forwarded_to_a_slack_compatible_webhook(catalog, loaded):
+def test_diagnoses_are_forwarded_to_a_slack_compatible_webhook(site, catalog, loaded):
     with chat_server() as (chat_url, received):
-        hook, records = make_hook(catalog, loaded, forwarder=SlackForwarder(chat_url, catalog))
+        hook, records = make_hook(site, loaded, forwarder=SlackForwarder(chat_url, site))
         with running(hook) as url:
             assert post(url, notification(alert()))[0] == 200
             wait_for(lambda: received)
@@ -278,10 +279,10 @@ def test_diagnoses_are_forwarded_to_a_slack_compatible_webhook(catalog, loaded):
     assert f"*Runbook:* <{top['runbook']}|{SCENARIO}>" in text
 
 
-def test_a_chat_outage_is_logged_and_the_diagnosis_still_emitted(catalog, loaded, caplog):
+def test_a_chat_outage_is_logged_and_the_diagnosis_still_emitted(site, loaded, caplog):
     caplog.set_level(logging.ERROR, logger="servediag.webhook")
     with chat_server(status=500) as (chat_url, received):
-        hook, records = make_hook(catalog, loaded, forwarder=SlackForwarder(chat_url, catalog))
+        hook, records = make_hook(site, loaded, forwarder=SlackForwarder(chat_url, site))
         with running(hook) as url:
             assert post(url, notification(alert()))[0] == 200
             wait_for(lambda: hook.counters.snapshot().get(("forwards", "error")))
@@ -290,7 +291,7 @@ def test_a_chat_outage_is_logged_and_the_diagnosis_still_emitted(catalog, loaded
     assert "HTTP 500" in line and "secret" not in line
 
 
-def test_the_message_without_a_confirming_diagnosis_gives_the_alerts_playbook(catalog):
+def test_the_message_without_a_confirming_diagnosis_gives_the_alerts_playbook(site, catalog):
     record = {
         "alert": "VllmKvCachePressure",
         "severity": "warning",
@@ -303,7 +304,7 @@ def test_the_message_without_a_confirming_diagnosis_gives_the_alerts_playbook(ca
         "diagnosis": {"findings": []},
         "error": None,
     }
-    text = message(record, catalog)
+    text = message(record, None, site)
     assert "no playbook matched over the last 60 min" in text
     assert "`kv-cache-pressure` (not confirmed by the diagnosis)" in text
     assert catalog["kv-cache-pressure"].cause.split()[0] in text

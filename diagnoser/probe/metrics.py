@@ -1,7 +1,7 @@
 """The probe's metric families, shared by ``servediag probe`` and the simulator.
 
 Both write the same names, label names, label values and bucket bounds (those of
-``diagnoser.metrics``), so the signals, recording rules and dashboards read a real probe and a
+``diagnoser.core.families``), so the signals, recording rules and dashboards read a real probe and a
 simulated one alike:
 
 - ``llm_probe_ttft_seconds``, ``llm_probe_itl_seconds``, ``llm_probe_e2e_seconds``:
@@ -22,9 +22,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from diagnoser import metrics as M
+from diagnoser.core import families as M
+from diagnoser.core.exposition import Histogram, Recorder, labels_of
 from diagnoser.probe.stream import OUTCOMES
-from diagnoser.sim.exposition import Histogram, Recorder, labels_of
 
 REQUESTS_HELP = "Probe requests by outcome."
 SKIPPED_HELP = "Probe requests not sent, by reason (budget, in_flight)."

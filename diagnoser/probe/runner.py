@@ -21,11 +21,11 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from statistics import median
 from typing import Any
 
-from diagnoser.metrics import prompt_bucket_label
+from diagnoser.core.exposition import Recorder, text_exposition
+from diagnoser.core.families import prompt_bucket_label
 from diagnoser.probe.metrics import ProbeMetrics
 from diagnoser.probe.prompts import Approximation, TokenCounter
 from diagnoser.probe.stream import Endpoint, ProbeError, Result, get_json, stream
-from diagnoser.sim.exposition import Recorder, text_exposition
 
 DEFAULT_CLASSES = (128, 1024, 4096, 16384)
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"

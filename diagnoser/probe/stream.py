@@ -31,8 +31,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
+from diagnoser.core.source import redact_url
 from diagnoser.errors import UserError
-from diagnoser.source import redact_url
 
 OUTCOMES = ("ok", "http_error", "timeout", "truncated", "connection_error")
 API_PATHS = {"completions": "/v1/completions", "chat": "/v1/chat/completions"}

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from diagnoser.sim.hardware import GB, GpuSpec, ModelSpec, kv_capacity_tokens
+from diagnoser.hardware.presets import GB, GpuSpec, ModelSpec, kv_capacity_tokens
 
 
 @dataclass

@@ -22,8 +22,8 @@ from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from diagnoser.core.exposition import Recorder, text_exposition
 from diagnoser.sim.engine import Request
-from diagnoser.sim.exposition import Recorder, text_exposition
 from diagnoser.sim.openai import (
     CHAT_PATH,
     COMPLETIONS_PATH,

@@ -9,9 +9,9 @@ from typing import Any
 
 import numpy as np
 
+from diagnoser.core.exposition import Recorder, labels_of
 from diagnoser.probe.metrics import ProbeMetrics
 from diagnoser.sim.engine import Request
-from diagnoser.sim.exposition import Recorder, labels_of
 from diagnoser.sim.scenario import Change, ModelScenario, Probe, Scenario, resolve
 from diagnoser.sim.server import Server, ServerSpec
 

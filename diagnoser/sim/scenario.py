@@ -14,9 +14,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from diagnoser.core.durations import parse_duration
+from diagnoser.core.families import prompt_bucket_label
 from diagnoser.errors import FileFieldError, read_yaml_mapping
-from diagnoser.metrics import prompt_bucket_label
-from diagnoser.sim import hardware
+from diagnoser.hardware import presets as hardware
 from diagnoser.sim.engine import EngineConfig
 from diagnoser.sim.server import PROFILES, ApiServerConfig, Fault
 from diagnoser.sim.workload import Lengths, Rate, Workload
@@ -24,29 +25,6 @@ from diagnoser.sim.workload import Lengths, Rate, Workload
 
 class ScenarioError(FileFieldError):
     """A scenario that cannot be simulated; ``str()`` is one line naming file and field."""
-
-
-_DURATION = re.compile(r"^([0-9]+(?:\.[0-9]+)?)(ms|s|m|h|d)$")
-
-
-def parse_duration(value: object) -> float:
-    """``90s``, ``15m``, ``2h``, ``1d`` (or a number of seconds) -> seconds."""
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return float(value)
-    if isinstance(value, str):
-        total, rest = 0.0, value.strip()
-        while rest:
-            m = re.match(r"([0-9]+(?:\.[0-9]+)?)(ms|s|m|h|d)", rest)
-            if not m:
-                break
-            total += (
-                float(m.group(1))
-                * {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400}[m.group(2)]
-            )
-            rest = rest[m.end() :]
-        if (not rest and total > 0) or value.strip() in ("0s", "0m", "0h"):
-            return total
-    raise ValueError(f"{value!r} is not a duration like 30s, 15m or 2h")
 
 
 @dataclass

@@ -11,10 +11,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from diagnoser import metrics as M
+from diagnoser.core import families as M
+from diagnoser.core.exposition import Histogram, Labels, Recorder, labels_of
+from diagnoser.hardware.presets import GB, GpuSpec, ModelSpec
 from diagnoser.sim.engine import Engine, EngineConfig, EngineStats, Request
-from diagnoser.sim.exposition import Histogram, Labels, Recorder, labels_of
-from diagnoser.sim.hardware import GB, GpuSpec, ModelSpec
 
 PROFILES = ("0.33", "0.8")
 CHAT = "/v1/chat/completions"

@@ -1,0 +1,374 @@
+"""Load and validate the playbook catalog.
+
+A playbook is one YAML file named after its id. Every file is checked against the playbook
+schema and then against the signal vocabulary, the shape registry and the rest of the
+catalog; the first problem is reported as one line naming the file and the field.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterable, Iterator
+from dataclasses import replace
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from diagnoser.catalog.model import Alert, Condition, Playbook, Signature
+from diagnoser.catalog.schema import validator
+from diagnoser.catalog.shapes import SHAPES
+from diagnoser.core.signals import SIGNALS
+from diagnoser.errors import FileFieldError, read_yaml_mapping
+
+# ${targets} in an alert expression: the label matcher that selects vLLM scrape targets;
+# ${by}: the labels of the site's model grouping (model_name and the site's group labels).
+TARGETS = "targets"
+BY = "by"
+SPECIAL = frozenset({TARGETS, BY})
+PLACEHOLDER = re.compile(r"\$\{([a-z0-9_]+)(@instance)?(?::([0-9]+[smhd]))?\}")
+COMMON_KEYS = frozenset({"signal", "over", "stat", "weight", "why", "instead", "param"})
+
+
+class CatalogError(FileFieldError):
+    """A playbook that cannot be used; ``str()`` is one line naming file and field."""
+
+
+# --- locations ------------------------------------------------------------------------------
+
+
+def builtin_dir() -> Path:
+    """The catalog shipped with the package (wheel), or ``playbooks/`` in a source checkout."""
+    packaged = Path(str(resources.files("diagnoser"))) / "_catalog" / "playbooks"
+    if packaged.is_dir():
+        return packaged
+    return Path(__file__).resolve().parent.parent.parent / "playbooks"
+
+
+# --- loading --------------------------------------------------------------------------------
+
+
+def _field_path(parts: Iterable[object]) -> str:
+    out = ""
+    for p in parts:
+        out += f"[{p}]" if isinstance(p, int) else (f".{p}" if out else str(p))
+    return out
+
+
+def _read(path: Path) -> dict[str, Any]:
+    data = read_yaml_mapping(path, CatalogError, "a playbook")
+    errors = sorted(validator().iter_errors(data), key=lambda e: (len(e.path), list(e.path)))
+    if errors:
+        err = errors[0]
+        where = _field_path(err.absolute_path) or "(top level)"
+        raise CatalogError(path, where, _schema_message(err))
+    return data
+
+
+def _schema_message(err: Any) -> str:
+    if err.validator == "additionalProperties":
+        extra = sorted(set(err.instance) - set(err.schema.get("properties", {})))
+        return f"unknown field {', '.join(map(repr, extra))}"
+    if err.validator == "required":
+        return str(err.message).replace(" is a required property", " is required")
+    if err.validator == "enum":
+        return f"{err.instance!r} is not one of {', '.join(map(str, err.validator_value))}"
+    return str(err.message)
+
+
+def _condition(path: Path, where: str, raw: dict[str, Any]) -> Condition:
+    found = [s for s in SHAPES if s in raw]
+    if len(found) != 1:
+        names = ", ".join(found) or "none"
+        raise CatalogError(path, where, f"needs exactly one of {', '.join(SHAPES)} (found {names})")
+    shape = SHAPES[found[0]]
+    for key in sorted(set(raw) - COMMON_KEYS - {shape.name} - shape.modifiers):
+        raise CatalogError(path, f"{where}.{key}", f"does not apply to '{shape.name}'")
+    for key in sorted(shape.required - set(raw)):
+        raise CatalogError(path, f"{where}.{key}", f"is required with {shape.name}")
+    if "param" in raw and not shape.numeric:
+        raise CatalogError(path, f"{where}.param", f"'{shape.name}' has no threshold to bind")
+    for key in ("signal", "over"):
+        if key in raw and raw[key] not in SIGNALS:
+            raise CatalogError(path, f"{where}.{key}", f"unknown signal {raw[key]!r}")
+    if shape.name == "tracks" and raw["tracks"] not in SIGNALS:
+        raise CatalogError(path, f"{where}.tracks", f"unknown signal {raw['tracks']!r}")
+    for key, value in raw.items():
+        if isinstance(value, float) and not math.isfinite(value):
+            raise CatalogError(path, f"{where}.{key}", "must be a finite number")
+    return Condition(
+        signal=raw["signal"],
+        shape=shape.name,
+        value=raw[shape.name],
+        over=raw.get("over"),
+        held=raw.get("held"),
+        stat=raw.get("stat", "median"),
+        floor=raw.get("floor"),
+        min_corr=raw.get("min_corr"),
+        exponent=raw.get("exponent"),
+        weight=float(raw.get("weight", 1.0)),
+        why=raw.get("why"),
+        instead=tuple(raw.get("instead", ())),
+        param=raw.get("param"),
+    )
+
+
+def _signature(path: Path, raw: dict[str, Any]) -> Signature:
+    groups: dict[str, tuple[Condition, ...]] = {}
+    for group in ("all", "any", "none", "supporting"):
+        groups[group] = tuple(
+            _condition(path, f"signature.{group}[{i}]", c) for i, c in enumerate(raw.get(group, []))
+        )
+    for i, c in enumerate(raw.get("none", [])):
+        if "why" not in c:
+            raise CatalogError(
+                path, f"signature.none[{i}].why", "an exclusion must say which cause it points to"
+            )
+    for group in ("all", "any", "supporting"):
+        for i, c in enumerate(raw.get(group, [])):
+            if "instead" in c:
+                raise CatalogError(
+                    path, f"signature.{group}[{i}].instead", "only an exclusion (none) can name one"
+                )
+    seen: dict[str, str] = {}
+    for group in ("all", "any", "none", "supporting"):
+        for i, c in enumerate(raw.get(group, [])):
+            if "param" in c:
+                where = f"signature.{group}[{i}].param"
+                if c["param"] in seen:
+                    raise CatalogError(
+                        path, where, f"{c['param']!r} is bound at {seen[c['param']]}"
+                    )
+                seen[c["param"]] = where
+    onset = raw.get("onset")
+    if onset is not None and onset not in SIGNALS:
+        raise CatalogError(path, "signature.onset", f"unknown signal {onset!r}")
+    return Signature(
+        all=groups["all"],
+        any=groups["any"],
+        none=groups["none"],
+        supporting=groups["supporting"],
+        onset=onset,
+        explains=tuple(raw.get("explains", [])),
+        max_confidence=float(raw.get("max_confidence", 1.0)),
+    )
+
+
+def _alert(path: Path, raw: dict[str, Any], severity: str, sig: Signature) -> Alert:
+    own: dict[str, float] = {}
+    why: dict[str, str] = {}
+    for name, value in raw.get("params", {}).items():
+        if isinstance(value, dict):
+            own[name], why[name] = float(value["value"]), value["why"]
+        else:
+            own[name] = float(value)
+        if not math.isfinite(own[name]):
+            raise CatalogError(path, f"alert.params.{name}", "must be a finite number")
+    bound = sig.bound()
+    for name in sorted(set(own) & set(bound)):
+        raise CatalogError(
+            path, f"alert.params.{name}", "is bound to a signature condition (param:); drop it here"
+        )
+    params = {**own, **{name: float(c.value) for name, c in bound.items()}}
+    for key in ("expr", "summary", "description"):
+        for m in PLACEHOLDER.finditer(raw[key]):
+            name = m.group(1)
+            if name in SPECIAL and key == "expr" and not (m.group(2) or m.group(3)):
+                continue
+            if name in params and (m.group(2) or m.group(3)):
+                raise CatalogError(
+                    path, f"alert.{key}", f"${{{name}}} is a parameter, not a signal"
+                )
+            if name not in params and name not in SIGNALS:
+                raise CatalogError(
+                    path, f"alert.{key}", f"${{{name}}} is neither a signal nor one of alert.params"
+                )
+            if key != "expr" and name not in params:
+                raise CatalogError(
+                    path, f"alert.{key}", "only ${param} placeholders are allowed here"
+                )
+        leftover = PLACEHOLDER.sub("", raw[key])
+        if "${" in leftover:
+            raise CatalogError(path, f"alert.{key}", "malformed ${...} placeholder")
+    used = {m.group(1) for m in PLACEHOLDER.finditer(raw["expr"])}
+    for name in sorted(set(params) - used):
+        where = f"alert.params.{name}" if name in own else "signature"
+        raise CatalogError(path, where, f"parameter {name!r} is not used in alert.expr")
+    if "{{" in raw["summary"]:
+        raise CatalogError(path, "alert.summary", "must be static (no {{ templates }})")
+    return Alert(
+        name=raw["name"],
+        expr=raw["expr"].strip(),
+        for_=raw["for"],
+        severity=raw.get("severity", severity),
+        floor=raw.get("floor", "requests"),
+        summary=raw["summary"],
+        description=raw["description"].strip(),
+        params=params,
+        why=why,
+    )
+
+
+def load_playbook(path: Path) -> Playbook:
+    data = _read(path)
+    if data["id"] != path.stem:
+        raise CatalogError(path, "id", f"{data['id']!r} must equal the file name {path.stem!r}")
+    detectable = data["kind"] == "detectable"
+    for key in ("signature", "alert"):
+        if detectable and key not in data:
+            raise CatalogError(path, key, "is required for a detectable playbook")
+        if not detectable and key in data:
+            raise CatalogError(path, key, "an advisory playbook has no " + key)
+    if not detectable and not data.get("relates_to"):
+        raise CatalogError(path, "relates_to", "an advisory playbook must name related playbooks")
+    for i, name in enumerate(data["evidence"]):
+        if name not in SIGNALS:
+            raise CatalogError(path, f"evidence[{i}]", f"unknown signal {name!r}")
+    seed = data["seed"]
+    signature = _signature(path, data["signature"]) if detectable else None
+    alert = None
+    if detectable:
+        assert signature is not None
+        alert = _alert(path, data["alert"], data["severity"], signature)
+    return Playbook(
+        id=data["id"],
+        title=data["title"],
+        kind=data["kind"],
+        chapter=data["chapter"],
+        severity=data["severity"],
+        symptom=data["symptom"].strip(),
+        cause=data["cause"].strip(),
+        fix=tuple(s.strip() for s in data["fix"]),
+        guardrail=tuple(s.strip() for s in data["guardrail"]),
+        evidence=tuple(data["evidence"]),
+        seed_symptoms=tuple(seed["symptoms"]),
+        seed_scenario=seed.get("scenario"),
+        path=path,
+        impact=data.get("impact", "").strip() or None,
+        relates_to=tuple(data.get("relates_to", [])),
+        signature=signature,
+        alert=alert,
+    )
+
+
+class Catalog:
+    """Playbooks by id, cross-checked (references resolve, alert names unique)."""
+
+    def __init__(self, playbooks: Iterable[Playbook]):
+        self._by_id: dict[str, Playbook] = {}
+        for pb in playbooks:
+            if pb.id in self._by_id:
+                raise CatalogError(
+                    pb.path, "id", f"{pb.id!r} is already defined in {self._by_id[pb.id].path}"
+                )
+            self._by_id[pb.id] = pb
+        self._check_references()
+
+    def _check_references(self) -> None:
+        alerts: dict[str, Playbook] = {}
+        for pb in self._by_id.values():
+            refs = [("relates_to", pb.relates_to)]
+            if pb.signature:
+                refs.append(("signature.explains", pb.signature.explains))
+                for i, cond in enumerate(pb.signature.none):
+                    refs.append((f"signature.none[{i}].instead", cond.instead))
+            for where, ids in refs:
+                for i, ref in enumerate(ids):
+                    if ref not in self._by_id or ref == pb.id:
+                        raise CatalogError(pb.path, f"{where}[{i}]", f"unknown playbook {ref!r}")
+            if pb.alert:
+                if pb.alert.name in alerts:
+                    raise CatalogError(
+                        pb.path,
+                        "alert.name",
+                        f"{pb.alert.name!r} is already used by {alerts[pb.alert.name].id}",
+                    )
+                alerts[pb.alert.name] = pb
+        self._check_explains_cycles()
+
+    def _check_explains_cycles(self) -> None:
+        """A cause that (through others) explains itself would demote every member."""
+        graph = {p.id: p.signature.explains for p in self._by_id.values() if p.signature}
+        state: dict[str, int] = {}
+
+        def visit(pid: str, trail: list[str]) -> None:
+            state[pid] = 1
+            for nxt in graph.get(pid, ()):
+                if state.get(nxt) == 1:
+                    cycle = " -> ".join([*trail[trail.index(nxt) :], nxt])
+                    raise CatalogError(
+                        self._by_id[pid].path, "signature.explains", f"cycle {cycle}"
+                    )
+                if nxt not in state:
+                    visit(nxt, [*trail, nxt])
+            state[pid] = 2
+
+        for pid in sorted(graph):
+            if pid not in state:
+                visit(pid, [pid])
+
+    def __iter__(self) -> Iterator[Playbook]:
+        return iter(sorted(self._by_id.values(), key=lambda p: p.id))
+
+    def __len__(self) -> int:
+        return len(self._by_id)
+
+    def __contains__(self, pid: object) -> bool:
+        return pid in self._by_id
+
+    def __getitem__(self, pid: str) -> Playbook:
+        return self._by_id[pid]
+
+    def ids(self) -> list[str]:
+        return sorted(self._by_id)
+
+    def detectable(self) -> list[Playbook]:
+        return [p for p in self if p.detectable]
+
+    def advisory(self) -> list[Playbook]:
+        return [p for p in self if not p.detectable]
+
+    def by_alert(self) -> dict[str, Playbook]:
+        return {p.alert.name: p for p in self if p.alert}
+
+    def replaced(self, playbooks: Iterable[Playbook]) -> Catalog:
+        """This catalog with some playbooks replaced (same ids)."""
+        new = {p.id: p for p in playbooks}
+        return Catalog(new.get(p.id, p) for p in self)
+
+
+def with_param(pb: Playbook, name: str, value: float) -> Playbook:
+    """``pb`` with one alert parameter set: in the alert, and in the signature condition that
+    holds it, so the alert and the diagnosis test the same number."""
+    assert pb.alert is not None and pb.signature is not None
+    sig = pb.signature
+
+    def bind(conds: tuple[Condition, ...]) -> tuple[Condition, ...]:
+        return tuple(replace(c, value=value) if c.param == name else c for c in conds)
+
+    signature = replace(
+        sig,
+        all=bind(sig.all),
+        any=bind(sig.any),
+        none=bind(sig.none),
+        supporting=bind(sig.supporting),
+    )
+    alert = replace(pb.alert, params={**pb.alert.params, name: value})
+    return replace(pb, signature=signature, alert=alert)
+
+
+def playbook_files(directory: Path) -> list[Path]:
+    if not directory.is_dir():
+        raise CatalogError(directory, "", "not a directory")
+    return sorted(p for p in directory.iterdir() if p.suffix in (".yaml", ".yml"))
+
+
+def load_catalog(*extra_dirs: Path) -> Catalog:
+    """The built-in catalog plus the playbooks in ``extra_dirs`` (users' own)."""
+    paths = playbook_files(builtin_dir())
+    for d in extra_dirs:
+        files = playbook_files(d)
+        if not files:
+            raise CatalogError(d, "", "no playbook files (*.yaml) found")
+        paths += files
+    return Catalog(load_playbook(p) for p in paths)

@@ -1,0 +1,124 @@
+"""A playbook as the rest of the toolkit sees it, once loaded and checked."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+CHAPTERS = {
+    "tokens": "Models read tokens, not words",
+    "prefill-decode": "Prefill fills the KV cache. Decode reads it",
+    "attention": "Why keep the Keys and Values?",
+    "latency": "The anatomy of \u201cit feels slow\u201d",
+    "batching": "Static vs continuous batching",
+    "memory": "The GPU memory budget",
+}
+GROUPS = ("all", "any", "none", "supporting")
+
+
+@dataclass(frozen=True)
+class Condition:
+    signal: str
+    shape: str
+    value: float | str
+    over: str | None = None
+    held: float | None = None
+    stat: str = "median"
+    floor: float | None = None
+    min_corr: float | None = None
+    exponent: float | None = None
+    weight: float = 1.0
+    why: str | None = None
+    # An exclusion with ``instead`` is contested: it rules the playbook out only when one of
+    # these playbooks matches the same scope at least as strongly (see diagnose.rank).
+    instead: tuple[str, ...] = ()
+    # The alert parameter whose value this condition's threshold is (one source for both).
+    param: str | None = None
+
+    def describe(self) -> str:
+        """Readable form, e.g. ``ttft_p95 rises >= 1.5x``."""
+        from diagnoser.catalog.shapes import SHAPES
+
+        subject = f"{self.signal} / {self.over}" if self.over else self.signal
+        text = SHAPES[self.shape].describe(self)
+        if self.held is not None:
+            text += f" for {self.held:.0%} of the window"
+        return f"{subject} {text}"
+
+    def needs(self) -> tuple[str, ...]:
+        """The signals this condition reads."""
+        from diagnoser.catalog.shapes import SHAPES
+
+        return SHAPES[self.shape].needs(self)
+
+
+@dataclass(frozen=True)
+class Signature:
+    all: tuple[Condition, ...]
+    any: tuple[Condition, ...] = ()
+    none: tuple[Condition, ...] = ()
+    supporting: tuple[Condition, ...] = ()
+    onset: str | None = None
+    explains: tuple[str, ...] = ()
+    max_confidence: float = 1.0
+
+    def groups(self) -> Iterator[tuple[str, tuple[Condition, ...]]]:
+        yield from (
+            ("all", self.all),
+            ("any", self.any),
+            ("none", self.none),
+            ("supporting", self.supporting),
+        )
+
+    def conditions(self) -> Iterator[Condition]:
+        for _, conds in self.groups():
+            yield from conds
+
+    def bound(self) -> dict[str, Condition]:
+        """Alert parameter name -> the condition that holds its value."""
+        return {c.param: c for c in self.conditions() if c.param}
+
+
+@dataclass(frozen=True)
+class Alert:
+    name: str
+    expr: str
+    for_: str
+    severity: str
+    floor: str
+    summary: str
+    description: str
+    # Every parameter's value: those bound to a signature condition and the alert's own.
+    params: Mapping[str, float] = field(default_factory=dict)
+    # The alert's own parameters (not a signature threshold), each with why it stands apart.
+    why: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Playbook:
+    id: str
+    title: str
+    kind: str
+    chapter: str
+    severity: str
+    symptom: str
+    cause: str
+    fix: tuple[str, ...]
+    guardrail: tuple[str, ...]
+    evidence: tuple[str, ...]
+    seed_symptoms: tuple[str, ...]
+    seed_scenario: str | None
+    path: Path
+    impact: str | None = None
+    relates_to: tuple[str, ...] = ()
+    signature: Signature | None = None
+    alert: Alert | None = None
+
+    @property
+    def detectable(self) -> bool:
+        return self.kind == "detectable"
+
+    @property
+    def chapter_title(self) -> str:
+        return CHAPTERS[self.chapter]

@@ -1,0 +1,147 @@
+"""What every shape shares: its verdict, the periods it compares, the data it reads, and the
+numeric helpers.
+
+Periods: *baseline* is the reference before the change, *now* the part of the window after
+it, *window* the whole diagnosis window. A shape returns a ``Verdict``: whether it holds
+(``None`` when the data cannot say), the numbers that decided it, and how far past its
+threshold it is (``margin``, 0..1), which feeds the confidence.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
+
+import numpy as np
+
+from diagnoser.core.units import fmt
+
+if TYPE_CHECKING:
+    from diagnoser.catalog.model import Condition
+
+STATS: dict[str, Callable[[np.ndarray], float]] = {
+    "median": lambda a: float(np.median(a)),
+    "mean": lambda a: float(np.mean(a)),
+    "max": lambda a: float(np.max(a)),
+    "min": lambda a: float(np.min(a)),
+    "p90": lambda a: float(np.percentile(a, 90)),
+    "last": lambda a: float(a[-1]),
+}
+MIN_POINTS = 3  # fewer samples in a period than this and the shape is undecided
+Span = tuple[float, float]
+
+
+@dataclass
+class Verdict:
+    holds: bool | None
+    numbers: dict[str, float] = field(default_factory=dict)
+    margin: float = 0.0
+    note: str = ""
+
+    @classmethod
+    def undecided(cls, note: str) -> Verdict:
+        return cls(None, note=note)
+
+
+@dataclass(frozen=True)
+class Periods:
+    baseline: Span
+    now: Span
+    window: Span
+    onset: float | None
+
+
+class Series(Protocol):
+    t: np.ndarray
+    v: np.ndarray
+
+
+class Data(Protocol):
+    """One scope's series by signal name; per-class signals keep one series per class."""
+
+    @property
+    def series(self) -> Mapping[str, Series]: ...
+
+    @property
+    def classes(self) -> Mapping[str, Mapping[str, Series]]: ...
+
+
+def finite(a: np.ndarray) -> np.ndarray:
+    out: np.ndarray = a[np.isfinite(a)]
+    return out
+
+
+def summarise(values: np.ndarray, stat: str) -> float | None:
+    v = finite(values)
+    if v.size < MIN_POINTS:
+        return None
+    return float(STATS[stat](v))
+
+
+def log_margin(ratio: float, threshold: float) -> float:
+    """0 at the threshold, 1 when the ratio is the threshold squared (in log terms)."""
+    if ratio <= 0 or threshold <= 0 or threshold == 1:
+        return 0.0
+    return float(np.clip(math.log(ratio) / math.log(threshold) - 1, 0, 1))
+
+
+def share_margin(share: float, held: float) -> float:
+    return float(np.clip((share - held) / max(1e-9, 1 - held), 0, 1))
+
+
+def sliced(s: Series, span: Span) -> np.ndarray:
+    mask = (s.t >= span[0]) & (s.t <= span[1])
+    out: np.ndarray = s.v[mask]
+    return out
+
+
+def values(data: Data, cond: Condition, span: Span) -> np.ndarray:
+    """The condition's subject over ``span``: the signal, or its ratio to ``over``."""
+    s = data.series[cond.signal]
+    if not cond.over:
+        return sliced(s, span)
+    o = data.series[cond.over]
+    common, ia, ib = np.intersect1d(s.t, o.t, return_indices=True)
+    keep = (common >= span[0]) & (common <= span[1])
+    with np.errstate(divide="ignore", invalid="ignore"):
+        out: np.ndarray = s.v[ia][keep] / o.v[ib][keep]
+    return out
+
+
+class Shape:
+    """One shape of the signature language: its schema, evaluation, description and
+    evidence text together. Subclasses set the class attributes and the three methods."""
+
+    name: ClassVar[str]
+    # JSON schema of the shape's value (the number or name after its key).
+    value_schema: ClassVar[dict[str, Any]]
+    # Optional keys the shape accepts besides signal, over, stat, weight, why, instead, param.
+    modifiers: ClassVar[frozenset[str]] = frozenset()
+    required: ClassVar[frozenset[str]] = frozenset()
+    # Whether the value is a threshold number (an alert parameter can be bound to it).
+    numeric: ClassVar[bool] = True
+    # Whether it reads one series per class (e.g. per prompt_bucket) of its signal.
+    per_class: ClassVar[bool] = False
+
+    def needs(self, cond: Condition) -> tuple[str, ...]:
+        """Signals the condition reads: its signal, ``over``, and any the shape names."""
+        return (cond.signal, *((cond.over,) if cond.over else ()))
+
+    def describe(self, cond: Condition) -> str:
+        raise NotImplementedError
+
+    def evaluate(self, cond: Condition, data: Data, p: Periods) -> Verdict:
+        raise NotImplementedError
+
+    def evidence(self, cond: Condition, numbers: Mapping[str, float | None], unit: str) -> str:
+        raise NotImplementedError
+
+
+def subject(cond: Condition) -> str:
+    return f"{cond.signal} / {cond.over}" if cond.over else cond.signal
+
+
+def value_text(v: float | None, unit: str) -> str:
+    return fmt(v, unit)

@@ -1,0 +1,183 @@
+"""``servediag diagnose`` (and the ``diagnose`` command): on-call's command."""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+from pathlib import Path
+
+import click
+
+from diagnoser.cli.options import (
+    SourceOptions,
+    catalog_option,
+    config_option,
+    fail,
+    handles_errors,
+    load_site,
+    playbook,
+    source_options,
+)
+from diagnoser.cli.params import DURATION, TIMESTAMP, Duration
+
+_MATCHER = re.compile(r'[a-zA-Z_][a-zA-Z0-9_]*\s*(=|!=|=~|!~)\s*"(?:[^"\\\n]|\\.)*"')
+
+
+def matchers(
+    model: str | None, instance: str | None, job: str | None, match: tuple[str, ...]
+) -> tuple[str, ...]:
+    """The scope's label matchers; values are escaped, so they select and never widen."""
+    from diagnoser.core.promql import matcher
+
+    out = [
+        matcher(label, value)
+        for label, value in (("model_name", model), ("instance", instance), ("job", job))
+        if value
+    ]
+    for m in match:
+        if not _MATCHER.fullmatch(m.strip()):
+            fail(f'--match {m!r} is not a label matcher like job="vllm" or pod=~"vllm-.*"')
+        out.append(m.strip())
+    return tuple(out)
+
+
+def _baseline(value: str) -> float | None:
+    if value == "before":
+        return None
+    try:
+        return Duration().convert(value, None, None)
+    except click.BadParameter as exc:
+        raise click.BadParameter(exc.message, param_hint="'--baseline'") from None
+
+
+@click.command("diagnose")
+@click.option(
+    "--since",
+    "since",
+    type=DURATION,
+    default="1h",
+    show_default=True,
+    metavar="DURATION",
+    help="Diagnose this much time up to --until (e.g. 30m, 1h, 6h).",
+)
+@click.option(
+    "--until",
+    "until",
+    type=TIMESTAMP,
+    default=None,
+    metavar="TIME",
+    help="End of the window: RFC 3339 or Unix seconds (default: now).",
+)
+@click.option(
+    "--baseline",
+    "baseline",
+    default="before",
+    show_default=True,
+    help="Reference period: 'before' (as long as the window, just before it) or a "
+    "duration such as 1d (the same hours that long ago).",
+)
+@source_options("http://localhost:9090", "Prometheus-compatible API (also PROMETHEUS_URL).")
+@click.option("--model", default=None, help="Only this model_name.")
+@click.option("--instance", default=None, help="Only this instance.")
+@click.option("--job", default=None, help="Only this job.")
+@click.option(
+    "--match",
+    "match",
+    multiple=True,
+    metavar='LABEL="VALUE"',
+    help="Any further label matcher (repeatable).",
+)
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["text", "json", "markdown", "html"]),
+    default="text",
+    show_default=True,
+    help="html: one self-contained page with plots of the evidence (use --output).",
+)
+@click.option(
+    "--output",
+    "output",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Write the report to this file instead of stdout.",
+)
+@click.option(
+    "--explain",
+    "explain",
+    default=None,
+    metavar="ID",
+    help="Show one playbook's signature evaluated step by step, with the numbers.",
+)
+@catalog_option
+@config_option
+@handles_errors
+def diagnose_cmd(
+    since: float,
+    until: float | None,
+    baseline: str,
+    source: SourceOptions,
+    model: str | None,
+    instance: str | None,
+    job: str | None,
+    match: tuple[str, ...],
+    fmt: str,
+    output: Path | None,
+    explain: str | None,
+    catalog_dirs: tuple[Path, ...],
+    config_path: Path | None,
+) -> None:
+    """Match live Prometheus series against the playbooks; the likely cause first.
+
+    The site config (--config or SERVEDIAG_CONFIG) applies as it does to the rules: its
+    selector, its group labels (each group diagnosed apart), its SLOs and its alert
+    thresholds. Exit status: 0 the diagnosis ran (with or without findings), 2 bad usage or
+    catalog, 3 the metric source cannot be reached or answers garbage.
+
+    \b
+    Examples:
+      diagnose --since 1h
+      diagnose --since 6h --model llama-3.1-8b --format json
+      diagnose --since 2h --until 2026-11-29T03:00:00Z --prometheus-url http://thanos:10902
+      diagnose --explain kv-cache-pressure --config my-site.yaml
+    """
+    import time
+
+    from diagnoser import report
+    from diagnoser.diagnose import Window, diagnose
+
+    offset = _baseline(baseline)
+    end = until if until is not None else time.time()
+    scope = matchers(model, instance, job, match)
+    prometheus = source.connect()
+    site = load_site(config_path, catalog_dirs)
+    if explain is not None:
+        playbook(site.catalog, explain)
+    result = diagnose(prometheus, site, Window.plan(since, end, offset), scope)
+    if explain is not None:
+        from diagnoser.report.explain import explain as explain_text
+
+        click.echo(explain_text(result, explain), nl=False)
+        return
+    colour = output is None and sys.stdout.isatty() and os.environ.get("NO_COLOR") is None
+    rendered = report.render(result, fmt, colour=colour)
+    if output is None:
+        click.echo(rendered, nl=False)
+        return
+    try:
+        output.write_text(rendered, encoding="utf-8")
+    except OSError as exc:
+        fail(f"cannot write {output}: {exc.strerror or exc}")
+    top = result.findings[0].playbook.id if result.findings else "no finding"
+    click.echo(
+        f"{len(result.findings)} finding(s), first: {top}; report written to {output}", err=True
+    )
+
+
+def diagnose_main() -> None:
+    """The ``diagnose`` console script: the same as ``servediag diagnose``."""
+    from diagnoser.cli.options import main_one_line
+
+    diagnose_cmd.context_settings.setdefault("help_option_names", ["-h", "--help"])
+    main_one_line(diagnose_cmd, sys.argv[1:], "diagnose")

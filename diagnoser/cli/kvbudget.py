@@ -1,0 +1,177 @@
+"""``servediag kv-budget``: plan the KV cache, and read each engine's live capacity."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+from diagnoser.cli.options import (
+    SourceOptions,
+    config_option,
+    fail,
+    handles_errors,
+    load_site,
+    source_options,
+)
+from diagnoser.cli.params import TIMESTAMP, FiniteRange
+from diagnoser.hardware.presets import KV_CACHE_DTYPES, MODEL_ALIASES
+
+
+@click.command("kv-budget")
+@click.option(
+    "--model",
+    "model_ref",
+    metavar="PRESET|CONFIG",
+    help=f"A preset ({', '.join(MODEL_ALIASES)}) or a Hugging Face config.json "
+    "(or the directory holding it).",
+)
+@click.option("--gpu", "gpu_name", default="H100-80GB", show_default=True, help="GPU preset.")
+@click.option(
+    "--gpu-memory-gb",
+    type=FiniteRange(min=0, min_open=True),
+    help="GPU memory in GB (10^9 bytes), instead of the preset's.",
+)
+@click.option(
+    "--gpu-memory-utilization",
+    type=FiniteRange(min=0, max=1, min_open=True),
+    default=0.9,
+    show_default=True,
+    help="vLLM's share of the GPU's memory.",
+)
+@click.option(
+    "--weights-gb",
+    type=FiniteRange(min=0),
+    help="The weights' size in GB (default: the preset's, or estimated from config.json).",
+)
+@click.option(
+    "--overhead-gb",
+    type=FiniteRange(min=0),
+    default=2.14,
+    show_default=True,
+    help="Runtime overhead per GPU in GB (activations, CUDA graphs).",
+)
+@click.option(
+    "--max-model-len",
+    type=click.IntRange(min=1),
+    help="Longest sequence (default: the model's max_position_embeddings).",
+)
+@click.option(
+    "--context",
+    type=click.IntRange(min=1),
+    help="Tokens each user holds, prompt and answer (default: --max-model-len).",
+)
+@click.option("--users", type=click.IntRange(min=1), help="Concurrent users to check against.")
+@click.option(
+    "--tensor-parallel-size",
+    "--tp",
+    "tensor_parallel",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    help="GPUs the model is split across.",
+)
+@click.option(
+    "--kv-cache-dtype",
+    type=click.Choice(list(KV_CACHE_DTYPES)),
+    default="auto",
+    show_default=True,
+    help="As vLLM's flag: auto is the model's dtype; fp8 halves the bytes.",
+)
+@click.option(
+    "--block-size",
+    type=click.IntRange(min=1),
+    default=16,
+    show_default=True,
+    help="Tokens per KV-cache block, as vLLM's flag.",
+)
+@source_options(
+    None, "Also read each vLLM engine's live KV capacity from here (also PROMETHEUS_URL)."
+)
+@click.option(
+    "--at",
+    "at",
+    type=TIMESTAMP,
+    default=None,
+    metavar="TIME",
+    help="With --prometheus-url: when to read it, RFC 3339 or Unix seconds (default: now).",
+)
+@click.option(
+    "--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True
+)
+@config_option
+@handles_errors
+def kv_budget_cmd(
+    model_ref: str | None,
+    gpu_name: str,
+    gpu_memory_gb: float | None,
+    gpu_memory_utilization: float,
+    weights_gb: float | None,
+    overhead_gb: float,
+    max_model_len: int | None,
+    context: int | None,
+    users: int | None,
+    tensor_parallel: int,
+    kv_cache_dtype: str,
+    block_size: int,
+    source: SourceOptions,
+    at: float | None,
+    fmt: str,
+    config_path: Path | None,
+) -> None:
+    """Plan the KV cache: bytes per token, sequences and users that fit, and what if.
+
+    From a preset or a model's config.json (MLA models such as DeepSeek-V3 included):
+    KV bytes per token, the free memory after weights and overhead, how many full-length
+    sequences and users fit, and what FP8 KV or 2x/4x tensor parallelism would change. With
+    --prometheus-url, also each running engine's capacity from vllm:cache_config_info.
+    Exit status: 0 done, 2 bad input (one line naming the config field), 3 the metric
+    source cannot be reached or answers garbage.
+
+    \b
+    Examples:
+      servediag kv-budget --model llama-3.1-8b --context 8192 --users 64 --weights-gb 16
+      servediag kv-budget --model ./DeepSeek-V3/config.json --gpu H200 --tp 8
+      servediag kv-budget --model llama-3.1-8b --max-model-len 131072 \\
+          --prometheus-url http://prometheus:9090 --format json
+    """
+    import time
+
+    from diagnoser.kvbudget import budget as kvbudget
+    from diagnoser.kvbudget import report as kvbudget_report
+    from diagnoser.kvbudget.live import read_live
+
+    if model_ref is None and source.url is None:
+        fail("give --model PRESET|CONFIG, or --prometheus-url for the live capacity")
+    if at is not None and source.url is None:
+        fail("--at reads Prometheus: give --prometheus-url too")
+    budget = None
+    if model_ref is not None:
+        budget = kvbudget.make_budget(
+            model_ref,
+            gpu_name=gpu_name,
+            gpu_memory_gb=gpu_memory_gb,
+            gpu_memory_utilization=gpu_memory_utilization,
+            weights_gb=weights_gb,
+            overhead_gb=overhead_gb,
+            max_model_len=max_model_len,
+            context=context,
+            users=users,
+            tensor_parallel=tensor_parallel,
+            kv_cache_dtype=kv_cache_dtype,
+            block_size=block_size,
+        )
+    live = None
+    if source.url is not None:
+        when = at if at is not None else time.time()
+        longest_live = budget.max_model_len if budget else max_model_len
+        selector = load_site(config_path).config.selector
+        live = read_live(
+            source.connect(), when, longest_live, budget.context if budget else context, selector
+        )
+    doc = kvbudget_report.to_json(budget, live)
+    if fmt == "json":
+        click.echo(json.dumps(doc, indent=2))
+    else:
+        click.echo(kvbudget_report.text(doc), nl=False)

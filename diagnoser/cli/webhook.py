@@ -1,0 +1,165 @@
+"""``servediag webhook``: Alertmanager notifications in, diagnosed alerts out."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from diagnoser.cli.diagnose import _baseline
+from diagnoser.cli.options import (
+    SourceOptions,
+    catalog_option,
+    config_option,
+    fail,
+    handles_errors,
+    load_site,
+    source_options,
+)
+from diagnoser.cli.params import DURATION, HOST_PORT, Duration
+
+
+@click.command("webhook")
+@click.option(
+    "--listen",
+    type=HOST_PORT,
+    required=True,
+    metavar="HOST:PORT",
+    help="Address to serve on; point Alertmanager's webhook_configs at http://HOST:PORT/alerts.",
+)
+@click.option(
+    "--since",
+    type=DURATION,
+    default="1h",
+    show_default=True,
+    metavar="DURATION",
+    help="How far back each diagnosis looks, up to the moment the alert arrives.",
+)
+@click.option(
+    "--baseline",
+    default="before",
+    show_default=True,
+    help="Reference period, as for diagnose: 'before' or a duration such as 1d.",
+)
+@click.option(
+    "--step",
+    type=DURATION,
+    default=None,
+    metavar="DURATION",
+    help="Query resolution, rates over four steps (default: planned from --since, at least "
+    "15 s with 5 m rates). Only for fast scrapes and windows of minutes.",
+)
+@click.option(
+    "--slack-url",
+    envvar="SERVEDIAG_SLACK_WEBHOOK_URL",
+    default=None,
+    metavar="URL",
+    help="Also post each diagnosis to this Slack-compatible incoming webhook "
+    "(also SERVEDIAG_SLACK_WEBHOOK_URL).",
+)
+@click.option(
+    "--dedupe-window",
+    type=Duration(zero=True),
+    default="1h",
+    show_default=True,
+    metavar="DURATION",
+    help="Skip an alert (same name, playbook and model) diagnosed less than this ago.",
+)
+@click.option(
+    "--queue-size",
+    type=click.IntRange(1, 10_000),
+    default=32,
+    show_default=True,
+    help="Alert groups that may wait for a diagnosis; beyond it Alertmanager gets 503.",
+)
+@click.option(
+    "--workers",
+    type=click.IntRange(1, 32),
+    default=2,
+    show_default=True,
+    help="Diagnoses run at once (one per alert group at a time).",
+)
+@source_options("http://localhost:9090", "Prometheus-compatible API (also PROMETHEUS_URL).")
+@catalog_option
+@config_option
+@handles_errors
+def webhook_cmd(
+    listen: tuple[str, int],
+    since: float,
+    baseline: str,
+    step: float | None,
+    slack_url: str | None,
+    dedupe_window: float,
+    queue_size: int,
+    workers: int,
+    catalog_dirs: tuple[Path, ...],
+    config_path: Path | None,
+    source: SourceOptions,
+) -> None:
+    """Receive Alertmanager notifications and diagnose each firing playbook alert.
+
+    For every firing alert with a `playbook` label, runs the diagnosis of that alert's model
+    over the last --since and prints one JSON line on stdout: the alert, its playbook id and
+    runbook_url, the top finding and the whole diagnosis. Logs go to stderr. A bad payload is
+    answered 400, a full queue 503; a failing diagnosis is logged and the receiver goes on.
+    GET /healthz and GET /metrics are served too. Stops on Ctrl-C or SIGTERM.
+
+    \b
+    Examples:
+      servediag webhook --listen 0.0.0.0:9095 --prometheus-url http://prometheus:9090
+      servediag webhook --listen 127.0.0.1:9095 --slack-url https://hooks.slack.com/services/...
+    """
+    import logging
+    import signal
+    import threading
+
+    from diagnoser.core.source import MAX_POINTS
+    from diagnoser.diagnose import MIN_STEP
+    from diagnoser.webhook.http import serve
+    from diagnoser.webhook.notify import SlackForwarder
+    from diagnoser.webhook.receiver import Webhook
+
+    host, port = listen
+    since_s, step_s, dedupe_s = since, step, dedupe_window
+    offset = _baseline(baseline)
+    if step_s is not None and 2 * since_s / step_s > MAX_POINTS:
+        fail(f"--step {step_s:g}s is too fine for --since {since_s:g}s: use at least {MIN_STEP:g}s")
+    site = load_site(config_path, catalog_dirs)
+    logging.basicConfig(
+        level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(levelname)s %(message)s"
+    )
+    logging.getLogger("urllib3").setLevel(logging.ERROR)  # retries end in one error line
+
+    if slack_url and not slack_url.startswith(("http://", "https://")):
+        fail("--slack-url must be an http:// or https:// URL")
+    lock = threading.Lock()
+
+    def emit(record: dict[str, Any]) -> None:
+        line = json.dumps(record, separators=(",", ":")) + "\n"
+        with lock:  # workers emit concurrently; a line is never split
+            sys.stdout.write(line)
+            sys.stdout.flush()
+
+    hook = Webhook(
+        source.connect(),
+        site,
+        emit,
+        since=since_s,
+        baseline_offset=offset,
+        step=step_s,
+        forwarder=SlackForwarder(slack_url, site) if slack_url else None,
+        dedupe_window=dedupe_s,
+        workers=workers,
+        max_pending=queue_size,
+    )
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    try:
+        serve(hook, host, port, stop=stop)
+    except OSError as exc:
+        fail(f"cannot listen on {host}:{port}: {exc.strerror or exc}")
+    except KeyboardInterrupt:
+        pass

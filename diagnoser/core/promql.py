@@ -1,0 +1,340 @@
+"""Small PromQL builders shared by every signal.
+
+Every expression is built for a :class:`Scope`: the label matchers that select the series,
+the labels to aggregate by, and the range of ``rate()``. The builders encode the rules that
+existing vLLM dashboards get wrong: counters are always queried with ``_total``,
+``histogram_quantile`` always aggregates ``sum by (le, ...)``, ratios divide by ``(den > 0)``
+so an idle model yields no sample instead of NaN, and renamed metrics are read under both
+names with ``or``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+
+# Labels that exist only on the engine's own series. HTTP and process series from the API
+# server carry neither, so matchers on them must not be applied there; those series are
+# scoped to a model through a join on (job, instance) instead.
+ENGINE_ONLY_LABELS = frozenset({"model_name", "engine"})
+
+# One series per (job, instance, model_name) for every vLLM version since 0.7: the join key
+# from API-server series (HTTP, process) to the model they serve.
+MODEL_MAP_METRIC = "vllm:num_requests_running"
+
+# Labels on which DCGM exporter series meet vLLM series. DCGM has no model_name and its own
+# instance label, so GPU series are joined through the Kubernetes pod they belong to
+# (dcgm-exporter's pod-mapping mode).
+GPU_JOIN_LABELS = ("namespace", "pod")
+
+
+@dataclass(frozen=True)
+class Scope:
+    """Where and how an expression is evaluated."""
+
+    matchers: tuple[str, ...] = ()
+    by: tuple[str, ...] = ("model_name",)
+    window: str = "5m"
+
+    def with_by(self, *labels: str) -> Scope:
+        return replace(self, by=labels)
+
+    def target_matchers(self) -> tuple[str, ...]:
+        """Matchers that also apply to API-server series (no model or engine labels)."""
+        return tuple(m for m in self.matchers if _matcher_label(m) not in ENGINE_ONLY_LABELS)
+
+    def probe_matchers(self) -> tuple[str, ...]:
+        """Matchers that apply to the synthetic probe's series.
+
+        The probe is scraped as a target of its own (its own job and instance, no engine,
+        often outside the cluster), so only the model selects its series.
+        """
+        return tuple(m for m in self.matchers if _matcher_label(m) == "model_name")
+
+
+Expr = Callable[[Scope], str]
+
+
+_LABEL = re.compile(r"\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*(?:=~|!~|!=|=)")
+
+
+def _matcher_label(m: str) -> str:
+    found = _LABEL.match(m)
+    if not found:
+        raise ValueError(f"not a label matcher: {m!r}")
+    return found.group(1)
+
+
+def quote(value: str) -> str:
+    """A label value as a PromQL double-quoted string, whatever it holds."""
+    escaped = value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+    return f'"{escaped}"'
+
+
+def matcher(label: str, value: str) -> str:
+    """``label="value"`` with the value escaped: a value can never widen or break a query."""
+    return f"{label}={quote(value)}"
+
+
+def selector(metric: str, matchers: tuple[str, ...], *extra: str) -> str:
+    parts = [*matchers, *extra]
+    return f"{metric}{{{', '.join(parts)}}}" if parts else metric
+
+
+def by_clause(scope: Scope, *extra: str) -> str:
+    labels = [*extra, *scope.by]
+    return f"by ({', '.join(labels)})" if labels else ""
+
+
+def agg(fn: str, scope: Scope, inner: str, *extra_by: str) -> str:
+    clause = by_clause(scope, *extra_by)
+    return f"{fn} {clause} ({inner})" if clause else f"{fn}({inner})"
+
+
+def model_map(scope: Scope) -> str:
+    """(job, instance) -> model_name, restricted to the scope's models.
+
+    ``last_over_time`` keeps the mapping while a target is briefly down (a restart).
+    """
+    series = f"last_over_time({selector(MODEL_MAP_METRIC, scope.matchers)}[{scope.window}])"
+    return f"group by (job, instance, model_name) ({series})"
+
+
+def gpu_model_map(scope: Scope) -> str:
+    labels = ", ".join((*GPU_JOIN_LABELS, "model_name"))
+    return f"group by ({labels}) ({selector(MODEL_MAP_METRIC, scope.matchers)})"
+
+
+# --- counters -------------------------------------------------------------------------------
+
+
+def counter_rate(*names: str, extra: tuple[str, ...] = ()) -> Expr:
+    """Per-second rate of a counter, summed by the scope; several names are renames."""
+
+    def build(scope: Scope) -> str:
+        alts = [
+            agg("sum", scope, f"rate({selector(n, scope.matchers, *extra)}[{scope.window}])")
+            for n in names
+        ]
+        return " or ".join(alts)
+
+    return build
+
+
+def counter_rate_by(name: str, label: str, extra: tuple[str, ...] = ()) -> Expr:
+    def build(scope: Scope) -> str:
+        inner = f"rate({selector(name, scope.matchers, *extra)}[{scope.window}])"
+        return agg("sum", scope, inner, label)
+
+    return build
+
+
+def share_of(name: str, num_matchers: tuple[str, ...], *, zero_if_absent: bool = False) -> Expr:
+    """Share of a counter's rate carried by the series matching ``num_matchers``.
+
+    With ``zero_if_absent`` the share is 0, not empty, where the family exists but the
+    numerator's label value does not (for label values added in later versions).
+    """
+
+    def build(scope: Scope) -> str:
+        den = agg("sum", scope, f"rate({selector(name, scope.matchers)}[{scope.window}])")
+        num = agg(
+            "sum", scope, f"rate({selector(name, scope.matchers, *num_matchers)}[{scope.window}])"
+        )
+        if zero_if_absent:
+            num = f"({num} or {den} * 0)"
+        return f"{num} / ({den} > 0)"
+
+    return build
+
+
+def share_by(name: str, label: str) -> Expr:
+    def build(scope: Scope) -> str:
+        rate = f"rate({selector(name, scope.matchers)}[{scope.window}])"
+        num = agg("sum", scope, rate, label)
+        den = agg("sum", scope, rate)
+        return f"{num} / ignoring ({label}) group_left () ({den} > 0)"
+
+    return build
+
+
+def counter_resets(name: str) -> Expr:
+    """Restarts seen as counter resets: one per target, whatever its label values or engines."""
+
+    def build(scope: Scope) -> str:
+        per_series = f"resets({selector(name, scope.matchers)}[{scope.window}])"
+        labels = [*scope.by, *(x for x in ("job", "instance") if x not in scope.by)]
+        per_target = f"max by ({', '.join(labels)}) ({per_series})"
+        return agg("sum", scope, per_target)
+
+    return build
+
+
+# --- gauges ---------------------------------------------------------------------------------
+
+
+def gauge(fn: str, *names: str, extra: tuple[str, ...] = ()) -> Expr:
+    """``fn by (scope) (gauge)``; several names are renames (newest first)."""
+
+    def build(scope: Scope) -> str:
+        return " or ".join(agg(fn, scope, selector(n, scope.matchers, *extra)) for n in names)
+
+    return build
+
+
+def gauge_by(fn: str, name: str, label: str) -> Expr:
+    def build(scope: Scope) -> str:
+        return agg(fn, scope, selector(name, scope.matchers), label)
+
+    return build
+
+
+# --- histograms -----------------------------------------------------------------------------
+
+
+def _bucket_rates(scope: Scope, names: tuple[str, ...], *extra_by: str) -> str:
+    alts = [
+        agg(
+            "sum",
+            scope,
+            f"rate({selector(n + '_bucket', scope.matchers)}[{scope.window}])",
+            "le",
+            *extra_by,
+        )
+        for n in names
+    ]
+    return " or ".join(alts)
+
+
+def quantile(q: float, *names: str, extra_by: tuple[str, ...] = ()) -> Expr:
+    """``histogram_quantile`` over buckets summed by ``le`` and the scope."""
+
+    def build(scope: Scope) -> str:
+        return f"histogram_quantile({q}, {_bucket_rates(scope, names, *extra_by)})"
+
+    return build
+
+
+def hist_mean(*names: str) -> Expr:
+    """Mean of a histogram's observations: rate(_sum) / rate(_count), guarded."""
+
+    def build(scope: Scope) -> str:
+        alts = []
+        for n in names:
+            s = agg("sum", scope, f"rate({selector(n + '_sum', scope.matchers)}[{scope.window}])")
+            c = agg("sum", scope, f"rate({selector(n + '_count', scope.matchers)}[{scope.window}])")
+            alts.append(f"{s} / ({c} > 0)")
+        return " or ".join(f"({a})" for a in alts) if len(alts) > 1 else alts[0]
+
+    return build
+
+
+def hist_rate(name: str) -> Expr:
+    """Observations per second of a histogram (e.g. engine steps per second)."""
+
+    def build(scope: Scope) -> str:
+        return agg(
+            "sum", scope, f"rate({selector(name + '_count', scope.matchers)}[{scope.window}])"
+        )
+
+    return build
+
+
+def bucket_share(name: str, le: str) -> Expr:
+    """Share of observations at or below a bucket boundary (SLO attainment)."""
+
+    def build(scope: Scope) -> str:
+        m = scope.matchers
+        bucket = selector(name + "_bucket", m, f'le="{le}"')
+        num = agg("sum", scope, f"rate({bucket}[{scope.window}])")
+        den = agg("sum", scope, f"rate({selector(name + '_count', m)}[{scope.window}])")
+        return f"{num} / ({den} > 0)"
+
+    return build
+
+
+def rate_above(name: str, le: str) -> Expr:
+    """Observations per second larger than the bucket bound ``le`` (+Inf minus that bucket)."""
+
+    def build(scope: Scope) -> str:
+        m = scope.matchers
+        top = selector(name + "_bucket", m, 'le="+Inf"')
+        below = selector(name + "_bucket", m, f'le="{le}"')
+        total = agg("sum", scope, f"rate({top}[{scope.window}])")
+        under = agg("sum", scope, f"rate({below}[{scope.window}])")
+        return f"{total} - {under}"
+
+    return build
+
+
+# --- combinators ----------------------------------------------------------------------------
+
+
+def either(*exprs: Expr) -> Expr:
+    """The first expression that has a sample for a label set (renamed metric families)."""
+
+    def build(scope: Scope) -> str:
+        return " or ".join(f"({e(scope)})" for e in exprs)
+
+    return build
+
+
+def ratio(num: Expr, den: Expr) -> Expr:
+    def build(scope: Scope) -> str:
+        return f"({num(scope)}) / (({den(scope)}) > 0)"
+
+    return build
+
+
+def on_probe(inner: Expr) -> Expr:
+    """``inner`` over the synthetic probe's series: scoped by model only (see Scope)."""
+
+    def build(scope: Scope) -> str:
+        return inner(replace(scope, matchers=scope.probe_matchers()))
+
+    return build
+
+
+def difference(a: Expr, b: Expr) -> Expr:
+    def build(scope: Scope) -> str:
+        return f"({a(scope)}) - ({b(scope)})"
+
+    return build
+
+
+def total(a: Expr, b: Expr) -> Expr:
+    def build(scope: Scope) -> str:
+        return f"({a(scope)}) + ({b(scope)})"
+
+    return build
+
+
+def on_targets(inner: Callable[[tuple[str, ...], str], str], fn: str = "sum") -> Expr:
+    """An API-server series (no model_name) scoped to models through (job, instance).
+
+    ``inner(matchers, window)`` returns a per-target vector; it is joined to the models the
+    scope selects and aggregated by the scope's labels.
+    """
+
+    def build(scope: Scope) -> str:
+        joined = (
+            f"{inner(scope.target_matchers(), scope.window)}"
+            f" * on (job, instance) group_left (model_name) {model_map(scope)}"
+        )
+        return agg(fn, scope, joined)
+
+    return build
+
+
+def on_gpus(inner: Callable[[str], str], fn: str = "avg") -> Expr:
+    """A DCGM series joined to the models whose pods use the GPU."""
+
+    def build(scope: Scope) -> str:
+        keys = ", ".join(GPU_JOIN_LABELS)
+        joined = (
+            f"{inner(scope.window)} * on ({keys}) group_left (model_name) {gpu_model_map(scope)}"
+        )
+        return agg(fn, scope, joined)
+
+    return build

@@ -1,0 +1,88 @@
+"""Latency signals: time to first token, inter-token latency, end to end, and the parts of a
+request's life (queue, prefill, decode, outside the engine)."""
+
+from __future__ import annotations
+
+from diagnoser.core import promql as q
+from diagnoser.core.signals.base import Signal, latency
+from diagnoser.core.signals.names import DECODE, E2E, ITL, PREFILL, PROMPT, QUEUE, TPOT, TTFT
+
+
+def signals() -> list[Signal]:
+    s = Signal
+    out = [
+        *latency(
+            "ttft",
+            TTFT,
+            "Time to first token (server side, from arrival)",
+            "vllm_time_to_first_token_seconds",
+        ),
+        *latency(
+            "itl",
+            ITL,
+            "Inter-token latency (gap between output tokens)",
+            "vllm_inter_token_latency_seconds",
+        ),
+        *latency("e2e", E2E, "End-to-end request latency", "vllm_e2e_request_latency_seconds"),
+    ]
+    out += [
+        s(
+            "tpot_mean",
+            "s",
+            "Time per output token, mean over finished requests.",
+            q.hist_mean(*TPOT),
+            ("vllm_request_time_per_output_token_seconds", "mean"),
+        ),
+        s(
+            "queue_time_mean",
+            "s",
+            "Time a request waits in the engine's queue, mean.",
+            q.hist_mean(QUEUE),
+            ("vllm_request_queue_time_seconds", "mean"),
+        ),
+        s(
+            "queue_time_p95",
+            "s",
+            "Time a request waits in the engine's queue, 95th percentile.",
+            q.quantile(0.95, QUEUE),
+            ("vllm_request_queue_time_seconds", "p95"),
+        ),
+        s(
+            "prefill_time_mean",
+            "s",
+            "Time from scheduling to the first token (prefill), mean.",
+            q.hist_mean(PREFILL),
+            ("vllm_request_prefill_time_seconds", "mean"),
+        ),
+        s(
+            "prefill_time_p95",
+            "s",
+            "Prefill time, 95th percentile.",
+            q.quantile(0.95, PREFILL),
+            ("vllm_request_prefill_time_seconds", "p95"),
+        ),
+        s(
+            "decode_time_mean",
+            "s",
+            "Time from the first to the last token (decode), mean.",
+            q.hist_mean(DECODE),
+            ("vllm_request_decode_time_seconds", "mean"),
+        ),
+        s(
+            "frontend_time_mean",
+            "s",
+            "TTFT not spent queued or prefilling in the engine: tokenization and API-server "
+            "overhead, mean.",
+            q.difference(q.hist_mean(TTFT), q.total(q.hist_mean(QUEUE), q.hist_mean(PREFILL))),
+            ("vllm_frontend_time_seconds", "mean"),
+        ),
+        s(
+            "prefill_seconds_per_prompt_token",
+            "s",
+            "Mean prefill time divided by mean prompt length: rises when prefill grows faster "
+            "than the prompt (attention at long context).",
+            q.ratio(q.hist_mean(PREFILL), q.hist_mean(PROMPT)),
+            ("vllm_prefill_seconds_per_prompt_token", "mean"),
+        ),
+    ]
+    return out

@@ -1,0 +1,93 @@
+"""Signals of the server around the engine: restarts, the API server's HTTP traffic and CPU,
+and scrape health. API-server series carry no model label; they are joined to the models of
+their target on (job, instance)."""
+
+from __future__ import annotations
+
+from diagnoser.core import promql as q
+from diagnoser.core.signals.base import TARGET, Signal
+from diagnoser.core.signals.names import (
+    COMPLETION_HANDLERS,
+    HTTP_REQUESTS,
+    PROCESS_CPU,
+    PROCESS_START,
+    SUCCESS,
+)
+
+
+def _api_requests(status: str | None) -> q.Expr:
+    def inner(matchers: tuple[str, ...], window: str) -> str:
+        extra = (COMPLETION_HANDLERS,) + ((f'status="{status}"',) if status else ())
+        sel = q.selector(HTTP_REQUESTS, matchers, *extra)
+        return f"sum by (job, instance) (rate({sel}[{window}]))"
+
+    return q.on_targets(inner)
+
+
+def _api_cpu(matchers: tuple[str, ...], window: str) -> str:
+    return f"rate({q.selector(PROCESS_CPU, matchers)}[{window}])"
+
+
+def _api_restarts(matchers: tuple[str, ...], window: str) -> str:
+    return f"changes({q.selector(PROCESS_START, matchers)}[{window}])"
+
+
+def restarts() -> list[Signal]:
+    return [
+        Signal(
+            "engine_restarts",
+            "restarts",
+            "API-server restarts in the window (process start time changed, or counters reset).",
+            q.either(q.on_targets(_api_restarts), q.counter_resets(SUCCESS)),
+            ("vllm_restarts", "changes"),
+            per_instance=True,
+        )
+    ]
+
+
+def api_server() -> list[Signal]:
+    s = Signal
+    return [
+        s(
+            "http_request_rate",
+            "req/s",
+            "HTTP requests per second on the completion handlers.",
+            _api_requests(None),
+            ("vllm_http_requests", "rate"),
+        ),
+        s(
+            "http_4xx_share",
+            "ratio",
+            "Share of completion requests answered 4xx (e.g. too long).",
+            q.ratio(_api_requests("4xx"), _api_requests(None)),
+            ("vllm_http_requests_4xx", "share"),
+        ),
+        s(
+            "http_5xx_share",
+            "ratio",
+            "Share of completion requests answered 5xx.",
+            q.ratio(_api_requests("5xx"), _api_requests(None)),
+            ("vllm_http_requests_5xx", "share"),
+        ),
+        s(
+            "api_server_cpu",
+            "cores",
+            "API-server CPU in cores, the busiest server; near 1 a single process is saturated.",
+            q.on_targets(_api_cpu, fn="max"),
+            ("vllm_api_server_cpu", "max"),
+            per_instance=True,
+        ),
+    ]
+
+
+def targets() -> list[Signal]:
+    return [
+        Signal(
+            "target_up",
+            "ratio",
+            "Scrape health of each target (1 up, 0 down).",
+            lambda sc: f"max by (job, instance) ({q.selector('up', sc.target_matchers())})",
+            ("up", "max"),
+            by=TARGET,
+        )
+    ]

@@ -1,0 +1,113 @@
+"""Traffic and outcome signals: finished requests by reason, tokens in and out, lengths."""
+
+from __future__ import annotations
+
+from diagnoser.core import promql as q
+from diagnoser.core.signals.base import Signal
+from diagnoser.core.signals.names import (
+    GENERATION,
+    GENERATION_TOKENS,
+    MAX_TOKENS,
+    PROMPT,
+    PROMPT_TOKENS,
+    SUCCESS,
+)
+
+REQUEST_RATE = q.counter_rate(SUCCESS)
+
+
+def signals() -> list[Signal]:
+    s = Signal
+    return [
+        s(
+            "request_rate",
+            "req/s",
+            "Finished requests per second, every finish reason.",
+            REQUEST_RATE,
+            ("vllm_request_success", "rate"),
+        ),
+        s(
+            "finished_rate_by_reason",
+            "req/s",
+            "Finished requests per second by finished_reason.",
+            q.counter_rate_by(SUCCESS, "finished_reason"),
+            ("vllm_request_success_by_reason", "rate"),
+        ),
+        s(
+            "finished_share_by_reason",
+            "ratio",
+            "Share of finished requests by finished_reason.",
+            q.share_by(SUCCESS, "finished_reason"),
+            ("vllm_request_success_by_reason", "share"),
+        ),
+        s(
+            "finished_length_share",
+            "ratio",
+            'Share of requests that stopped at max_tokens (finished_reason="length").',
+            q.share_of(SUCCESS, ('finished_reason="length"',)),
+            ("vllm_request_success_length", "share"),
+        ),
+        s(
+            "finished_error_share",
+            "ratio",
+            "Share of requests that finished with an engine error (vLLM >= 0.14; 0 before).",
+            q.share_of(SUCCESS, ('finished_reason="error"',), zero_if_absent=True),
+            ("vllm_request_success_error", "share"),
+        ),
+        s(
+            "prompt_tokens_rate",
+            "tokens/s",
+            "Prompt tokens per second (cached ones included).",
+            q.counter_rate(PROMPT_TOKENS),
+            ("vllm_prompt_tokens", "rate"),
+        ),
+        s(
+            "generation_tokens_rate",
+            "tokens/s",
+            "Generated tokens per second.",
+            q.counter_rate(GENERATION_TOKENS),
+            ("vllm_generation_tokens", "rate"),
+        ),
+        s(
+            "prompt_tokens_per_request",
+            "tokens",
+            "Prompt tokens per finished request, mean.",
+            q.hist_mean(PROMPT),
+            ("vllm_request_prompt_tokens", "mean"),
+        ),
+        s(
+            "prompt_tokens_p50",
+            "tokens",
+            "Prompt tokens per request, median.",
+            q.quantile(0.5, PROMPT),
+            ("vllm_request_prompt_tokens", "p50"),
+        ),
+        s(
+            "prompt_tokens_p95",
+            "tokens",
+            "Prompt tokens per request, 95th percentile.",
+            q.quantile(0.95, PROMPT),
+            ("vllm_request_prompt_tokens", "p95"),
+        ),
+        s(
+            "prompt_tokens_p99",
+            "tokens",
+            "Prompt tokens per request, 99th percentile.",
+            q.quantile(0.99, PROMPT),
+            ("vllm_request_prompt_tokens", "p99"),
+        ),
+        s(
+            "generation_tokens_per_request",
+            "tokens",
+            "Output tokens per finished request, mean.",
+            q.hist_mean(GENERATION),
+            ("vllm_request_generation_tokens", "mean"),
+        ),
+        s(
+            "max_tokens_per_request",
+            "tokens",
+            "The max_tokens requests asked for, mean.",
+            q.hist_mean(MAX_TOKENS),
+            ("vllm_request_params_max_tokens", "mean"),
+        ),
+    ]

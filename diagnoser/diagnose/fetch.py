@@ -1,0 +1,87 @@
+"""Fetch the series a diagnosis needs: one ``query_range`` per signal, covering the baseline
+and the window for every scope at once (so the cost grows with signals and models, not
+instances), run concurrently and sorted into one ``ScopeData`` per scope.
+
+A model scope is keyed by the site's model grouping (``model_name`` and the site's group
+labels, as the alerts are); a target scope by (job, instance).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+from diagnoser.catalog import Catalog
+from diagnoser.core.signals import Signal
+from diagnoser.core.source import MetricSource, Series
+from diagnoser.diagnose.match import ScopeData
+from diagnoser.diagnose.window import Window
+from diagnoser.site import Site
+
+ALWAYS = ("request_rate", "requests_running")  # read for every model: traffic and load
+
+
+@dataclass
+class Fetched:
+    models: dict[tuple[str, ...], ScopeData] = field(default_factory=dict)
+    targets: dict[tuple[str, str], ScopeData] = field(default_factory=dict)
+    queries: int = 0
+    query_seconds: float = 0.0
+
+
+def needed_signals(site: Site, catalog: Catalog | None = None) -> list[Signal]:
+    names: set[str] = set(ALWAYS)
+    for pb in (catalog or site.catalog).detectable():
+        assert pb.signature is not None
+        names |= set(pb.evidence)
+        if pb.signature.onset:
+            names.add(pb.signature.onset)
+        for c in pb.signature.conditions():
+            names.update(c.needs())
+    return [site.vocabulary[n] for n in sorted(names)]
+
+
+def query(site: Site, sig: Signal, window: Window, matchers: Sequence[str] = ()) -> str:
+    """The signal's PromQL for this site, window and scope."""
+    extra = (*matchers, site.config.vllm_targets) if sig.target_level else tuple(matchers)
+    return sig.render(site.scope(sig, window=window.rate_window, matchers=extra))
+
+
+def fetch(
+    source: MetricSource,
+    site: Site,
+    signals: Sequence[Signal],
+    window: Window,
+    matchers: Sequence[str] = (),
+    workers: int = 8,
+) -> Fetched:
+    def one(sig: Signal) -> tuple[Signal, list[Series], float]:
+        t0 = time.perf_counter()
+        series = source.query_range(
+            query(site, sig, window, matchers), window.first, window.end, window.step
+        )
+        return sig, series, time.perf_counter() - t0
+
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        answers = list(pool.map(one, signals))
+    out = Fetched(queries=len(answers), query_seconds=sum(sec for _, _, sec in answers))
+    by = site.config.by
+    for sig, series, _ in answers:
+        for s in series:
+            if sig.target_level:
+                key = (s.labels.get("job", ""), s.labels.get("instance", ""))
+                data = out.targets.setdefault(key, ScopeData({"job": key[0], "instance": key[1]}))
+                data.series[sig.name] = s
+                continue
+            if "model_name" not in s.labels:
+                continue
+            mkey = tuple(s.labels.get(k, "") for k in by)
+            data = out.models.setdefault(mkey, ScopeData(dict(zip(by, mkey, strict=True))))
+            bucket = s.labels.get("prompt_bucket")
+            if bucket is not None:
+                data.classes.setdefault(sig.name, {})[bucket] = s
+            else:
+                data.series[sig.name] = s
+    return out

@@ -1,0 +1,154 @@
+"""Evaluate one playbook's signature against one scope's series.
+
+Periods: the *baseline* is the reference before the change; *now* runs from the onset (the
+change point of the playbook's onset signal, searched over baseline and window) to the end;
+the *window* is what the user asked to diagnose. A condition whose series is absent is
+undecided, never healthy; a playbook with an undecided required condition is reported as
+undecided with the series it lacked.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from diagnoser.catalog import Condition, Playbook
+from diagnoser.catalog.shapes import SHAPES, Periods, Verdict
+from diagnoser.core.source import Series
+from diagnoser.diagnose.onset import periods_for
+
+BASE_CONFIDENCE = 0.55
+SUPPORT_WEIGHT = 0.3
+MARGIN_WEIGHT = 0.15
+
+
+@dataclass
+class ScopeData:
+    """One scope's series by signal name; by-class signals keep one series per class."""
+
+    scope: dict[str, str]
+    series: dict[str, Series] = field(default_factory=dict)
+    classes: dict[str, dict[str, Series]] = field(default_factory=dict)
+
+    def has(self, name: str) -> bool:
+        return name in self.series or name in self.classes
+
+    @property
+    def key(self) -> tuple[tuple[str, str], ...]:
+        return tuple(sorted(self.scope.items()))
+
+
+@dataclass
+class ConditionResult:
+    condition: Condition
+    group: str
+    verdict: Verdict
+    missing: list[str] = field(default_factory=list)
+
+    def numbers(self) -> dict[str, float | None]:
+        """The verdict's numbers as reports show them: finite, rounded, else None."""
+        return {k: clean(v) for k, v in self.verdict.numbers.items()}
+
+    def text(self, unit: str) -> str:
+        """The evidence in words, by the condition's shape (e.g. ``ttft_p95 74 ms -> 2.22 s``)."""
+        return SHAPES[self.condition.shape].evidence(self.condition, self.numbers(), unit)
+
+
+def clean(v: float | None) -> float | None:
+    return None if v is None or not math.isfinite(v) else round(float(v), 6)
+
+
+@dataclass
+class Match:
+    playbook: Playbook
+    scope: dict[str, str]
+    status: str  # matched | ruled_out | not_matched | undecided (| contested, until resolved)
+    confidence: float = 0.0
+    periods: Periods | None = None
+    results: list[ConditionResult] = field(default_factory=list)
+    reason: str = ""
+    missing: list[str] = field(default_factory=list)
+    explained_by: str | None = None
+    hints: list[Playbook] = field(default_factory=list)
+    # Exclusions that held but whose alternative causes were not found (why, alternatives).
+    caveats: list[str] = field(default_factory=list)
+
+    @property
+    def onset(self) -> float | None:
+        return self.periods.onset if self.periods else None
+
+    def shown(self) -> list[ConditionResult]:
+        """The evidence that decided something (or was missing)."""
+        return [r for r in self.results if r.verdict.holds is not None or r.missing]
+
+    def held(self) -> list[ConditionResult]:
+        """The conditions that held and point to this cause (exclusions aside)."""
+        return [r for r in self.results if r.verdict.holds and r.group != "none"]
+
+
+def evaluate_condition(cond: Condition, data: ScopeData, p: Periods) -> tuple[Verdict, list[str]]:
+    missing = [n for n in cond.needs() if not data.has(n)]
+    if missing:
+        return Verdict.undecided("no series"), missing
+    shape = SHAPES[cond.shape]
+    if not shape.per_class and cond.signal not in data.series:
+        return Verdict.undecided("a per-class signal is tested only with grows_with"), []
+    return shape.evaluate(cond, data, p), []
+
+
+def evaluate(
+    pb: Playbook,
+    data: ScopeData,
+    window: tuple[float, float],
+    baseline: tuple[float, float],
+    step: float,
+) -> Match:
+    sig = pb.signature
+    assert sig is not None
+    onset_series = data.series.get(sig.onset) if sig.onset else None
+    p = periods_for(onset_series, window, baseline, step)
+    match = Match(pb, data.scope, "not_matched", periods=p)
+    for group, conds in sig.groups():
+        for cond in conds:
+            verdict, missing = evaluate_condition(cond, data, p)
+            match.results.append(ConditionResult(cond, group, verdict, missing))
+    required = [r for r in match.results if r.group == "all"]
+    failed = [r for r in required if r.verdict.holds is False]
+    if failed:
+        match.reason = f"{failed[0].condition.describe()} does not hold"
+        return match
+    unknown = [r for r in required if r.verdict.holds is None]
+    anys = [r for r in match.results if r.group == "any"]
+    if anys and not any(r.verdict.holds for r in anys):
+        if all(r.verdict.holds is None for r in anys):
+            unknown += anys
+        else:
+            match.reason = "none of its alternatives holds"
+            return match
+    if unknown:
+        match.status = "undecided"
+        match.missing = sorted({m for r in unknown for m in r.missing})
+        match.reason = "; ".join(sorted({r.verdict.note for r in unknown}))
+        return match
+    excluded = [r for r in match.results if r.group == "none" and r.verdict.holds]
+    hard = [r for r in excluded if not r.condition.instead]
+    if hard:
+        match.status = "ruled_out"
+        match.reason = hard[0].condition.why or hard[0].condition.describe()
+        return match
+    match.status = "contested" if excluded else "matched"
+    match.confidence = confidence(match, sig.max_confidence)
+    return match
+
+
+def confidence(m: Match, cap: float) -> float:
+    support = [r for r in m.results if r.group == "supporting" and r.verdict.holds is not None]
+    weight = sum(r.condition.weight for r in support)
+    held = sum(r.condition.weight for r in support if r.verdict.holds)
+    support_share = held / weight if weight else 0.5
+    core = [r for r in m.results if r.group in ("all", "any") and r.verdict.holds]
+    margin = float(np.mean([r.verdict.margin for r in core])) if core else 0.0
+    raw = BASE_CONFIDENCE + SUPPORT_WEIGHT * support_share + MARGIN_WEIGHT * margin
+    return round(min(cap, raw), 3)

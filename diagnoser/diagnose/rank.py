@@ -1,0 +1,88 @@
+"""Rank what matched: settle contested exclusions, demote symptoms explained by a cause
+found in the same scope, and attach the advisory playbooks as hints."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from diagnoser.catalog import Playbook
+from diagnoser.diagnose.match import Match
+
+EXPLAINED_FACTOR = 0.5
+CONTESTED_FACTOR = 0.75  # an exclusion held, but the cause it points to was not found
+
+
+def by_scope(matches: Iterable[Match]) -> list[dict[str, Match]]:
+    """The matches of each scope (model or target), by playbook id."""
+    groups: dict[tuple[tuple[str, str], ...], dict[str, Match]] = {}
+    for m in matches:
+        groups.setdefault(tuple(sorted(m.scope.items())), {})[m.playbook.id] = m
+    return list(groups.values())
+
+
+def resolve(matches: list[Match]) -> None:
+    """Settle contested matches: an exclusion that names the causes it points to (``instead``)
+    rules a playbook out only if one of them matched the same scope at least as strongly.
+    Otherwise what it saw may be this cause's own consequence (a KV cache filled by the very
+    prefills that stall decoding), so the match stands at lower confidence, with a caveat.
+    Decided on the confidences before resolution, so two playbooks that point at each other
+    leave the stronger one standing."""
+    decisions: list[tuple[Match, str | None, list[str]]] = []
+    for same in by_scope(m for m in matches if m.status in ("matched", "contested")):
+        for m in same.values():
+            if m.status != "contested":
+                continue
+            ruled: str | None = None
+            caveats = []
+            for r in m.results:
+                if r.group != "none" or not r.verdict.holds:
+                    continue
+                stronger = [
+                    i
+                    for i in r.condition.instead
+                    if i in same and (same[i].confidence, m.playbook.id) > (m.confidence, i)
+                ]
+                why = r.condition.why or r.condition.describe()
+                if stronger:
+                    ruled = ruled or f"{why} (and {stronger[0]} matched)"
+                else:
+                    weaker = [i for i in r.condition.instead if i in same]
+                    verdict = "matched less strongly" if weaker else "did not match"
+                    names = " or ".join(weaker or r.condition.instead)
+                    caveats.append(f"{why}, but {names} {verdict}")
+            decisions.append((m, ruled, caveats))
+    for m, ruled, caveats in decisions:
+        if ruled:
+            m.status, m.reason, m.confidence = "ruled_out", ruled, 0.0
+        else:
+            m.status, m.caveats = "matched", caveats
+            m.confidence = round(m.confidence * CONTESTED_FACTOR, 3)
+
+
+def rank(matches: list[Match], advisory: list[Playbook]) -> list[Match]:
+    """Order findings: demote those explained by another finding of the same scope, attach
+    advisory hints. Every scope (model or target) keeps its own findings."""
+    resolve(matches)
+    found = [m for m in matches if m.status == "matched"]
+    for same in by_scope(found):
+        for m in same.values():
+            for other in same.values():
+                sig = other.playbook.signature
+                explains = other is not m and sig is not None and m.playbook.id in sig.explains
+                if explains and (
+                    m.explained_by is None or other.confidence > same[m.explained_by].confidence
+                ):
+                    m.explained_by = other.playbook.id
+    for m in found:
+        if m.explained_by:
+            m.confidence = round(m.confidence * EXPLAINED_FACTOR, 3)
+        m.hints = [a for a in advisory if m.playbook.id in a.relates_to]
+    return sorted(
+        found,
+        key=lambda m: (
+            -m.confidence,
+            -len(m.playbook.signature.all if m.playbook.signature else ()),
+            m.playbook.id,
+            sorted(m.scope.items()),
+        ),
+    )

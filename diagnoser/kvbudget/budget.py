@@ -1,0 +1,287 @@
+"""The KV-cache budget: how many sequences and users fit on a GPU, and what would change it.
+
+Per GPU, vLLM gives the KV cache what is left of ``memory x gpu_memory_utilization`` after
+the weights (split across tensor-parallel ranks) and the runtime overhead (activations,
+CUDA graphs, NCCL buffers), and cuts it into blocks of ``block_size`` tokens. A sequence of
+``n`` tokens holds ``ceil(n / block_size)`` blocks, so the users that fit at a context are
+the blocks divided by the blocks one user holds. The arithmetic is the simulator's
+(``diagnoser.hardware.presets``); this module adds the inputs a planner needs (a config.json,
+given or estimated weights), the what-if variants (FP8 KV, more tensor parallelism) and
+the live capacity that running engines report in ``vllm:cache_config_info``.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from diagnoser.errors import FileFieldError, UserError
+from diagnoser.hardware import presets as hardware
+from diagnoser.hardware.hfconfig import KV_HEADS, ConfigFieldError, HfConfig
+from diagnoser.hardware.presets import GB, KV_CACHE_DTYPES, GpuSpec, ModelSpec
+
+
+class ModelConfigError(FileFieldError):
+    """A config.json that cannot be read or lacks what the KV arithmetic needs."""
+
+
+@dataclass(frozen=True)
+class Model:
+    spec: ModelSpec
+    source: str  # "preset" or the config.json's path
+    raw: dict[str, Any] = field(default_factory=dict)  # the config.json, when there is one
+
+
+@dataclass(frozen=True)
+class Budget:
+    """Everything the plan depends on."""
+
+    model: Model
+    gpu: GpuSpec
+    weight_bytes: float  # the whole model; each GPU holds 1/TP of it
+    weights_from: str
+    max_model_len: int
+    context: int  # tokens each user holds (prompt and answer so far)
+    users: int | None = None
+    gpu_memory_utilization: float = 0.9
+    overhead_bytes: float = hardware.DEFAULT_RUNTIME_OVERHEAD
+    tensor_parallel: int = 1
+    kv_cache_dtype: str = "auto"
+    block_size: int = 16
+
+
+@dataclass(frozen=True)
+class Plan:
+    """One configuration's answer; bytes are per GPU unless the name says otherwise."""
+
+    tensor_parallel: int
+    kv_cache_dtype: str
+    kv_heads_per_gpu: int
+    kv_bytes_per_value: int
+    kv_bytes_per_token: int
+    weight_bytes: float
+    free_bytes: float
+    num_gpu_blocks: int
+    capacity_tokens: int
+    full_length_sequences: int
+    users_fit: int
+    need_bytes: float | None  # what the target users at the context would hold
+
+
+def load_model(name_or_path: str) -> Model:
+    """A preset by name, or a config.json (a file, or a directory holding one)."""
+    path = Path(name_or_path)
+    if path.is_dir():
+        path = path / "config.json"
+    looks_like_path = path.suffix == ".json" or "/" in name_or_path or path.exists()
+    if not looks_like_path:
+        try:
+            return Model(hardware.model(name_or_path), "preset")
+        except KeyError as exc:
+            raise UserError(f"{exc.args[0]}; or give the path of a config.json") from None
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ModelConfigError(path, "", f"cannot read: {exc.strerror or exc}") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ModelConfigError(path, "", f"not valid JSON: {str(exc).splitlines()[0]}") from None
+    if not isinstance(raw, dict):
+        raise ModelConfigError(path, "", "must be a JSON object (a Hugging Face config.json)")
+    try:
+        spec = ModelSpec.from_hf_config(raw, estimate_weights=False)
+    except ConfigFieldError as exc:
+        raise ModelConfigError(path, exc.field, exc.message) from None
+    return Model(spec, str(path), raw)
+
+
+def weights(model: Model, weights_gb: float | None) -> tuple[float, str]:
+    """The weights' bytes and where the number comes from."""
+    if weights_gb is not None:
+        return weights_gb * GB, "given"
+    spec = model.spec
+    if model.source != "preset":
+        try:
+            spec = ModelSpec.from_hf_config(model.raw)
+        except ConfigFieldError as exc:
+            raise ModelConfigError(
+                model.source,
+                exc.field,
+                f"{exc.message}; the weights cannot be estimated, pass --weights-gb",
+            ) from None
+    width = f"{spec.dtype_bytes:g} byte" + ("" if spec.dtype_bytes == 1 else "s")
+    how = f"{spec.params / 1e9:.3g}B parameters x {width}"
+    kind = "preset" if model.source == "preset" else "estimate from config.json"
+    return spec.weight_bytes, f"{kind}: {how}"
+
+
+def make_budget(
+    model_ref: str,
+    *,
+    gpu_name: str = "H100-80GB",
+    gpu_memory_gb: float | None = None,
+    gpu_memory_utilization: float = 0.9,
+    weights_gb: float | None = None,
+    overhead_gb: float = hardware.DEFAULT_RUNTIME_OVERHEAD / GB,
+    max_model_len: int | None = None,
+    context: int | None = None,
+    users: int | None = None,
+    tensor_parallel: int = 1,
+    kv_cache_dtype: str = "auto",
+    block_size: int = 16,
+) -> Budget:
+    """The budget the options describe; ``UserError`` (one line) for what cannot be planned."""
+    model = load_model(model_ref)
+    try:
+        gpu = hardware.gpu(gpu_name)
+    except KeyError as exc:
+        raise UserError(str(exc.args[0])) from None
+    if gpu_memory_gb is not None:
+        gpu = GpuSpec(f"{gpu_memory_gb:g} GB GPU", gpu_memory_gb * GB, gpu.bandwidth, gpu.flops)
+    problem = tp_problem(model.spec, tensor_parallel)
+    if problem:
+        raise UserError(f"--tensor-parallel-size {tensor_parallel}: {problem}")
+    longest = max_model_len or model.spec.max_position
+    if not longest:
+        raise ModelConfigError(
+            model.source, "max_position_embeddings", "is missing; pass --max-model-len"
+        )
+    weight_bytes, weights_from = weights(model, weights_gb)
+    return Budget(
+        model=model,
+        gpu=gpu,
+        weight_bytes=weight_bytes,
+        weights_from=weights_from,
+        max_model_len=longest,
+        context=context or longest,
+        users=users,
+        gpu_memory_utilization=gpu_memory_utilization,
+        overhead_bytes=round(overhead_gb * GB),
+        tensor_parallel=tensor_parallel,
+        kv_cache_dtype=kv_cache_dtype,
+        block_size=block_size,
+    )
+
+
+def kv_value_bytes(kv_cache_dtype: str) -> int:
+    """Bytes per cached value; auto is the model's 16-bit dtype (float32 is served in bf16)."""
+    return KV_CACHE_DTYPES[kv_cache_dtype] or 2
+
+
+def tp_problem(spec: ModelSpec, tp: int) -> str | None:
+    """Why vLLM would refuse this tensor-parallel size, or None."""
+    if spec.heads % tp:
+        return f"{spec.heads} attention heads are not divisible by {tp}"
+    if not spec.mla and spec.kv_heads >= tp and spec.kv_heads % tp:
+        return f"{spec.kv_heads} KV heads are not divisible by {tp}"
+    if not spec.mla and spec.kv_heads < tp and tp % spec.kv_heads:
+        return f"{tp} GPUs cannot share {spec.kv_heads} KV heads evenly"
+    return None
+
+
+def plan(budget: Budget, tensor_parallel: int | None = None, kv_cache_dtype: str = "") -> Plan:
+    tp = tensor_parallel or budget.tensor_parallel
+    dtype = kv_cache_dtype or budget.kv_cache_dtype
+    spec = budget.model.spec
+    value = kv_value_bytes(dtype)
+    per_token = spec.kv_bytes_per_token(value, tp)
+    free = hardware.kv_budget_bytes(
+        spec,
+        budget.gpu,
+        budget.gpu_memory_utilization,
+        budget.overhead_bytes,
+        tp,
+        budget.weight_bytes,
+    )
+    blocks = max(0, int(free // (per_token * budget.block_size)))
+    need = None
+    if budget.users is not None:
+        need = float(budget.users * budget.context * per_token)
+    return Plan(
+        tensor_parallel=tp,
+        kv_cache_dtype=dtype,
+        kv_heads_per_gpu=spec.kv_heads_per_gpu(tp),
+        kv_bytes_per_value=value,
+        kv_bytes_per_token=per_token,
+        weight_bytes=budget.weight_bytes / tp,
+        free_bytes=free,
+        num_gpu_blocks=blocks,
+        capacity_tokens=blocks * budget.block_size,
+        full_length_sequences=blocks // blocks_for(budget.max_model_len, budget.block_size),
+        users_fit=blocks // blocks_for(budget.context, budget.block_size),
+        need_bytes=need,
+    )
+
+
+def blocks_for(tokens: int, block_size: int) -> int:
+    return -(-tokens // block_size)
+
+
+def what_if(budget: Budget) -> tuple[list[Plan], list[str]]:
+    """The plan, then FP8 KV and 2x/4x tensor parallelism; and the variants vLLM refuses."""
+    fp8 = KV_CACHE_DTYPES[budget.kv_cache_dtype] == 1
+    dtypes = [budget.kv_cache_dtype] + ([] if fp8 else ["fp8"])
+    plans, refused = [], []
+    for factor in (1, 2, 4):
+        tp = budget.tensor_parallel * factor
+        problem = tp_problem(budget.model.spec, tp) if factor > 1 else None
+        if problem:
+            refused.append(f"TP {tp} is not possible: {problem}")
+            continue
+        plans += [plan(budget, tp, d) for d in dtypes]
+    return plans, refused
+
+
+def notes(budget: Budget, p: Plan) -> list[str]:
+    """What a reader should know about this plan, one sentence each."""
+    spec, out = budget.model.spec, []
+    if budget.weights_from.startswith("estimate"):
+        out.append(
+            "The weights are an estimate from config.json's shapes (norms and biases left "
+            "out, quantized layers at their width); pass --weights-gb for the checkpoint's size."
+        )
+    if spec.mla:
+        out.append(
+            f"MLA: each layer caches one latent of kv_lora_rank {spec.kv_lora_rank} + "
+            f"qk_rope_head_dim {spec.qk_rope_head_dim} values, not K and V; every "
+            "tensor-parallel GPU holds the whole latent, so TP frees weight memory but "
+            "does not shrink the KV per token."
+        )
+    elif spec.kv_heads < p.tensor_parallel:
+        out.append(
+            f"{spec.kv_heads} KV heads on {p.tensor_parallel} GPUs: each head is replicated "
+            f"on {p.tensor_parallel // spec.kv_heads} GPUs (vLLM keeps one per GPU at least)."
+        )
+    cfg = HfConfig(budget.model.raw)
+    raw = cfg.raw
+    if budget.model.raw and spec.kv_heads == spec.heads and cfg.value(*KV_HEADS) is None:
+        out.append(
+            f"config.json names no KV heads: all {spec.heads} attention heads keep K and V "
+            "(multi-head attention), as vLLM assumes."
+        )
+    layer_types = raw.get("layer_types")
+    if isinstance(layer_types, list):
+        local = sum(1 for t in layer_types if t not in ("full_attention", "attention"))
+        if local:
+            out.append(
+                f"{local} of {len(layer_types)} layers are not full attention (layer_types): "
+                "vLLM stores less for them, so this plan is an upper bound on the KV needed."
+            )
+    if spec.max_position and budget.max_model_len > spec.max_position:
+        out.append(
+            f"max_model_len {budget.max_model_len:,} exceeds the model's {spec.max_position:,}:"
+            " vLLM refuses it unless VLLM_ALLOW_LONG_MAX_MODEL_LEN=1."
+        )
+    if p.free_bytes <= 0:
+        out.append(
+            "Weights and runtime overhead take all of memory x gpu_memory_utilization: "
+            "no room for a KV cache."
+        )
+    elif p.full_length_sequences == 0:
+        out.append(
+            "Not one max_model_len sequence fits, so vLLM will not start "
+            "(kv-cannot-fit-max-model-len): lower --max-model-len, raise "
+            "--gpu-memory-utilization or add tensor parallelism."
+        )
+    return out

@@ -1,0 +1,112 @@
+"""The live KV capacity each running engine reports in ``vllm:cache_config_info``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from diagnoser.core.source import MetricSource
+from diagnoser.kvbudget.budget import blocks_for
+
+# Ray's stat logger sanitises the colon away (see reference/engine-metrics.md).
+CACHE_INFO_NAMES = "vllm:cache_config_info|vllm_cache_config_info"
+
+
+def cache_info(selector: tuple[str, ...] = ()) -> str:
+    """The cache-config series under either name, within the site's selector."""
+    return "{" + ", ".join((f'__name__=~"{CACHE_INFO_NAMES}"', *selector)) + "}"
+
+
+@dataclass(frozen=True)
+class LiveEngine:
+    """One engine's KV cache as it reports it in ``vllm:cache_config_info``."""
+
+    job: str
+    instance: str
+    engine: str
+    model_name: str
+    num_gpu_blocks: int | None
+    block_size: int | None
+    cache_dtype: str
+    gpu_memory_utilization: str
+    enable_prefix_caching: str
+    capacity_tokens: int | None
+    full_length_sequences: int | None
+    users_fit: int | None
+
+
+def live_capacity(
+    source: MetricSource,
+    at: float,
+    max_model_len: int | None,
+    context: int | None,
+    selector: tuple[str, ...] = (),
+) -> list[LiveEngine]:
+    """Each (job, instance, engine)'s newest ``vllm:cache_config_info``, as capacity.
+
+    ``timestamp()`` gives when each series was last scraped, so after a restart with new
+    settings the new series wins over the old one still inside the lookback window.
+    """
+    newest: dict[tuple[str, str, str], tuple[float, dict[str, str]]] = {}
+    for s in source.query(f"timestamp({cache_info(selector)})", at):
+        lb = s.labels
+        key = (lb.get("job", ""), lb.get("instance", ""), lb.get("engine", ""))
+        seen = float(s.v[-1]) if len(s.v) else 0.0
+        if key not in newest or seen > newest[key][0]:
+            newest[key] = (seen, lb)
+    out = []
+    for (job, instance, engine), (_, lb) in sorted(newest.items()):
+        blocks, size = _int(lb.get("num_gpu_blocks")), _int(lb.get("block_size"))
+        tokens = blocks * size if blocks is not None and size else None
+        out.append(
+            LiveEngine(
+                job=job,
+                instance=instance,
+                engine=engine,
+                model_name=lb.get("model_name", ""),
+                num_gpu_blocks=blocks,
+                block_size=size,
+                cache_dtype=lb.get("cache_dtype", ""),
+                gpu_memory_utilization=lb.get("gpu_memory_utilization", ""),
+                enable_prefix_caching=lb.get("enable_prefix_caching", ""),
+                capacity_tokens=tokens,
+                full_length_sequences=_fit(blocks, size, max_model_len),
+                users_fit=_fit(blocks, size, context),
+            )
+        )
+    return out
+
+
+def _int(text: str | None) -> int | None:
+    """A positive count, else None ("None" before vLLM has profiled the memory)."""
+    try:
+        value = int(str(text))
+    except ValueError:
+        return None
+    return value if 0 < value < 1 << 48 else None
+
+
+def _fit(blocks: int | None, size: int | None, tokens: int | None) -> int | None:
+    if blocks is None or not size or not tokens:
+        return None
+    return blocks // blocks_for(tokens, size)
+
+
+@dataclass(frozen=True)
+class Live:
+    """The live reading: when, what it counted against, and every engine."""
+
+    at: float
+    max_model_len: int | None
+    context: int | None
+    engines: list[LiveEngine]
+
+
+def read_live(
+    source: MetricSource,
+    at: float,
+    max_model_len: int | None,
+    context: int | None,
+    selector: tuple[str, ...] = (),
+) -> Live:
+    engines = live_capacity(source, at, max_model_len, context, selector)
+    return Live(at, max_model_len, context, engines)

@@ -1,0 +1,216 @@
+"""``make bench``: the simulator's speed, diagnose's accuracy on the scenario library and its
+variants, diagnose on a fleet, and start-up times."""
+
+from __future__ import annotations
+
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+
+from diagnoser.catalog import load_catalog
+from diagnoser.outputs import rules
+from diagnoser.site import Site
+
+
+def timed(fn: Callable[[], object], runs: int = 5) -> float:
+    samples = []
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        fn()
+        samples.append(time.perf_counter() - t0)
+    return statistics.median(samples)
+
+
+SIM_SCENARIO = """\
+description: Benchmark load.
+duration: {duration}
+scrape_interval: 15s
+seed: 1
+labels: {{window: 1h}}
+models:
+  - name: bench
+    preset: llama-3.1-8b
+    gpu: H100-80GB
+    instances: {instances}
+    workload:
+      rate: {{mean: {rate}}}
+      prompt: {{median: 600, sigma: 0.6}}
+      output: {{median: 180, sigma: 0.7}}
+"""
+
+
+def bench_simulator() -> None:
+    import tempfile
+    from pathlib import Path
+
+    from diagnoser.sim.run import simulate
+    from diagnoser.sim.scenario import load_scenario
+
+    print("simulator (llama-3.1-8b on H100, 600-token prompts, 180-token answers, 15 s scrapes):")
+    with tempfile.TemporaryDirectory() as tmp:
+        for instances, rate_per_instance in ((1, 5), (1, 20), (1, 50), (8, 20)):
+            path = Path(tmp) / "b.yaml"
+            path.write_text(
+                SIM_SCENARIO.format(
+                    duration="1h", instances=instances, rate=rate_per_instance * instances
+                )
+            )
+            sc = load_scenario(path)
+            t0 = time.perf_counter()
+            rec = simulate(sc, end=1_800_000_000.0)
+            wall = time.perf_counter() - t0
+            print(
+                f"  {instances} instance(s) x {rate_per_instance:>2} req/s, 1 h: "
+                f"{wall:6.2f} s wall, {3600 / wall:6.0f}x real time, "
+                f"{3600 * instances / wall:6.0f} instance-seconds/s, "
+                f"{rec.sample_count() / 1e6:.2f} M samples"
+            )
+
+
+def bench_library() -> None:
+    import tempfile
+    from pathlib import Path
+
+    from diagnoser.lab import harness
+    from diagnoser.sim import library
+
+    names = library.names()
+    with tempfile.TemporaryDirectory() as tmp:
+        t0 = time.perf_counter()
+        prepared = harness.prepare(names, Path(tmp))
+        wall = time.perf_counter() - t0
+    sim = sum(p.simulate_seconds for p in prepared.values())
+    fill = sum(p.backfill_seconds for p in prepared.values())
+    samples = sum(p.samples for p in prepared.values())
+    print(
+        f"scenario library ({len(names)} scenarios, {samples / 1e6:.1f} M samples): "
+        f"{wall:.1f} s wall on {harness.default_workers(len(names))} worker(s) "
+        f"(simulate {sim:.1f} s + backfill {fill:.1f} s of CPU)"
+    )
+
+
+def bench_accuracy(variants: Sequence[int] = ()) -> None:
+    """AC@1 and AC@3 over the labelled library (or variants ``k`` of it); healthy findings."""
+    import tempfile
+    from pathlib import Path
+
+    from diagnoser.core.source import PrometheusSource
+    from diagnoser.diagnose import Window, diagnose
+    from diagnoser.lab import harness
+    from diagnoser.lab.promserver import Prometheus
+    from diagnoser.sim import library
+
+    site = Site.default()
+    scenarios = [library.find(n) for n in library.names()]
+    if variants:
+        from diagnoser.sim.variants import variant
+
+        scenarios = [variant(sc, k) for sc in scenarios for k in variants]
+    names = [sc.name for sc in scenarios]
+    at1 = at3 = incidents = healthy_findings = 0
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        prepared = harness.prepare(scenarios, Path(tmp))
+        for sc in scenarios:
+            name = sc.name
+            with Prometheus(prepared[name].data_dir) as prom:
+                window = Window.plan(sc.labels.window, prepared[name].end)
+                t0 = time.perf_counter()
+                result = diagnose(PrometheusSource(prom.url), site, window)
+                took = time.perf_counter() - t0
+            ids = [m.playbook.id for m in result.findings]
+            if sc.labels.healthy:
+                healthy_findings += len(ids)
+                verdict = "ok" if not ids else "FALSE POSITIVE"
+            else:
+                incidents += 1
+                hit1 = bool(ids) and ids[0] == sc.labels.expect[0]
+                hit3 = sc.labels.expect[0] in ids[:3]
+                at1 += hit1
+                at3 += hit3
+                verdict = "ok" if hit1 else ("top-3" if hit3 else "MISSED")
+            rows.append((name, verdict, ", ".join(ids[:3]) or "-", took))
+    for name, verdict, top3, took in rows:
+        print(f"  {name:<32} {verdict:<14} {took:5.2f} s  {top3}")
+    label = (
+        f"{len(names)} variants (k = {', '.join(map(str, variants))})"
+        if variants
+        else f"{len(names)}"
+    )
+    print(
+        f"accuracy over {label} scenarios: AC@1 {at1}/{incidents} = "
+        f"{at1 / max(1, incidents):.2f}, AC@3 {at3}/{incidents} = {at3 / max(1, incidents):.2f}, "
+        f"findings on healthy scenarios: {healthy_findings}"
+    )
+
+
+def bench_fleet() -> None:
+    """diagnose on a fleet: 4 models x 8 instances, 24 h of data at 60 s scrapes."""
+    import tempfile
+    from pathlib import Path
+
+    from diagnoser.core.source import PrometheusSource
+    from diagnoser.diagnose import Window, diagnose
+    from diagnoser.lab import fleet
+    from diagnoser.lab.promserver import Prometheus
+
+    site = Site.default()
+    end = float(int(time.time()) // 60 * 60)
+    with tempfile.TemporaryDirectory() as tmp:
+        t0 = time.perf_counter()
+        tsdb, samples = fleet.build(Path(tmp), end)
+        built = time.perf_counter() - t0
+        print(
+            f"fleet: 4 models x 8 instances, 24 h, {samples / 1e6:.1f} M samples, built in "
+            f"{built:.0f} s"
+        )
+        with Prometheus(tsdb) as prom:
+            for since in (3600.0, 86400.0):
+                window = Window.plan(since, end)
+                diagnose(PrometheusSource(prom.url), site, window)  # warm the page cache
+                t0 = time.perf_counter()
+                result = diagnose(PrometheusSource(prom.url, timeout=120), site, window)
+                wall = time.perf_counter() - t0
+                print(
+                    f"  diagnose --since {since / 3600:g}h: {wall:.2f} s wall, "
+                    f"{result.queries} queries, {result.query_seconds:.2f} s in Prometheus "
+                    f"(summed over concurrent queries), step {window.step:g} s, "
+                    f"{len(result.scopes)} models, {len(result.findings)} findings"
+                )
+
+
+def main() -> None:
+    bench_simulator()
+    bench_library()
+    print("accuracy on the scenario library (what the signatures were tuned on):")
+    bench_accuracy()
+    print("accuracy on variants 1-8 (other seeds, onsets, magnitudes, pre-0.11 names):")
+    bench_accuracy(variants=(1, 2, 3, 4, 5, 6, 7, 8))
+    print("accuracy on variants 9-10 (kept out of tuning):")
+    bench_accuracy(variants=(9, 10))
+    bench_fleet()
+    catalog = load_catalog()
+    load_s = timed(load_catalog)
+    site = Site.default()
+    render_s = timed(lambda: rules.render_files(site))
+
+    def cli(*args: str) -> None:
+        subprocess.run([sys.executable, "-m", "diagnoser", *args], check=True, capture_output=True)
+
+    help_s = timed(lambda: cli("--help"))
+    diag_help_s = timed(lambda: cli("diagnose", "--help"), runs=3)
+    list_s = timed(lambda: cli("catalog", "list"))
+    files = rules.render_files(site)
+    n_rec = files[rules.RECORDING_FILE].count("- record:")
+    n_alert = files[rules.ALERTS_FILE].count("- alert:")
+    print(f"catalog load ({len(catalog)} playbooks, schema-validated): {load_s * 1000:.0f} ms")
+    print(f"rules render ({n_rec} recording, {n_alert} alerting): {render_s * 1000:.0f} ms")
+    print(f"servediag --help (process start to exit): {help_s * 1000:.0f} ms")
+    print(f"servediag diagnose --help: {diag_help_s * 1000:.0f} ms")
+    print(f"servediag catalog list: {list_s * 1000:.0f} ms")
+
+
+if __name__ == "__main__":
+    main()

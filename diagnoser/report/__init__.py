@@ -1,0 +1,30 @@
+"""Renderers of a typed ``Diagnosis``: text, Markdown, HTML, JSON, ``--explain`` and the chat
+message. Each reads the same model; none guesses a shape from a dict."""
+
+from __future__ import annotations
+
+import json
+
+from diagnoser.diagnose.model import Diagnosis, to_json
+
+FORMATS = ("text", "json", "markdown", "html")
+
+
+def as_json(d: Diagnosis) -> str:
+    return json.dumps(to_json(d), indent=2, sort_keys=False) + "\n"
+
+
+def render(d: Diagnosis, fmt: str, colour: bool = False) -> str:
+    if fmt == "json":
+        return as_json(d)
+    if fmt == "markdown":
+        from diagnoser.report.markdown import markdown
+
+        return markdown(d)
+    if fmt == "html":
+        from diagnoser.report.html import render as html
+
+        return html(d)
+    from diagnoser.report.text import text
+
+    return text(d, colour=colour)

@@ -1,0 +1,46 @@
+"""The Markdown report, for a ticket or a postmortem."""
+
+from __future__ import annotations
+
+from diagnoser.diagnose.model import Diagnosis, iso
+from diagnoser.report.format import scope_text
+
+
+def markdown(d: Diagnosis) -> str:
+    w = d.window
+    out = [f"## Diagnosis {iso(w.start)} - {iso(w.end)}", ""]
+    if not d.findings:
+        out.append("No known problem pattern matched.")
+    for i, m in enumerate(d.findings, 1):
+        pb = m.playbook
+        out.append(f"### {i}. {pb.title} (`{pb.id}`)")
+        out.append("")
+        out.append(f"- **Scope:** {scope_text(m.scope)}")
+        out.append(f"- **Since:** {iso(m.onset) or 'the start of the window'}")
+        out.append(f"- **Confidence:** {m.confidence:.0%} ({pb.severity})")
+        if m.explained_by:
+            out.append(f"- **Explained by:** `{m.explained_by}`")
+        for caveat in m.caveats:
+            out.append(f"- **Caveat:** {caveat}")
+        out.append("")
+        out.append("| Evidence | Holds |")
+        out.append("|---|---|")
+        for r in m.shown():
+            out.append(f"| {d.evidence_text(r)} ({r.condition.describe()}) | {r.verdict.holds} |")
+        out.append("")
+        out.append(f"**Cause.** {' '.join(pb.cause.split())}")
+        out.append("")
+        out.append("**Fix.**")
+        out += [f"{k}. {s}" for k, s in enumerate(pb.fix, 1)]
+        out.append("")
+        out.append("**Guardrail.** " + " ".join(pb.guardrail))
+        out.append("")
+        out.append(f"Runbook: {d.runbook(m)}")
+        out.append("")
+    if d.undecided:
+        out.append("### Undecided")
+        out += [
+            f"- `{u.playbook.id}`: needs {', '.join(u.missing) or 'more samples'}"
+            for u in d.undecided
+        ]
+    return "\n".join(out) + "\n"

@@ -1,0 +1,136 @@
+"""The site config: a deployment's knobs, in the manner of a monitoring mixin's ``_config``.
+
+Users set these in one YAML file (``--config FILE`` or ``$SERVEDIAG_CONFIG``) instead of
+editing generated output; the same file reaches the rules, the dashboards, ``diagnose``, the
+webhook and ``kv-budget``. Every knob has a default that works on a stock vLLM scrape.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from diagnoser.errors import UserError
+
+DEFAULT_RUNBOOK_URL = "https://github.com/servediag/servediag/blob/main/runbooks/{id}.md"
+MATCHER = re.compile(r'[a-zA-Z_][a-zA-Z0-9_]*\s*(=|!=|=~|!~)\s*"(?:[^"\\\n]|\\.)*"')
+LABEL = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
+FOR = re.compile(r"[0-9]+[smhd]")
+
+
+class ConfigError(UserError):
+    """A config file that cannot be used; the message is one line."""
+
+
+@dataclass(frozen=True)
+class AlertOverride:
+    for_: str | None = None
+    severity: str | None = None
+    params: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class SiteConfig:
+    # Label matchers added to every vLLM and API-server selector, e.g. ['job="vllm"'].
+    selector: tuple[str, ...] = ()
+    # Labels kept in every aggregation besides model_name (e.g. ['cluster'] or ['namespace']),
+    # so the same model served by two deployments is not summed together.
+    group_labels: tuple[str, ...] = ()
+    # Selects the scrape targets of vLLM servers for alerts on `up`.
+    vllm_targets: str = 'job=~".*vllm.*"'
+    # Stamped on every alert as annotations.runbook_url; {id} is the playbook id.
+    runbook_url: str = DEFAULT_RUNBOOK_URL
+    # An alert needs at least this many finished requests per second: idle models never alert.
+    traffic_floor_rps: float = 0.1
+    # SLO thresholds for the attainment signals; each must be a bucket boundary.
+    ttft_slo_seconds: float = 1.0
+    itl_slo_seconds: float = 0.1
+    # Per-alert overrides by alert name: for, severity, params.
+    alerts: dict[str, AlertOverride] = field(default_factory=dict)
+
+    @property
+    def by(self) -> tuple[str, ...]:
+        return (*self.group_labels, "model_name")
+
+    def runbook_for(self, playbook_id: str) -> str:
+        return self.runbook_url.format(id=playbook_id)
+
+
+def load_config(path: Path | None) -> SiteConfig:
+    if path is None:
+        return SiteConfig()
+    try:
+        raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: not valid YAML: {str(exc).splitlines()[0]}") from None
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{path}: must be a YAML mapping")
+    known = {f.name for f in fields(SiteConfig)}
+    unknown = sorted(set(raw) - known)
+    if unknown:
+        raise ConfigError(f"{path}: unknown key {unknown[0]!r} (known: {', '.join(sorted(known))})")
+    kwargs: dict[str, Any] = {}
+    for key, value in raw.items():
+        if key in ("selector", "group_labels"):
+            if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+                raise ConfigError(f"{path}: {key}: must be a list of strings")
+            pattern, what = (
+                (MATCHER, 'label matcher like job="vllm"')
+                if key == "selector"
+                else (
+                    LABEL,
+                    "label name",
+                )
+            )
+            for i, v in enumerate(value):
+                if not pattern.fullmatch(v.strip()):
+                    raise ConfigError(f"{path}: {key}[{i}]: {v!r} is not a {what}")
+            kwargs[key] = tuple(v.strip() for v in value)
+        elif key == "alerts":
+            kwargs[key] = _overrides(path, value)
+        elif key in ("traffic_floor_rps", "ttft_slo_seconds", "itl_slo_seconds"):
+            if (
+                isinstance(value, bool)
+                or not isinstance(value, (int, float))
+                or not math.isfinite(value)
+                or value < 0
+            ):
+                raise ConfigError(f"{path}: {key}: must be a non-negative number")
+            kwargs[key] = float(value)
+        else:
+            if not isinstance(value, str):
+                raise ConfigError(f"{path}: {key}: must be a string")
+            kwargs[key] = value
+    if "{id}" not in kwargs.get("runbook_url", "{id}"):
+        raise ConfigError(f"{path}: runbook_url: must contain {{id}}")
+    return SiteConfig(**kwargs)
+
+
+def _overrides(path: Path, value: Any) -> dict[str, AlertOverride]:
+    if not isinstance(value, dict):
+        raise ConfigError(f"{path}: alerts: must map alert names to overrides")
+    out: dict[str, AlertOverride] = {}
+    for name, ov in value.items():
+        if not isinstance(ov, dict) or set(ov) - {"for", "severity", "params"}:
+            raise ConfigError(f"{path}: alerts.{name}: may set only for, severity and params")
+        if ov.get("severity") not in (None, "critical", "warning", "info"):
+            raise ConfigError(f"{path}: alerts.{name}.severity: must be critical, warning or info")
+        if "for" in ov and not (isinstance(ov["for"], str) and FOR.fullmatch(ov["for"])):
+            raise ConfigError(f"{path}: alerts.{name}.for: must be a duration like 10m")
+        params = ov.get("params", {})
+        if not isinstance(params, dict) or not all(
+            isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+            for v in params.values()
+        ):
+            raise ConfigError(f"{path}: alerts.{name}.params: must map names to numbers")
+        out[str(name)] = AlertOverride(
+            ov.get("for"), ov.get("severity"), {k: float(v) for k, v in params.items()}
+        )
+    return out

@@ -1,0 +1,1 @@
+"""servediag webhook: Alertmanager notifications in, diagnosed alerts out."""
