@@ -10,10 +10,10 @@ help:
 	@echo "make demo      simulate an incident, load it into a local Prometheus, diagnose it"
 	@echo "make test      run the test suite"
 	@echo "make setup     install promtool/prometheus/alertmanager (root) and the Python packages"
-	@echo "make generate  write rules/ and runbooks/ from playbooks/"
+	@echo "make generate  write rules/, runbooks/, dashboards/ and the playbook schema"
 	@echo "make lint      ruff, mypy and promtool check rules"
 	@echo "make bench     benchmarks, printing figures"
-	@echo "make goldens   rewrite the golden diagnose reports (review the diff)"
+	@echo "make goldens   rewrite the golden reports and recorded answers (review the diff)"
 
 setup:
 	@scripts/install-deps
@@ -22,19 +22,20 @@ test: setup
 	$(PY) -m pytest
 
 lint: setup
-	$(VENV)/bin/ruff check diagnoser tests dashboards
-	$(VENV)/bin/ruff format --check diagnoser tests dashboards
+	$(VENV)/bin/ruff check diagnoser tests dashboards scripts scripts/extract-reference
+	$(VENV)/bin/ruff format --check diagnoser tests dashboards scripts scripts/extract-reference
 	$(VENV)/bin/mypy
 	promtool check rules --lint=all --lint-fatal rules/recording.rules.yaml rules/alerts.rules.yaml
 
 generate: setup
 	$(VENV)/bin/servediag generate
+	$(VENV)/bin/servediag catalog schema > diagnoser/catalog/playbook.schema.json
 
 check-generated: setup
 	$(VENV)/bin/servediag generate --check
 
 goldens: setup
-	UPDATE_GOLDENS=1 $(PY) -m pytest -q tests/test_golden.py
+	UPDATE_GOLDENS=1 $(PY) -m pytest -q tests/test_golden.py tests/test_replay.py
 
 bench: setup
 	$(PY) -m diagnoser.lab.bench

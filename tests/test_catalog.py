@@ -10,21 +10,16 @@ from pathlib import Path
 
 import pytest
 import yaml
+from conftest import data_json
 
 from diagnoser.catalog import CatalogError, builtin_dir, load_catalog, load_playbook
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def design_ids(shared: Path) -> tuple[list[str], list[str]]:
-    text = (shared / "DESIGN.md").read_text()
-    det = text.split("Detectable from metrics:", 1)[1].split("Advisory", 1)[0]
-    adv = text.split("Advisory (not decidable", 1)[1].split("Every", 1)[0]
-    return re.findall(r"`([a-z0-9-]+)`", det), re.findall(r"`([a-z0-9-]+)`", adv)
-
-
-def test_every_design_id_is_in_the_catalog(shared_dir, catalog):
-    detectable, advisory = design_ids(shared_dir)
+def test_every_design_id_is_in_the_catalog(catalog):
+    ids = data_json("design-ids.json")
+    detectable, advisory = ids["detectable"], ids["advisory"]
     assert len(detectable) == 16 and len(advisory) == 4
     assert sorted(p.id for p in catalog.detectable()) == sorted(detectable)
     assert sorted(p.id for p in catalog.advisory()) == sorted(advisory)
@@ -183,3 +178,93 @@ def test_validate_renders_alerts_so_a_bad_placeholder_is_caught(tmp_path):
     assert proc.returncode == 2
     assert "site-queue.yaml: alert.expr: ${requests_waiting_by_reason@instance}" in proc.stderr
     assert "not recorded per instance" in proc.stderr
+
+
+def test_the_committed_schema_is_the_composed_one():
+    from diagnoser.catalog.schema import render
+
+    committed = (ROOT / "diagnoser" / "catalog" / "playbook.schema.json").read_text()
+    assert committed == render(), "run make generate (servediag catalog schema)"
+
+
+def _with(tmp_path, pid: str, edit) -> Path:
+    data = yaml.safe_load((builtin_dir() / f"{pid}.yaml").read_text())
+    data["id"] = "site-copy"
+    data["alert"]["name"] = "VllmSiteCopy"
+    data["seed"] = {"symptoms": []}
+    edit(data)
+    path = tmp_path / "site-copy.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+@pytest.mark.parametrize(
+    ("edit", "says"),
+    [
+        (
+            lambda d: d["signature"]["supporting"][0].update(param="ttft_ratio"),
+            "'ttft_ratio' is bound at signature.all[1].param",
+        ),
+        (
+            lambda d: d["alert"]["params"].update(ttft_ratio=2),
+            "alert.params.ttft_ratio: is bound to a signature condition",
+        ),
+        (
+            lambda d: d["alert"]["params"].update(spare={"value": 1, "why": "never used at all"}),
+            "parameter 'spare' is not used in alert.expr",
+        ),
+        (
+            lambda d: d["signature"]["all"][0].update(held=0.5),
+            "signature.all[0].held: does not apply to 'rises'",
+        ),
+        (
+            lambda d: d["signature"].update(explains=["queue-saturation", "site-copy"]),
+            "unknown playbook 'site-copy'",
+        ),
+    ],
+)
+def test_thresholds_have_one_source_and_a_broken_binding_is_one_line(tmp_path, edit, says):
+    path = _with(tmp_path, "prompt-length-shift", edit)
+    with pytest.raises(CatalogError, match=re.escape(says)):
+        load_catalog(path.parent)
+
+
+def test_a_cycle_of_explanations_is_refused(tmp_path):
+    # Two playbooks of a site's own that explain each other.
+    data = yaml.safe_load((builtin_dir() / "queue-saturation.yaml").read_text())
+    data.update(id="site-loop", seed={"symptoms": []})
+    data["alert"]["name"] = "VllmSiteLoop"
+    data["signature"]["explains"] = ["prompt-length-shift"]
+    (tmp_path / "site-loop.yaml").write_text(yaml.safe_dump(data))
+    data = yaml.safe_load((builtin_dir() / "prompt-length-shift.yaml").read_text())
+    data.update(id="site-shift", seed={"symptoms": []})
+    data["alert"]["name"] = "VllmSiteShift"
+    data["signature"]["explains"] = ["site-loop"]
+    (tmp_path / "site-shift.yaml").write_text(yaml.safe_dump(data))
+    data = yaml.safe_load((tmp_path / "site-loop.yaml").read_text())
+    data["signature"]["explains"] = ["site-shift"]
+    (tmp_path / "site-loop.yaml").write_text(yaml.safe_dump(data))
+    with pytest.raises(CatalogError, match="cycle site-loop -> site-shift -> site-loop"):
+        load_catalog(tmp_path)
+
+
+def test_an_override_of_a_bound_parameter_changes_the_signature_too(catalog):
+    from diagnoser.site import Site
+    from diagnoser.site.config import AlertOverride, SiteConfig
+
+    cfg = SiteConfig(alerts={"VllmKvCachePressure": AlertOverride(params={"kv_usage": 0.95})})
+    pb = Site.build(cfg, catalog).catalog["kv-cache-pressure"]
+    assert pb.alert.params["kv_usage"] == 0.95
+    (cond,) = [c for c in pb.signature.all if c.param == "kv_usage"]
+    assert cond.value == 0.95 and catalog["kv-cache-pressure"].alert.params["kv_usage"] == 0.9
+
+
+def test_a_threshold_can_be_bound_only_to_a_shape_with_one(tmp_path):
+    def bind_tracks(d):
+        d["signature"]["supporting"].append(
+            {"signal": "itl_p99", "tracks": "prompt_tokens_rate", "param": "corr"}
+        )
+
+    path = _with(tmp_path, "prompt-length-shift", bind_tracks)
+    with pytest.raises(CatalogError, match="'tracks' has no threshold to bind"):
+        load_catalog(path.parent)

@@ -23,8 +23,9 @@ from click.testing import CliRunner
 
 from diagnoser.cli import main
 from diagnoser.core.families import prompt_bucket_label
+from diagnoser.core.tokens import WORDS, approx_tokens
 from diagnoser.lab.promserver import Prometheus, free_port, listening
-from diagnoser.probe.prompts import WORDS, Approximation, approx_tokens, load_counter, parse_classes
+from diagnoser.probe.prompts import Approximation, load_counter, parse_classes
 from diagnoser.probe.runner import ProbeConfig, Prober
 from diagnoser.probe.stream import Endpoint, stream
 from diagnoser.sim.openai import ProxyBuffer

@@ -1,10 +1,14 @@
-"""Every "In production" line and every scenario of the seed maps to exactly one playbook."""
+"""Every "In production" line and every scenario of the seed maps to exactly one playbook.
+
+The seed's lines come from tests/data/seed-lines.json; test_reference_data checks that file
+against the seed itself when the design material is beside the checkout."""
 
 from __future__ import annotations
 
 import re
 
 import pytest
+from conftest import data_json
 
 CHAPTER_TITLES = {
     "tokens": "Models read tokens, not words.",
@@ -20,37 +24,11 @@ def _norm(text: str) -> str:
     return re.sub(r"[^a-z0-9]", "", text.lower())
 
 
-def parse_seed(text: str) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
-    """(chapter title, symptom) pairs and (chapter title, scenario) pairs, in seed order."""
-    symptoms: list[tuple[str, str]] = []
-    scenarios: list[tuple[str, str]] = []
-    # The seed lost one list marker where a cause starts with inline code; put it back.
-    text = text.replace("GPU\n--gpu-memory-utilizationis", "GPU\n- --gpu-memory-utilizationis")
-    lines = text.splitlines()
-    chapter = ""
-    i = 0
-    while i < len(lines):
-        line = lines[i]
-        if line.strip() in CHAPTER_TITLES.values():
-            chapter = line.strip()
-        if line.strip() == "In production":
-            block: list[str] = []
-            i += 1
-            while not lines[i].startswith("Read more \u00b7 scenario:"):
-                block.append(lines[i])
-                i += 1
-            joined = " ".join(block).replace("what this looks like on a live dashboard", "", 1)
-            # Items start with "- " at the start, after a space or after a full stop.
-            items = [s.strip() for s in re.split(r"(?:^|(?<=[\s.]))- ", joined) if s.strip()]
-            symptoms += [(chapter, s) for s in items[0::2]]
-            scenarios.append((chapter, lines[i].split("scenario:", 1)[1].strip()))
-        i += 1
-    return symptoms, scenarios
-
-
 @pytest.fixture(scope="module")
-def seed(shared_dir):
-    return parse_seed((shared_dir / "seed" / "how-one-request-becomes-an-answer.txt").read_text())
+def seed() -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
+    """The seed's lines as extracted into tests/data (scripts/extract-reference)."""
+    raw = data_json("seed-lines.json")
+    return [tuple(x) for x in raw["symptoms"]], [tuple(x) for x in raw["scenarios"]]
 
 
 def test_the_seed_parses_into_four_symptoms_per_chapter(seed):

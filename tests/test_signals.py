@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 
 import pytest
+from conftest import data_json
 
 from diagnoser.core import families as metrics
 from diagnoser.core.promql import Scope
@@ -12,50 +13,13 @@ from diagnoser.core.signals import SIGNALS, Vocabulary
 from diagnoser.core.signals.base import _FAMILY_RE
 
 TYPED = ("counter", "gauge", "histogram", "renamed")
-NAME = re.compile(r"`((?:vllm:|DCGM_|http_|process_|llm_probe_)[A-Za-z0-9_:]+)`")
-
-
-def reference_types(shared_dir) -> dict[str, str]:
-    """Metric name -> type from the tables of engine-metrics.md (renamed names: 'renamed')."""
-    text = (shared_dir / "reference" / "engine-metrics.md").read_text()
-    types: dict[str, str] = {}
-    for line in text.splitlines():
-        cells = [c.strip() for c in line.strip().strip("|").split("|")]
-        if len(cells) < 2 or not NAME.search(cells[0]):
-            continue
-        kind = cells[1].split()[0].strip("*") if cells[1] else ""
-        for name in NAME.findall(cells[0]):
-            if kind in ("counter", "gauge", "histogram"):
-                types[name] = kind
-            else:
-                types.setdefault(name, "other")
-    # Section 1.4: renamed and removed names appear in the "Old" and "New" columns.
-    renames = text.split("### 1.4", 1)[1].split("Metrics added over time", 1)[0]
-    for line in renames.splitlines():
-        full = None
-        for token in re.findall(r"`([^`]+)`", line):
-            if NAME.fullmatch(f"`{token}`"):
-                full = token
-                if types.get(token, "other") == "other":
-                    types[token] = "renamed"
-            elif token.startswith("..._") and full:
-                # `a_queries_total` / `..._hits_total`: the abbreviation replaces the tail.
-                tail = token[3:]
-                parts = full.split("_")
-                types.setdefault("_".join(parts[: -tail.count("_")]) + tail, "renamed")
-    # Section 1.5 lists the API server's process metrics in prose.
-    api = text.split("### 1.5", 1)[1].split("## 2.", 1)[0]
-    for name in re.findall(r"`(process_[a-z_]+)`", api):
-        types.setdefault(name, "counter" if name.endswith("_total") else "gauge")
-    design = (shared_dir / "DESIGN.md").read_text()
-    for name in re.findall(r"`(llm_probe_[a-z0-9_]+)", design):
-        types[name] = "counter" if name.endswith("_total") else "histogram"
-    return types
 
 
 @pytest.fixture(scope="module")
-def reference(shared_dir):
-    return reference_types(shared_dir)
+def reference() -> dict[str, str]:
+    """Metric name -> type from the engine reference (tests/data; scripts/extract-reference)."""
+    types: dict[str, str] = data_json("reference-metric-types.json")
+    return types
 
 
 def used_names() -> set[str]:

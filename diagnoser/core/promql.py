@@ -44,6 +44,11 @@ class Scope:
         """Matchers that also apply to API-server series (no model or engine labels)."""
         return tuple(m for m in self.matchers if _matcher_label(m) not in ENGINE_ONLY_LABELS)
 
+    def group_labels(self) -> tuple[str, ...]:
+        """The site's group labels in the aggregation (e.g. cluster): target labels that
+        every series of a target carries, so joins between families keep them."""
+        return tuple(label for label in self.by if label not in _NOT_GROUPS)
+
     def probe_matchers(self) -> tuple[str, ...]:
         """Matchers that apply to the synthetic probe's series.
 
@@ -54,6 +59,11 @@ class Scope:
 
 
 Expr = Callable[[Scope], str]
+_NOT_GROUPS = frozenset({"model_name", "engine", "job", "instance", "prompt_bucket"})
+
+
+def _labels(*labels: str) -> str:
+    return ", ".join(labels)
 
 
 _LABEL = re.compile(r"\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*(?:=~|!~|!=|=)")
@@ -98,11 +108,12 @@ def model_map(scope: Scope) -> str:
     ``last_over_time`` keeps the mapping while a target is briefly down (a restart).
     """
     series = f"last_over_time({selector(MODEL_MAP_METRIC, scope.matchers)}[{scope.window}])"
-    return f"group by (job, instance, model_name) ({series})"
+    keys = _labels("job", "instance", *scope.group_labels(), "model_name")
+    return f"group by ({keys}) ({series})"
 
 
 def gpu_model_map(scope: Scope) -> str:
-    labels = ", ".join((*GPU_JOIN_LABELS, "model_name"))
+    labels = _labels(*GPU_JOIN_LABELS, *scope.group_labels(), "model_name")
     return f"group by ({labels}) ({selector(MODEL_MAP_METRIC, scope.matchers)})"
 
 
@@ -310,17 +321,23 @@ def total(a: Expr, b: Expr) -> Expr:
     return build
 
 
-def on_targets(inner: Callable[[tuple[str, ...], str], str], fn: str = "sum") -> Expr:
+TargetExpr = Callable[[tuple[str, ...], str, tuple[str, ...]], str]
+
+
+def on_targets(inner: TargetExpr, fn: str = "sum") -> Expr:
     """An API-server series (no model_name) scoped to models through (job, instance).
 
-    ``inner(matchers, window)`` returns a per-target vector; it is joined to the models the
-    scope selects and aggregated by the scope's labels.
+    ``inner(matchers, window, keep)`` returns a per-target vector that keeps the labels
+    ``keep`` (the site's group labels) if it aggregates; it is joined to the models the scope
+    selects on (job, instance and those labels) and aggregated by the scope's labels.
     """
 
     def build(scope: Scope) -> str:
+        keep = scope.group_labels()
         joined = (
-            f"{inner(scope.target_matchers(), scope.window)}"
-            f" * on (job, instance) group_left (model_name) {model_map(scope)}"
+            f"{inner(scope.target_matchers(), scope.window, keep)}"
+            f" * on ({_labels('job', 'instance', *keep)}) group_left (model_name)"
+            f" {model_map(scope)}"
         )
         return agg(fn, scope, joined)
 
@@ -331,7 +348,7 @@ def on_gpus(inner: Callable[[str], str], fn: str = "avg") -> Expr:
     """A DCGM series joined to the models whose pods use the GPU."""
 
     def build(scope: Scope) -> str:
-        keys = ", ".join(GPU_JOIN_LABELS)
+        keys = _labels(*GPU_JOIN_LABELS, *scope.group_labels())
         joined = (
             f"{inner(scope.window)} * on ({keys}) group_left (model_name) {gpu_model_map(scope)}"
         )

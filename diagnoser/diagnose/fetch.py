@@ -68,20 +68,44 @@ def fetch(
         answers = list(pool.map(one, signals))
     out = Fetched(queries=len(answers), query_seconds=sum(sec for _, _, sec in answers))
     by = site.config.by
+    partial: list[tuple[Signal, Series]] = []
     for sig, series, _ in answers:
         for s in series:
             if sig.target_level:
                 key = (s.labels.get("job", ""), s.labels.get("instance", ""))
                 data = out.targets.setdefault(key, ScopeData({"job": key[0], "instance": key[1]}))
                 data.series[sig.name] = s
+            elif "model_name" not in s.labels:
                 continue
-            if "model_name" not in s.labels:
-                continue
-            mkey = tuple(s.labels.get(k, "") for k in by)
-            data = out.models.setdefault(mkey, ScopeData(dict(zip(by, mkey, strict=True))))
-            bucket = s.labels.get("prompt_bucket")
-            if bucket is not None:
-                data.classes.setdefault(sig.name, {})[bucket] = s
+            elif any(k not in s.labels for k in by):
+                partial.append((sig, s))
             else:
-                data.series[sig.name] = s
+                mkey = tuple(s.labels[k] for k in by)
+                data = out.models.setdefault(mkey, ScopeData(dict(zip(by, mkey, strict=True))))
+                _put(data, sig, s)
+    for sig, s in partial:
+        _spread(out, by, sig, s)
     return out
+
+
+def _put(data: ScopeData, sig: Signal, s: Series) -> None:
+    bucket = s.labels.get("prompt_bucket")
+    if bucket is not None:
+        data.classes.setdefault(sig.name, {})[bucket] = s
+    else:
+        data.series[sig.name] = s
+
+
+def _spread(out: Fetched, by: tuple[str, ...], sig: Signal, s: Series) -> None:
+    """A series without some of the site's group labels (a probe scraped outside the
+    clusters, say) belongs to every scope of its model that agrees on the labels it has, where
+    that scope has no series of its own for the signal."""
+    known = {k: s.labels[k] for k in by if k in s.labels}
+    scopes = [d for d in out.models.values() if all(d.scope[k] == v for k, v in known.items())]
+    if not scopes:
+        scopes = [out.models.setdefault(tuple(known.get(k, "") for k in by), ScopeData(known))]
+    bucket = s.labels.get("prompt_bucket")
+    for data in scopes:
+        own = data.classes.get(sig.name, {}) if bucket is not None else data.series
+        if (bucket if bucket is not None else sig.name) not in own:
+            _put(data, sig, s)

@@ -8,10 +8,14 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 from diagnoser.catalog import load_catalog
 from diagnoser.outputs import rules
 from diagnoser.site import Site
+
+if TYPE_CHECKING:
+    from diagnoser.sim.scenario import Scenario
 
 
 def timed(fn: Callable[[], object], runs: int = 5) -> float:
@@ -91,10 +95,13 @@ def bench_library() -> None:
     )
 
 
-def bench_accuracy(variants: Sequence[int] = ()) -> None:
-    """AC@1 and AC@3 over the labelled library (or variants ``k`` of it); healthy findings."""
+def bench_accuracy(variants: Sequence[int] = (), scenarios: Sequence[Scenario] = ()) -> None:
+    """AC@1 and AC@3 over the labelled library (or variants ``k`` of it, or the scenarios
+    given); findings on healthy scenarios; and where the misses are, per playbook."""
     import tempfile
     from pathlib import Path
+
+    import pandas as pd
 
     from diagnoser.core.source import PrometheusSource
     from diagnoser.diagnose import Window, diagnose
@@ -103,46 +110,58 @@ def bench_accuracy(variants: Sequence[int] = ()) -> None:
     from diagnoser.sim import library
 
     site = Site.default()
-    scenarios = [library.find(n) for n in library.names()]
+    chosen = list(scenarios) or [library.find(n) for n in library.names()]
     if variants:
         from diagnoser.sim.variants import variant
 
-        scenarios = [variant(sc, k) for sc in scenarios for k in variants]
-    names = [sc.name for sc in scenarios]
-    at1 = at3 = incidents = healthy_findings = 0
+        chosen = [variant(sc, k) for sc in chosen for k in variants]
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
-        prepared = harness.prepare(scenarios, Path(tmp))
-        for sc in scenarios:
-            name = sc.name
-            with Prometheus(prepared[name].data_dir) as prom:
-                window = Window.plan(sc.labels.window, prepared[name].end)
+        prepared = harness.prepare(chosen, Path(tmp))
+        for sc in chosen:
+            with Prometheus(prepared[sc.name].data_dir) as prom:
+                window = Window.plan(sc.labels.window, prepared[sc.name].end)
                 t0 = time.perf_counter()
                 result = diagnose(PrometheusSource(prom.url), site, window)
                 took = time.perf_counter() - t0
             ids = [m.playbook.id for m in result.findings]
-            if sc.labels.healthy:
-                healthy_findings += len(ids)
-                verdict = "ok" if not ids else "FALSE POSITIVE"
-            else:
-                incidents += 1
-                hit1 = bool(ids) and ids[0] == sc.labels.expect[0]
-                hit3 = sc.labels.expect[0] in ids[:3]
-                at1 += hit1
-                at3 += hit3
-                verdict = "ok" if hit1 else ("top-3" if hit3 else "MISSED")
-            rows.append((name, verdict, ", ".join(ids[:3]) or "-", took))
-    for name, verdict, top3, took in rows:
-        print(f"  {name:<32} {verdict:<14} {took:5.2f} s  {top3}")
+            want = "" if sc.labels.healthy else sc.labels.expect[0]
+            rows.append(
+                {
+                    "scenario": sc.name,
+                    "expected": want or "(healthy)",
+                    "healthy": sc.labels.healthy,
+                    "findings": len(ids),
+                    "at1": bool(ids) and ids[0] == want,
+                    "at3": want in ids[:3],
+                    "top3": ", ".join(ids[:3]) or "-",
+                    "seconds": took,
+                }
+            )
+    df = pd.DataFrame(rows)
+    for r in df.itertuples():
+        if r.healthy:
+            verdict = "ok" if not r.findings else "FALSE POSITIVE"
+        else:
+            verdict = "ok" if r.at1 else ("top-3" if r.at3 else "MISSED")
+        print(f"  {r.scenario:<32} {verdict:<14} {r.seconds:5.2f} s  {r.top3}")
+    incidents = df[~df.healthy]
+    at1, at3, n = int(incidents.at1.sum()), int(incidents.at3.sum()), len(incidents)
+    misses = incidents[~incidents.at1].groupby("expected").size()
+    if len(misses):
+        per = incidents.groupby("expected").agg(runs=("at1", "size"), at1=("at1", "sum"))
+        per = per[per.index.isin(misses.index)]
+        text = ", ".join(f"{pid} {int(r.at1)}/{int(r.runs)}" for pid, r in per.iterrows())
+        print(f"  playbooks with a miss (AC@1 per playbook): {text}")
     label = (
-        f"{len(names)} variants (k = {', '.join(map(str, variants))})"
+        f"{len(chosen)} variants (k = {', '.join(map(str, variants))})"
         if variants
-        else f"{len(names)}"
+        else f"{len(chosen)}"
     )
     print(
-        f"accuracy over {label} scenarios: AC@1 {at1}/{incidents} = "
-        f"{at1 / max(1, incidents):.2f}, AC@3 {at3}/{incidents} = {at3 / max(1, incidents):.2f}, "
-        f"findings on healthy scenarios: {healthy_findings}"
+        f"accuracy over {label} scenarios: AC@1 {at1}/{n} = {at1 / max(1, n):.2f}, "
+        f"AC@3 {at3}/{n} = {at3 / max(1, n):.2f}, "
+        f"findings on healthy scenarios: {int(df[df.healthy].findings.sum())}"
     )
 
 

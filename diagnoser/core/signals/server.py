@@ -16,19 +16,19 @@ from diagnoser.core.signals.names import (
 
 
 def _api_requests(status: str | None) -> q.Expr:
-    def inner(matchers: tuple[str, ...], window: str) -> str:
+    def inner(matchers: tuple[str, ...], window: str, keep: tuple[str, ...]) -> str:
         extra = (COMPLETION_HANDLERS,) + ((f'status="{status}"',) if status else ())
         sel = q.selector(HTTP_REQUESTS, matchers, *extra)
-        return f"sum by (job, instance) (rate({sel}[{window}]))"
+        return f"sum by ({', '.join(('job', 'instance', *keep))}) (rate({sel}[{window}]))"
 
     return q.on_targets(inner)
 
 
-def _api_cpu(matchers: tuple[str, ...], window: str) -> str:
+def _api_cpu(matchers: tuple[str, ...], window: str, keep: tuple[str, ...]) -> str:
     return f"rate({q.selector(PROCESS_CPU, matchers)}[{window}])"
 
 
-def _api_restarts(matchers: tuple[str, ...], window: str) -> str:
+def _api_restarts(matchers: tuple[str, ...], window: str, keep: tuple[str, ...]) -> str:
     return f"changes({q.selector(PROCESS_START, matchers)}[{window}])"
 
 

@@ -1,0 +1,77 @@
+"""Recorded Prometheus answers: a source that records every ``query_range`` it passes on,
+and a source that replays them, so a diagnosis reproduces in milliseconds without Prometheus.
+
+A recording is one gzipped JSON document: what was recorded (``meta``) and, per PromQL
+expression, the series as Prometheus's API gave them (``metric`` and ``values`` with the
+values as Prometheus's strings). A replay asked an expression it has not recorded fails
+saying so: the query changed, and the recording must be made again (``make goldens``).
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from diagnoser.core.source import MetricSource, Series
+
+
+class NotRecorded(KeyError):
+    """A query the recording does not hold."""
+
+
+class Recording:
+    """A ``MetricSource`` that passes queries on and keeps the range answers."""
+
+    def __init__(self, inner: MetricSource):
+        self.inner = inner
+        self.answers: dict[str, list[dict[str, Any]]] = {}
+
+    def query_range(self, expr: str, start: float, end: float, step: float) -> list[Series]:
+        series = self.inner.query_range(expr, start, end, step)
+        self.answers[expr] = [
+            {
+                "metric": s.labels,
+                "values": [[float(t), repr(float(v))] for t, v in zip(s.t, s.v, strict=True)],
+            }
+            for s in series
+        ]
+        return series
+
+    def query(self, expr: str, at: float) -> list[Series]:
+        return self.inner.query(expr, at)
+
+    def save(self, path: Path, **meta: Any) -> None:
+        doc = {"meta": meta, "answers": dict(sorted(self.answers.items()))}
+        text = json.dumps(doc, sort_keys=True, separators=(",", ":"))
+        path.write_bytes(gzip.compress(text.encode(), mtime=0))
+
+
+class Replay:
+    """A ``MetricSource`` answering from a recording."""
+
+    def __init__(self, path: Path):
+        doc = json.loads(gzip.decompress(path.read_bytes()))
+        self.path = path
+        self.meta: dict[str, Any] = doc["meta"]
+        self.answers: dict[str, list[dict[str, Any]]] = doc["answers"]
+
+    def query_range(self, expr: str, start: float, end: float, step: float) -> list[Series]:
+        try:
+            raw = self.answers[expr]
+        except KeyError:
+            raise NotRecorded(f"{self.path.name} has no answer for {expr[:120]}...") from None
+        return [
+            Series(
+                dict(s["metric"]),
+                np.array([float(p[0]) for p in s["values"]], dtype=np.float64),
+                np.array([float(p[1]) for p in s["values"]], dtype=np.float64),
+            )
+            for s in raw
+        ]
+
+    def query(self, expr: str, at: float) -> list[Series]:
+        raise NotRecorded("instant queries are not recorded")

@@ -1,0 +1,74 @@
+"""The layout keeps its promises: the product never imports the simulator or the lab, no
+module grows past 500 lines, and every threshold has one source."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+from diagnoser.catalog import PLACEHOLDER
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGE = ROOT / "diagnoser"
+# The simulator, the lab that runs it in a real Prometheus (tests, demo, bench), and the
+# simulator's own command may import the simulator; nothing else may.
+SIMULATION = ("diagnoser.sim", "diagnoser.lab")
+ALLOWED = ("sim/", "lab/", "cli/simulate.py")
+MAX_LINES = 500
+
+
+def _modules() -> list[Path]:
+    return sorted(PACKAGE.rglob("*.py"))
+
+
+def _imports(path: Path) -> set[str]:
+    out: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            out |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            out.add(node.module)
+            out |= {f"{node.module}.{a.name}" for a in node.names}
+    return out
+
+
+@pytest.mark.parametrize("path", _modules(), ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_no_product_module_imports_the_simulator(path):
+    rel = str(path.relative_to(PACKAGE))
+    if rel.startswith(ALLOWED):
+        return
+    bad = sorted(m for m in _imports(path) if m.startswith(SIMULATION))
+    assert not bad, f"{rel} imports {bad}"
+
+
+def test_the_probe_and_the_simulator_do_not_import_each_other_both_ways():
+    probe_imports = set().union(*(_imports(p) for p in (PACKAGE / "probe").glob("*.py")))
+    assert not any(m.startswith("diagnoser.sim") for m in probe_imports)
+
+
+@pytest.mark.parametrize("path", _modules(), ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_no_module_is_over_500_lines(path):
+    lines = len(path.read_text(encoding="utf-8").splitlines())
+    assert lines <= MAX_LINES, f"{path.relative_to(ROOT)}: {lines} lines; split it by concept"
+
+
+def test_every_alert_parameter_is_a_signature_threshold_or_says_why_it_is_not(catalog):
+    for pb in catalog.detectable():
+        assert pb.alert is not None and pb.signature is not None
+        bound = pb.signature.bound()
+        for name in pb.alert.params:
+            assert name in bound or name in pb.alert.why, (
+                f"{pb.id}: alert parameter {name!r} is neither bound to a signature condition "
+                "(param:) nor explained (params: {name: {value, why}})"
+            )
+
+
+def test_a_bound_parameter_is_the_conditions_threshold_on_the_same_signal(catalog):
+    for pb in catalog.detectable():
+        assert pb.alert is not None and pb.signature is not None
+        used = {m.group(1) for m in PLACEHOLDER.finditer(pb.alert.expr)}
+        for name, cond in pb.signature.bound().items():
+            assert pb.alert.params[name] == float(cond.value), (pb.id, name)
+            assert cond.signal in used, f"{pb.id}: {name} is bound to {cond.signal}, not alerted"
