@@ -115,23 +115,30 @@ def _condition(path: Path, where: str, raw: dict[str, Any]) -> Condition:
 
 def _signature(path: Path, raw: dict[str, Any]) -> Signature:
     groups: dict[str, tuple[Condition, ...]] = {}
-    for group in ("all", "any", "none", "supporting"):
+    for group in ("all", "any", "none", "supporting", "absolute"):
         groups[group] = tuple(
             _condition(path, f"signature.{group}[{i}]", c) for i, c in enumerate(raw.get(group, []))
         )
+    for i, c in enumerate(groups["absolute"]):
+        if SHAPES[c.shape].relative:
+            raise CatalogError(
+                path,
+                f"signature.absolute[{i}].{c.shape}",
+                "an absolute state is judged without a baseline: use a level shape",
+            )
     for i, c in enumerate(raw.get("none", [])):
         if "why" not in c:
             raise CatalogError(
                 path, f"signature.none[{i}].why", "an exclusion must say which cause it points to"
             )
-    for group in ("all", "any", "supporting"):
+    for group in ("all", "any", "supporting", "absolute"):
         for i, c in enumerate(raw.get(group, [])):
             if "instead" in c:
                 raise CatalogError(
                     path, f"signature.{group}[{i}].instead", "only an exclusion (none) can name one"
                 )
     seen: dict[str, str] = {}
-    for group in ("all", "any", "none", "supporting"):
+    for group in ("all", "any", "none", "supporting", "absolute"):
         for i, c in enumerate(raw.get(group, [])):
             if "param" in c:
                 where = f"signature.{group}[{i}].param"
@@ -151,6 +158,7 @@ def _signature(path: Path, raw: dict[str, Any]) -> Signature:
         onset=onset,
         explains=tuple(raw.get("explains", [])),
         max_confidence=float(raw.get("max_confidence", 1.0)),
+        absolute=groups["absolute"],
     )
 
 

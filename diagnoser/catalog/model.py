@@ -14,7 +14,7 @@ CHAPTERS = {
     "batching": "Static vs continuous batching",
     "memory": "The GPU memory budget",
 }
-GROUPS = ("all", "any", "none", "supporting")
+GROUPS = ("all", "any", "none", "supporting", "absolute")
 
 
 @dataclass(frozen=True)
@@ -62,8 +62,12 @@ class Signature:
     onset: str | None = None
     explains: tuple[str, ...] = ()
     max_confidence: float = 1.0
+    # A state abnormal on its own (no baseline needed): reported, at lower confidence, when no
+    # change point tells when the pattern began.
+    absolute: tuple[Condition, ...] = ()
 
     def groups(self) -> Iterator[tuple[str, tuple[Condition, ...]]]:
+        """The groups a change is judged by (``absolute`` apart)."""
         yield from (
             ("all", self.all),
             ("any", self.any),
@@ -74,6 +78,7 @@ class Signature:
     def conditions(self) -> Iterator[Condition]:
         for _, conds in self.groups():
             yield from conds
+        yield from self.absolute
 
     def bound(self) -> dict[str, Condition]:
         """Alert parameter name -> the condition that holds its value."""

@@ -70,6 +70,16 @@ def _baseline(value: str) -> float | None:
     help="End of the window: RFC 3339 or Unix seconds (default: now).",
 )
 @click.option(
+    "--lookback",
+    "lookback",
+    type=Duration(zero=True),
+    default="24h",
+    show_default=True,
+    metavar="DURATION",
+    help="When a model is unhealthy and the window explains nothing, look this far back for "
+    "when it began (0 turns it off).",
+)
+@click.option(
     "--baseline",
     "baseline",
     default="before",
@@ -116,6 +126,7 @@ def _baseline(value: str) -> float | None:
 def diagnose_cmd(
     since: float,
     until: float | None,
+    lookback: float,
     baseline: str,
     source: SourceOptions,
     model: str | None,
@@ -130,7 +141,10 @@ def diagnose_cmd(
 ) -> None:
     """Match live Prometheus series against the playbooks; the likely cause first.
 
-    The site config (--config or SERVEDIAG_CONFIG) applies as it does to the rules: its
+    Each model's state comes first (traffic, errors, SLO attainment, targets down); a model
+    that is unhealthy is never reported as healthy: when no change in the window explains it,
+    diagnose looks back (--lookback) for when it began, and says plainly when no known pattern
+    does. The site config (--config or SERVEDIAG_CONFIG) applies as it does to the rules: its
     selector, its group labels (each group diagnosed apart), its SLOs and its alert
     thresholds. Exit status: 0 the diagnosis ran (with or without findings), 2 bad usage or
     catalog, 3 the metric source cannot be reached or answers garbage.
@@ -139,6 +153,7 @@ def diagnose_cmd(
     Examples:
       diagnose --since 1h
       diagnose --since 6h --model llama-3.1-8b --format json
+      diagnose --since 1h --lookback 3d          # it has been slow since the weekend
       diagnose --since 2h --until 2026-11-29T03:00:00Z --prometheus-url http://thanos:10902
       diagnose --explain kv-cache-pressure --config my-site.yaml
     """
@@ -154,7 +169,7 @@ def diagnose_cmd(
     site = load_site(config_path, catalog_dirs)
     if explain is not None:
         playbook(site.catalog, explain)
-    result = diagnose(prometheus, site, Window.plan(since, end, offset), scope)
+    result = diagnose(prometheus, site, Window.plan(since, end, offset), scope, lookback=lookback)
     if explain is not None:
         from diagnoser.report.explain import explain as explain_text
 

@@ -39,6 +39,14 @@ from diagnoser.cli.params import DURATION, HOST_PORT, Duration
     help="How far back each diagnosis looks, up to the moment the alert arrives.",
 )
 @click.option(
+    "--lookback",
+    type=Duration(zero=True),
+    default="24h",
+    show_default=True,
+    metavar="DURATION",
+    help="As for diagnose: how far back to look for when an unexplained incident began.",
+)
+@click.option(
     "--baseline",
     default="before",
     show_default=True,
@@ -89,6 +97,7 @@ from diagnoser.cli.params import DURATION, HOST_PORT, Duration
 def webhook_cmd(
     listen: tuple[str, int],
     since: float,
+    lookback: float,
     baseline: str,
     step: float | None,
     slack_url: str | None,
@@ -152,6 +161,7 @@ def webhook_cmd(
         step=step_s,
         forwarder=SlackForwarder(slack_url, site) if slack_url else None,
         dedupe_window=dedupe_s,
+        lookback=lookback,
         workers=workers,
         max_pending=queue_size,
     )

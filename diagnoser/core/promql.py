@@ -36,6 +36,8 @@ class Scope:
     matchers: tuple[str, ...] = ()
     by: tuple[str, ...] = ("model_name",)
     window: str = "5m"
+    # Selects the scrape targets of vLLM servers (for series of ``up``).
+    targets: tuple[str, ...] = ()
 
     def with_by(self, *labels: str) -> Scope:
         return replace(self, by=labels)
@@ -102,12 +104,14 @@ def agg(fn: str, scope: Scope, inner: str, *extra_by: str) -> str:
     return f"{fn} {clause} ({inner})" if clause else f"{fn}({inner})"
 
 
-def model_map(scope: Scope) -> str:
+def model_map(scope: Scope, memory: str | None = None) -> str:
     """(job, instance) -> model_name, restricted to the scope's models.
 
-    ``last_over_time`` keeps the mapping while a target is briefly down (a restart).
+    ``last_over_time`` keeps the mapping while a target is down: over the rate window for a
+    restart, or over ``memory`` to remember which model a target served before it went down.
     """
-    series = f"last_over_time({selector(MODEL_MAP_METRIC, scope.matchers)}[{scope.window}])"
+    span = memory or scope.window
+    series = f"last_over_time({selector(MODEL_MAP_METRIC, scope.matchers)}[{span}])"
     keys = _labels("job", "instance", *scope.group_labels(), "model_name")
     return f"group by ({keys}) ({series})"
 

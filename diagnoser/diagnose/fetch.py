@@ -17,10 +17,26 @@ from diagnoser.catalog import Catalog
 from diagnoser.core.signals import Signal
 from diagnoser.core.source import MetricSource, Series
 from diagnoser.diagnose.match import ScopeData
+from diagnoser.diagnose.targets import Served, Target, by_model, served
 from diagnoser.diagnose.window import Window
 from diagnoser.site import Site
 
-ALWAYS = ("request_rate", "requests_running")  # read for every model: traffic and load
+# Read for every model: traffic, load, scrape health, and the health summary's SLIs.
+ALWAYS = (
+    "request_rate",
+    "requests_running",
+    "target_up",
+    "targets_down",
+    "targets_total",
+    "engine_restarts",
+    "http_request_rate",
+    "http_5xx_share",
+    "finished_error_share",
+    "finished_abort_share",
+    "ttft_slo_attainment",
+    "itl_slo_attainment",
+    "generation_tokens_rate",
+)
 
 
 @dataclass
@@ -29,6 +45,9 @@ class Fetched:
     targets: dict[tuple[str, str], ScopeData] = field(default_factory=dict)
     queries: int = 0
     query_seconds: float = 0.0
+    # Each target's model over the lookback, and how far back the data went.
+    owners: dict[tuple[str, str], Served] = field(default_factory=dict)
+    first_seen: float | None = None
 
 
 def needed_signals(site: Site, catalog: Catalog | None = None) -> list[Signal]:
@@ -56,7 +75,11 @@ def fetch(
     window: Window,
     matchers: Sequence[str] = (),
     workers: int = 8,
+    lookback: float = 0.0,
 ) -> Fetched:
+    """``lookback``: how far back (from the window's end) a target's model is remembered."""
+    queried = [s for s in signals if not s.attributed]
+
     def one(sig: Signal) -> tuple[Signal, list[Series], float]:
         t0 = time.perf_counter()
         series = source.query_range(
@@ -64,9 +87,22 @@ def fetch(
         )
         return sig, series, time.perf_counter() - t0
 
+    def owners() -> tuple[dict[Target, Served], float | None, float]:
+        t0 = time.perf_counter()
+        start = min(window.first, window.end - lookback)
+        found, first = served(source, site, start, window.end, matchers)
+        return found, first, time.perf_counter() - t0
+
     with ThreadPoolExecutor(max_workers=workers) as pool:
-        answers = list(pool.map(one, signals))
-    out = Fetched(queries=len(answers), query_seconds=sum(sec for _, _, sec in answers))
+        mapped = pool.submit(owners)
+        answers = list(pool.map(one, queried))
+        found, first, map_seconds = mapped.result()
+    out = Fetched(
+        queries=len(answers) + 1,
+        query_seconds=sum(sec for _, _, sec in answers) + map_seconds,
+        owners=found,
+        first_seen=first,
+    )
     by = site.config.by
     partial: list[tuple[Signal, Series]] = []
     for sig, series, _ in answers:
@@ -85,7 +121,19 @@ def fetch(
                 _put(data, sig, s)
     for sig, s in partial:
         _spread(out, by, sig, s)
+    if any(s.attributed for s in signals):
+        _attribute(out, by)
     return out
+
+
+def _attribute(out: Fetched, by: tuple[str, ...]) -> None:
+    """The model-level scrape-health series, from each target's ``up`` and its owner."""
+    up = {key: d.series["target_up"] for key, d in out.targets.items() if "target_up" in d.series}
+    for model, (down, total) in by_model(up, out.owners).items():
+        data = out.models.setdefault(model, ScopeData(dict(zip(by, model, strict=True))))
+        labels = dict(data.scope)
+        data.series["targets_down"] = Series(labels, down.t, down.v)
+        data.series["targets_total"] = Series(labels, total.t, total.v)
 
 
 def _put(data: ScopeData, sig: Signal, s: Series) -> None:

@@ -22,6 +22,9 @@ from diagnoser.diagnose.onset import periods_for
 BASE_CONFIDENCE = 0.55
 SUPPORT_WEIGHT = 0.3
 MARGIN_WEIGHT = 0.15
+# A pattern judged on its absolute state alone (no change point said when it began) is
+# reported at no more than this confidence, below any that a change confirms.
+ABSOLUTE_CAP = 0.6
 
 
 @dataclass
@@ -74,6 +77,9 @@ class Match:
     hints: list[Playbook] = field(default_factory=list)
     # Exclusions that held but whose alternative causes were not found (why, alternatives).
     caveats: list[str] = field(default_factory=list)
+    # What the verdict rests on: a change within the window ("window"), a change found in the
+    # lookback before it ("lookback"), or an abnormal state with no change found ("absolute").
+    basis: str = "window"
 
     @property
     def onset(self) -> float | None:
@@ -104,12 +110,17 @@ def evaluate(
     window: tuple[float, float],
     baseline: tuple[float, float],
     step: float,
+    periods: Periods | None = None,
+    basis: str = "window",
 ) -> Match:
+    """The playbook's signature on the scope; ``periods`` instead of finding the onset."""
     sig = pb.signature
     assert sig is not None
-    onset_series = data.series.get(sig.onset) if sig.onset else None
-    p = periods_for(onset_series, window, baseline, step)
-    match = Match(pb, data.scope, "not_matched", periods=p)
+    if periods is None:
+        onset_series = data.series.get(sig.onset) if sig.onset else None
+        periods = periods_for(onset_series, window, baseline, step)
+    p = periods
+    match = Match(pb, data.scope, "not_matched", periods=p, basis=basis)
     for group, conds in sig.groups():
         for cond in conds:
             verdict, missing = evaluate_condition(cond, data, p)
@@ -140,6 +151,42 @@ def evaluate(
         return match
     match.status = "contested" if excluded else "matched"
     match.confidence = confidence(match, sig.max_confidence)
+    return match
+
+
+def evaluate_absolute(pb: Playbook, data: ScopeData, window: tuple[float, float]) -> Match:
+    """The playbook's absolute state over the window, with the exclusions that need no
+    baseline; ``not_matched`` when the playbook has no absolute state."""
+    sig = pb.signature
+    assert sig is not None
+    p = Periods(window, window, window, None)
+    match = Match(pb, data.scope, "not_matched", periods=p, basis="absolute")
+    if not sig.absolute:
+        match.reason = "no absolute state to judge"
+        return match
+    for cond in sig.absolute:
+        verdict, missing = evaluate_condition(cond, data, p)
+        match.results.append(ConditionResult(cond, "absolute", verdict, missing))
+    for cond in sig.none:
+        if not SHAPES[cond.shape].relative:
+            verdict, missing = evaluate_condition(cond, data, p)
+            match.results.append(ConditionResult(cond, "none", verdict, missing))
+    state = [r for r in match.results if r.group == "absolute"]
+    if not all(r.verdict.holds for r in state):
+        failed = next((r for r in state if r.verdict.holds is False), None)
+        match.reason = f"{failed.condition.describe()} does not hold" if failed else "no series"
+        return match
+    excluded = [r for r in match.results if r.group == "none" and r.verdict.holds]
+    hard = [r for r in excluded if not r.condition.instead]
+    if hard:
+        match.status = "ruled_out"
+        match.reason = hard[0].condition.why or hard[0].condition.describe()
+        return match
+    match.status = "contested" if excluded else "matched"
+    margin = float(np.mean([r.verdict.margin for r in state]))
+    match.confidence = round(
+        min(sig.max_confidence, ABSOLUTE_CAP, BASE_CONFIDENCE + 0.05 * margin), 3
+    )
     return match
 
 

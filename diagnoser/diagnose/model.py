@@ -7,11 +7,18 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from diagnoser.diagnose.health import Health, Sli
+from diagnoser.diagnose.lookback import Reach
 from diagnoser.diagnose.match import ConditionResult, Match, ScopeData
 from diagnoser.diagnose.window import Window
 from diagnoser.site import Site
 
 Scope = dict[str, str]
+
+
+def covers(scope: Scope, finding: Scope) -> bool:
+    """Whether a finding's scope lies within ``scope`` (a target's, within its model's)."""
+    return all(finding.get(k) == v for k, v in scope.items())
 
 
 @dataclass
@@ -29,6 +36,11 @@ class Diagnosis:
     queries: int = 0
     query_seconds: float = 0.0
     data: dict[tuple[tuple[str, str], ...], ScopeData] = field(default_factory=dict)
+    # Each model's state, in the order of ``scopes``.
+    health: list[Health] = field(default_factory=list)
+    # The scopes judged again from further back, and how far back the data went.
+    looked_back: list[Scope] = field(default_factory=list)
+    reach: Reach | None = None
 
     def data_for(self, m: Match) -> ScopeData | None:
         return self.data.get(tuple(sorted(m.scope.items())))
@@ -44,6 +56,45 @@ class Diagnosis:
 
     def ruled_out(self) -> list[Match]:
         return [m for m in self.checked if m.status == "ruled_out"]
+
+    def findings_for(self, scope: Scope) -> list[Match]:
+        """The findings about a model scope: its own, and those of its targets."""
+        return [m for m in self.findings if covers(scope, m.scope)]
+
+    def nearest(self, scope: Scope, most: int = 3) -> list[tuple[Match, ConditionResult | None]]:
+        """The playbooks that came closest for a scope no playbook explains, each with the
+        first required condition that failed (by the share of required conditions held)."""
+        key = tuple(sorted(scope.items()))
+        health = next((h for h in self.health if h.scope == scope), None)
+        if health is not None and health.stopped_at is not None:
+            return []  # no traffic: no pattern comes near or far
+        best: dict[str, tuple[float, Match, ConditionResult | None]] = {}
+        for m in (*self.checked, *self.undecided):
+            if tuple(sorted(m.scope.items())) != key:
+                continue
+            required = [r for r in m.results if r.group in ("all", "absolute")]
+            held = sum(1 for r in required if r.verdict.holds)
+            score = held / len(required) if required else 0.0
+            failed = next((r for r in required if r.verdict.holds is False), None)
+            if m.status == "ruled_out":
+                score -= 0.01  # a look-alike ruled out is less near than one short of a match
+            pid = m.playbook.id
+            if pid not in best or score > best[pid][0]:
+                best[pid] = (score, m, failed)
+        ranked = sorted(best.values(), key=lambda x: (-x[0], x[1].playbook.id))
+        return [(m, failed) for score, m, failed in ranked[:most] if score > 0]
+
+    def for_alert(self, playbook: str | None) -> list[Match]:
+        """The findings as an alert's record ranks them: the alert's own playbook first when
+        the diagnosis confirms it, behind the cause that explains it if one was found (the
+        cause first, its symptom second); the rest in the diagnosis's order."""
+        ranked = list(self.findings)
+        own = next((m for m in ranked if m.playbook.id == playbook), None)
+        if own is None:
+            return ranked
+        cause = next((m for m in ranked if m.playbook.id == own.explained_by), None)
+        lead = [cause, own] if cause is not None else [own]
+        return lead + [m for m in ranked if all(m is not x for x in lead)]
 
     def providers(self, m: Match) -> list[str]:
         """What would provide the missing series (every version's vLLM is there already)."""
@@ -69,6 +120,57 @@ def evidence_json(r: ConditionResult) -> dict[str, Any]:
     }
 
 
+def sli_json(s: Sli) -> dict[str, Any]:
+    return {
+        "good_share": s.good if s.good is None else round(s.good, 6),
+        "objective": s.objective,
+        "threshold_seconds": s.threshold,
+        "burn_rate": None if s.burn is None else round(s.burn, 3),
+    }
+
+
+def health_json(d: Diagnosis, h: Health) -> dict[str, Any]:
+    def r(v: float | None, n: int = 6) -> float | None:
+        return None if v is None else round(v, n)
+
+    out: dict[str, Any] = {
+        "scope": h.scope,
+        "verdict": h.verdict,
+        "reasons": h.reasons,
+        "request_rate": r(h.request_rate, 4),
+        "error_share": r(h.error_share),
+        "http_5xx_share": r(h.http_5xx_share),
+        "finished_error_share": r(h.finished_error_share),
+        "finished_abort_share": r(h.finished_abort_share),
+        "slo": {s.name: sli_json(s) for s in h.slis},
+        "targets": {
+            "total": h.targets_total,
+            "down": h.targets_down,
+            "down_share": r(h.down_share, 4),
+        },
+        "restarts": h.restarts,
+        "traffic_stopped_at": iso(h.stopped_at),
+    }
+    if h.verdict == "unhealthy" and not d.findings_for(h.scope):
+        out["cause"] = "unknown"
+        out["nearest"] = [
+            {
+                "id": m.playbook.id,
+                "failed": failed.condition.describe() if failed else m.reason,
+                "evidence": d.evidence_text(failed) if failed else None,
+            }
+            for m, failed in d.nearest(h.scope)
+        ]
+    return out
+
+
+def onset_before(d: Diagnosis, m: Match) -> float | None:
+    """Seconds the onset lies before the window's start (None when inside, or unknown)."""
+    if m.onset is None or m.onset >= d.window.start:
+        return None
+    return round(d.window.start - m.onset, 1)
+
+
 def finding_json(d: Diagnosis, m: Match) -> dict[str, Any]:
     pb = m.playbook
     return {
@@ -78,6 +180,8 @@ def finding_json(d: Diagnosis, m: Match) -> dict[str, Any]:
         "severity": pb.severity,
         "scope": m.scope,
         "onset": iso(m.onset),
+        "onset_before_window_seconds": onset_before(d, m),
+        "basis": m.basis,
         "evidence": [evidence_json(r) for r in m.shown()],
         "cause": pb.cause,
         "fix": list(pb.fix),
@@ -95,6 +199,7 @@ def to_json(d: Diagnosis) -> dict[str, Any]:
         "window": {"start": iso(w.start), "end": iso(w.end), "step_seconds": w.step},
         "baseline": {"start": iso(w.baseline_start), "end": iso(w.baseline_end)},
         "scopes": d.scopes,
+        "health": [health_json(d, h) for h in d.health],
         "idle": d.idle,
         "below_traffic_floor": d.below_floor,
         "findings": [finding_json(d, m) for m in d.findings],
@@ -111,6 +216,14 @@ def to_json(d: Diagnosis) -> dict[str, Any]:
         "ruled_out": [
             {"id": m.playbook.id, "scope": m.scope, "reason": m.reason} for m in d.ruled_out()
         ],
+        "lookback": None
+        if d.reach is None
+        else {
+            "requested_seconds": d.reach.requested,
+            "start": iso(d.reach.start),
+            "first_sample": iso(d.reach.first_sample),
+            "scopes": d.looked_back,
+        },
         "stats": {
             "queries": d.queries,
             "query_seconds": round(d.query_seconds, 3),

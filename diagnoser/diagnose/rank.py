@@ -25,8 +25,10 @@ def resolve(matches: list[Match]) -> None:
     rules a playbook out only if one of them matched the same scope at least as strongly.
     Otherwise what it saw may be this cause's own consequence (a KV cache filled by the very
     prefills that stall decoding), so the match stands at lower confidence, with a caveat.
-    Decided on the confidences before resolution, so two playbooks that point at each other
-    leave the stronger one standing."""
+    When the stronger one found *explains* this one (a queue is a symptom of a crowded KV
+    cache), this one is kept as its symptom instead: what was seen is real, and ``rank``
+    puts it behind its cause. Decided on the confidences before resolution, so two playbooks
+    that point at each other leave the stronger one standing."""
     decisions: list[tuple[Match, str | None, list[str]]] = []
     for same in by_scope(m for m in matches if m.status in ("matched", "contested")):
         for m in same.values():
@@ -43,6 +45,9 @@ def resolve(matches: list[Match]) -> None:
                     if i in same and (same[i].confidence, m.playbook.id) > (m.confidence, i)
                 ]
                 why = r.condition.why or r.condition.describe()
+                causes = [i for i in stronger if m.playbook.id in _explains(same[i])]
+                if causes:
+                    continue  # a symptom of the cause found: kept, explained by it (see rank)
                 if stronger:
                     ruled = ruled or f"{why} (and {stronger[0]} matched)"
                 else:
@@ -52,11 +57,18 @@ def resolve(matches: list[Match]) -> None:
                     caveats.append(f"{why}, but {names} {verdict}")
             decisions.append((m, ruled, caveats))
     for m, ruled, caveats in decisions:
+        if not ruled and not caveats:
+            m.status = "matched"  # every exclusion that held points at the cause of it
+            continue
         if ruled:
             m.status, m.reason, m.confidence = "ruled_out", ruled, 0.0
         else:
             m.status, m.caveats = "matched", caveats
             m.confidence = round(m.confidence * CONTESTED_FACTOR, 3)
+
+
+def _explains(m: Match) -> tuple[str, ...]:
+    return m.playbook.signature.explains if m.playbook.signature else ()
 
 
 def rank(matches: list[Match], advisory: list[Playbook]) -> list[Match]:

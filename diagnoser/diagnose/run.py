@@ -1,4 +1,5 @@
-"""``diagnose``: fetch the signals the playbooks need, match every playbook per scope, rank.
+"""``diagnose``: fetch the signals the playbooks need, judge each model's health, match every
+playbook per scope, look further back where a sick model found no cause, rank.
 
 Models (with the site's group labels) are diagnosed one by one; target-level playbooks (a
 server that never starts) are diagnosed per vLLM scrape target.
@@ -8,31 +9,24 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-import numpy as np
-
 from diagnoser.catalog import Playbook
 from diagnoser.core.source import MetricSource
 from diagnoser.diagnose.fetch import fetch, needed_signals
-from diagnoser.diagnose.match import Match, ScopeData, evaluate
-from diagnoser.diagnose.model import Diagnosis
+from diagnoser.diagnose.health import Health, assess, flag
+from diagnoser.diagnose.lookback import fetch_lookback, reassess
+from diagnoser.diagnose.match import Match, ScopeData, evaluate, evaluate_absolute
+from diagnoser.diagnose.model import Diagnosis, covers
 from diagnoser.diagnose.rank import rank
 from diagnoser.diagnose.window import Window
 from diagnoser.site import Site
 
-IDLE_RPS = 0.01  # finished requests per second below which a model counts as idle
+DEFAULT_LOOKBACK = 86400.0
+FOUND = ("matched", "contested")
 
 
 def _target_level(pb: Playbook, site: Site) -> bool:
     sig = pb.signature
     return sig is not None and all(site.vocabulary[c.signal].target_level for c in sig.all)
-
-
-def peak_rate(data: ScopeData, span: tuple[float, float]) -> float:
-    rate = data.series.get("request_rate")
-    if rate is None:
-        return 0.0
-    inside = np.where((rate.t >= span[0]) & (rate.t <= span[1]), rate.v, np.nan)
-    return float(np.nanmax(inside, initial=0.0))
 
 
 def diagnose(
@@ -41,32 +35,125 @@ def diagnose(
     window: Window,
     matchers: Sequence[str] = (),
     workers: int = 8,
+    lookback: float = DEFAULT_LOOKBACK,
 ) -> Diagnosis:
+    """``lookback``: how far before the window's end to look for an onset (0: not at all)."""
     catalog = site.catalog
-    fetched = fetch(source, site, needed_signals(site), window, matchers, workers)
+    model_level = [pb for pb in catalog.detectable() if not _target_level(pb, site)]
+    fetched = fetch(
+        source, site, needed_signals(site), window, matchers, workers, max(lookback, 0.0)
+    )
     result = Diagnosis(window, site, queries=fetched.queries, query_seconds=fetched.query_seconds)
     span, base = window.span, window.baseline
     matches: list[Match] = []
+    judged: dict[tuple[tuple[str, str], ...], tuple[ScopeData, Health]] = {}
     for _, data in sorted(fetched.models.items()):
+        health = assess(site, data, span, base)
         result.scopes.append(data.scope)
+        result.health.append(health)
         result.data[data.key] = data
-        peak = peak_rate(data, span)
-        if peak <= IDLE_RPS:
+        if health.verdict == "idle":
             result.idle.append(data.scope)
             continue
-        if peak <= site.config.traffic_floor_rps:
+        if health.peak_rate <= site.config.traffic_floor_rps and health.stopped_at is None:
             result.below_floor.append(data.scope)
-        for pb in catalog.detectable():
-            if not _target_level(pb, site):
-                matches.append(evaluate(pb, data, span, base, window.step))
-    for _, data in sorted(fetched.targets.items()):
+        judged[data.key] = (data, health)
+        for pb in model_level:
+            matches.append(evaluate(pb, data, span, base, window.step))
+    by = site.config.by
+    for target, data in sorted(fetched.targets.items()):
         result.data[data.key] = data
+        owner = fetched.owners.get(target)
         for pb in catalog.detectable():
             if _target_level(pb, site):
                 m = evaluate(pb, data, span, base, window.step)
-                if m.status in ("matched", "contested"):
+                if m.status in FOUND:
+                    if owner is not None:  # the model it served last: a finding about it
+                        m.scope = {**dict(zip(by, owner.model, strict=True)), **m.scope}
                     matches.append(m)
+    _look_back(
+        source,
+        site,
+        window,
+        matchers,
+        lookback,
+        model_level,
+        judged,
+        matches,
+        result,
+        fetched.first_seen,
+    )
     result.findings = rank(matches, catalog.advisory())
     result.undecided = [m for m in matches if m.status == "undecided"]
     result.checked = [m for m in matches if m.status in ("not_matched", "ruled_out")]
+    for health in result.health:
+        found = result.findings_for(health.scope)
+        if found:
+            flag(health, f"a known pattern matched: {found[0].playbook.id}")
     return result
+
+
+def _look_back(
+    source: MetricSource,
+    site: Site,
+    window: Window,
+    matchers: Sequence[str],
+    lookback: float,
+    playbooks: list[Playbook],
+    judged: dict[tuple[tuple[str, str], ...], tuple[ScopeData, Health]],
+    matches: list[Match],
+    result: Diagnosis,
+    first_seen: float | None,
+) -> None:
+    """Judge again, from a change before the window, each scope that no change within the
+    window explains: a sick scope with no finding, or one whose findings have no onset (a
+    state that was there all along, whose look-alikes could not be told apart without the
+    change that began it). A scope no playbook explains is also checked for an abnormal
+    absolute state."""
+    candidates: list[tuple[ScopeData, list[Match]]] = []
+    for data, health in judged.values():
+        own = [m for m in matches if m.status in FOUND and covers(data.scope, m.scope)]
+        if own and all(m.onset is not None for m in own) and health.verdict != "unhealthy":
+            continue  # a change inside the window explains it, and the SLOs hold
+        absolute: list[Match] = []
+        if not own:
+            absolute = [evaluate_absolute(pb, data, window.span) for pb in playbooks]
+            for m in absolute:
+                if m.status in FOUND:
+                    flag(health, f"abnormal state of {m.playbook.id}")
+        if health.stopped_at is not None:
+            continue  # nothing served to judge a pattern by, now or just before
+        if own or health.verdict == "unhealthy":
+            candidates.append((data, absolute))
+    if not candidates:
+        return
+    if lookback <= window.end - window.first:
+        for _, absolute in candidates:
+            matches += [m for m in absolute if m.status in (*FOUND, "ruled_out")]
+        return
+    fetched, reach, lb = fetch_lookback(
+        source,
+        site,
+        window,
+        lookback,
+        [d.scope for d, _ in candidates],
+        matchers,
+        first_seen,
+    )
+    result.queries += fetched.queries
+    result.query_seconds += fetched.query_seconds
+    result.reach = reach
+    for data, _ in candidates:
+        coarse = fetched.models.get(tuple(data.scope.get(k, "") for k in site.config.by))
+        verdicts = reassess(playbooks, coarse or ScopeData(data.scope), data, lb, window)
+        for m in verdicts:
+            first = [x for x in matches if x.playbook.id == m.playbook.id and x.scope == m.scope]
+            if m.basis == "lookback" and m.onset is not None and m.onset < window.start:
+                # A change before the window: against what came before it, not against a
+                # baseline that was already sick.
+                for x in first:
+                    matches.remove(x)
+                matches.append(m)
+            elif m.status in (*FOUND, "ruled_out") and not any(x.status in FOUND for x in first):
+                matches.append(m)
+        result.looked_back.append(data.scope)

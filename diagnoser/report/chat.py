@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from diagnoser.diagnose.model import Diagnosis
-from diagnoser.report.format import clock, evidence_lines, scope_text
+from diagnoser.report.format import evidence_lines, health_line, scope_text, since
 from diagnoser.site import Site
 
 MAX_EVIDENCE = 5
@@ -24,19 +24,28 @@ def message(record: dict[str, Any], d: Diagnosis | None, site: Site) -> str:
         f"{scope_text(record['scope'])}: {record.get('summary') or playbook}"
     ]
     findings = d.findings if d else []
+    if d is not None:
+        lines += [f"*State:* {scope_text(h.scope)}: {health_line(h)}" for h in d.health]
     if record.get("error"):
         lines.append(f"*Diagnosis failed:* {record['error']}")
     elif not findings:
-        lines.append(
-            f"*Diagnosis:* no playbook matched over the last {record['since_seconds'] / 60:g} "
-            "min (see the undecided list in the JSON record)."
-        )
-    if d is not None and findings:
-        top = findings[0]
-        since = clock(top.onset) if top.onset is not None else "the start of the window"
+        sick = [h for h in d.health if h.verdict == "unhealthy"] if d else []
+        if sick:
+            lines.append(
+                "*Diagnosis:* UNHEALTHY and no known problem pattern explains it: "
+                + "; ".join(r for h in sick for r in h.reasons)
+            )
+        else:
+            lines.append(
+                f"*Diagnosis:* no playbook matched over the last "
+                f"{record['since_seconds'] / 60:g} min (see the undecided list in the JSON "
+                "record)."
+            )
+    top = d.for_alert(playbook)[0] if d is not None and findings else None
+    if d is not None and top is not None:
         lines.append(
             f"*Diagnosis:* {top.playbook.title} (`{top.playbook.id}`, confidence "
-            f"{top.confidence:.0%}, since {since})"
+            f"{top.confidence:.0%}, {since(d, top)})"
         )
         shown = evidence_lines(d, top, MAX_EVIDENCE)
         if shown:
@@ -45,7 +54,7 @@ def message(record: dict[str, Any], d: Diagnosis | None, site: Site) -> str:
         lines.append("*Fix:*")
         lines += [f"{i}. {step}" for i, step in enumerate(top.playbook.fix, 1)]
         lines.append(f"*Runbook:* <{d.runbook(top)}|{top.playbook.id}>")
-    if not findings or findings[0].playbook.id != playbook:
+    if top is None or top.playbook.id != playbook:
         rank = record.get("playbook_rank")
         state = f"ranked {rank} in the diagnosis" if rank else "not confirmed by the diagnosis"
         lines.append(f"*The alert's playbook* `{playbook}` ({state}):")

@@ -1,10 +1,13 @@
-"""Formatting shared by every renderer: times, scopes, wrapped paragraphs, evidence lines."""
+"""Formatting shared by every renderer: times, scopes, wrapped paragraphs, evidence lines,
+health lines and onsets."""
 
 from __future__ import annotations
 
 import textwrap
 import time
 
+from diagnoser.core.durations import format_duration
+from diagnoser.diagnose.health import Health, Sli
 from diagnoser.diagnose.match import Match
 from diagnoser.diagnose.model import Diagnosis
 
@@ -33,3 +36,45 @@ def wrap(text: str, indent: str, width: int = WIDTH) -> list[str]:
 def evidence_lines(d: Diagnosis, m: Match, most: int) -> list[str]:
     """The conditions that held and point to the cause, in words, at most ``most``."""
     return [d.evidence_text(r) for r in m.held()[:most]]
+
+
+def since(d: Diagnosis, m: Match) -> str:
+    """When the finding began, as it is: inside the window, before it, or not known."""
+    if m.onset is None:
+        if m.basis == "absolute":
+            return "abnormal through the window (no change found in the lookback)"
+        return "through the window"
+    if m.onset < d.window.start:
+        ago = format_duration(d.window.start - m.onset)
+        return f"began {clock(m.onset)}, {ago} before the window"
+    return f"since {clock(m.onset)}"
+
+
+def _sli(s: Sli) -> str:
+    if s.good is None:
+        return f"{s.name} -"
+    if s.name == "availability":
+        return f"available {s.good:.2%} (SLO {percent(s.objective)})"
+    what = "TTFT" if s.name == "ttft" else "ITL"
+    return f"{what}<={s.threshold:g}s {s.good:.1%} (SLO {percent(s.objective)})"
+
+
+def percent(share: float) -> str:
+    """0.999 -> ``99.9%``, 0.99 -> ``99%``."""
+    return f"{share * 100:.3f}".rstrip("0").rstrip(".") + "%"
+
+
+def health_line(h: Health) -> str:
+    """``unhealthy | 2.39 req/s | available 100.00% (objective 0.999) | ...``"""
+    parts = [h.verdict.upper() if h.verdict == "unhealthy" else h.verdict]
+    if h.request_rate is not None:
+        parts.append(f"{h.request_rate:.3g} req/s")
+    parts += [_sli(s) for s in h.slis if s.good is not None]
+    if h.finished_abort_share:
+        parts.append(f"aborted {h.finished_abort_share:.1%}")
+    if h.targets_total is not None:
+        up = h.targets_total - (h.targets_down or 0)
+        parts.append(f"targets {up}/{h.targets_total} up")
+    if h.restarts:
+        parts.append(f"{h.restarts} restart(s)")
+    return " | ".join(parts)

@@ -14,7 +14,7 @@ import numpy as np
 from diagnoser.core.source import Series
 from diagnoser.core.units import fmt
 from diagnoser.diagnose.model import Diagnosis, iso
-from diagnoser.report.format import scope_text
+from diagnoser.report.format import health_line, scope_text, since
 
 W, H, PAD = 560, 120, 28
 
@@ -24,6 +24,7 @@ h1{font-size:1.4em} h2{font-size:1.15em;margin-top:2em} .meta{color:#666}
 .finding{border:1px solid #ddd;border-radius:6px;padding:1em 1.2em;margin:1em 0}
 .top{border-color:#c0392b} .sev-critical{color:#c0392b;font-weight:600}
 .sev-warning{color:#d35400;font-weight:600} .plots{display:flex;flex-wrap:wrap;gap:12px}
+.v-unhealthy{color:#c0392b;font-weight:600} .v-healthy{color:#1e8449}
 figure{margin:0} figcaption{font-size:12px;color:#444} svg{background:#fafafa}
 table{border-collapse:collapse} td,th{padding:2px 8px;border-bottom:1px solid #eee;text-align:left}
 """
@@ -90,7 +91,28 @@ def render(d: Diagnosis) -> str:
         f"<p class=meta>Baseline {e(str(iso(w.baseline_start)))} to "
         f"{e(str(iso(w.baseline_end)))}; {d.queries} queries.</p>",
     ]
-    if not d.findings:
+    if d.health:
+        rows = "".join(
+            f'<tr><td>{e(scope_text(h.scope))}</td><td class="v-{e(h.verdict)}">'
+            f"{e(health_line(h))}</td></tr>"
+            for h in d.health
+        )
+        body.append(f"<table><tr><th>Model</th><th>State</th></tr>{rows}</table>")
+    unexplained = [h for h in d.health if h.verdict == "unhealthy" and not d.findings_for(h.scope)]
+    for h in unexplained:
+        near = "".join(
+            f"<li><code>{e(m.playbook.id)}</code>: "
+            + e(f"{f.condition.describe()} does not hold ({d.evidence_text(f)})" if f else m.reason)
+            + "</li>"
+            for m, f in d.nearest(h.scope)
+        )
+        body.append(
+            f'<div class="finding top"><h2>{e(scope_text(h.scope))} is unhealthy and no known '
+            f"problem pattern explains it</h2><p>{e('; '.join(h.reasons))}.</p>"
+            + (f"<p>Nearest playbooks:</p><ul>{near}</ul>" if near else "")
+            + "</div>"
+        )
+    if not d.findings and not unexplained:
         body.append("<p>No known problem pattern matched.</p>")
     for i, m in enumerate(d.findings, 1):
         pb = m.playbook
@@ -109,8 +131,8 @@ def render(d: Diagnosis) -> str:
         fixes = "".join(f"<li>{e(s)}</li>" for s in pb.fix)
         body.append(
             f'<div class="finding{" top" if i == 1 else ""}"><h2>{i}. {e(pb.title)} '
-            f"<code>{e(pb.id)}</code></h2><p>{e(scope_text(m.scope))} &middot; since "
-            f"{e(iso(m.onset) or 'the start of the window')} &middot; confidence "
+            f"<code>{e(pb.id)}</code></h2><p>{e(scope_text(m.scope))} &middot; "
+            f"{e(since(d, m))} &middot; confidence "
             f'{m.confidence:.0%} &middot; <span class="sev-{e(pb.severity)}">'
             f"{e(pb.severity)}</span>"
             + (f" &middot; explained by <code>{e(m.explained_by)}</code>" if m.explained_by else "")

@@ -3,20 +3,44 @@
 from __future__ import annotations
 
 from diagnoser.diagnose.model import Diagnosis, iso
-from diagnoser.report.format import scope_text
+from diagnoser.report.format import health_line, scope_text, since
 
 
 def markdown(d: Diagnosis) -> str:
     w = d.window
     out = [f"## Diagnosis {iso(w.start)} - {iso(w.end)}", ""]
-    if not d.findings:
+    if d.health:
+        out += ["| Model | State |", "|---|---|"]
+        out += [f"| {scope_text(h.scope)} | {health_line(h)} |" for h in d.health]
+        out.append("")
+    unexplained = [h for h in d.health if h.verdict == "unhealthy" and not d.findings_for(h.scope)]
+    for h in unexplained:
+        out.append(
+            f"**{scope_text(h.scope)} is unhealthy and no known problem pattern explains it:** "
+            + "; ".join(h.reasons)
+            + "."
+        )
+        near = d.nearest(h.scope)
+        if near:
+            out.append("")
+            out += [
+                f"- nearest: `{m.playbook.id}`: "
+                + (
+                    f"{f.condition.describe()} does not hold ({d.evidence_text(f)})"
+                    if f
+                    else m.reason
+                )
+                for m, f in near
+            ]
+        out.append("")
+    if not d.findings and not unexplained:
         out.append("No known problem pattern matched.")
     for i, m in enumerate(d.findings, 1):
         pb = m.playbook
         out.append(f"### {i}. {pb.title} (`{pb.id}`)")
         out.append("")
         out.append(f"- **Scope:** {scope_text(m.scope)}")
-        out.append(f"- **Since:** {iso(m.onset) or 'the start of the window'}")
+        out.append(f"- **Since:** {since(d, m)} ({iso(m.onset) or 'no onset found'})")
         out.append(f"- **Confidence:** {m.confidence:.0%} ({pb.severity})")
         if m.explained_by:
             out.append(f"- **Explained by:** `{m.explained_by}`")

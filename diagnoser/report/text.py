@@ -1,9 +1,17 @@
-"""The terminal report: the answer first, for on-call at 3 a.m."""
+"""The terminal report: each model's state first, then the likely cause, for on-call at 3 a.m."""
 
 from __future__ import annotations
 
 from diagnoser.diagnose.model import Diagnosis
-from diagnoser.report.format import clock, day, evidence_lines, scope_text, wrap
+from diagnoser.report.format import (
+    clock,
+    day,
+    evidence_lines,
+    health_line,
+    scope_text,
+    since,
+    wrap,
+)
 
 MAX_EVIDENCE = 6
 
@@ -17,7 +25,11 @@ def text(d: Diagnosis, colour: bool = False) -> str:
         f"diagnose {clock(w.start)} - {clock(w.end)} ({day(w.start)}), baseline "
         f"{clock(w.baseline_start)} - {clock(w.baseline_end)}"
     ]
-    if not d.findings:
+    colours = {"unhealthy": "31;1", "healthy": "32", "idle": "33", "unknown": "33"}
+    for h in d.health:
+        out.append(f"{scope_text(h.scope)}: " + c(colours[h.verdict], health_line(h)))
+    unexplained = [h for h in d.health if h.verdict == "unhealthy" and not d.findings_for(h.scope)]
+    if not d.findings and not unexplained:
         if d.scopes and len(d.idle) < len(d.scopes):
             out.append(
                 c(
@@ -33,6 +45,30 @@ def text(d: Diagnosis, colour: bool = False) -> str:
                     "No vLLM series in the window: nothing to diagnose (check the "
                     "URL, the selectors, and that vLLM is scraped).",
                 )
+            )
+    for h in unexplained:
+        out.append("")
+        out += [
+            c("31;1", line)
+            for line in wrap(
+                f"{scope_text(h.scope)} is UNHEALTHY and no known problem pattern explains it: "
+                + "; ".join(h.reasons)
+                + ".",
+                "",
+            )
+        ]
+        near = d.nearest(h.scope)
+        if near:
+            out += wrap(
+                "nearest playbooks: "
+                + "; ".join(
+                    f"{m.playbook.id} ({f.condition.describe()} does not hold: "
+                    f"{d.evidence_text(f)})"
+                    if f
+                    else f"{m.playbook.id} ({m.reason})"
+                    for m, f in near
+                ),
+                "   ",
             )
     for idle in d.idle:
         out.append(
@@ -50,16 +86,28 @@ def text(d: Diagnosis, colour: bool = False) -> str:
             f"({floor:g} req/s), so its alerts are silenced; diagnosed from little data.",
             "",
         )
+    if d.reach is not None and d.looked_back:
+        reached = d.reach.first_sample
+        how_far = (
+            f"the data goes back to {clock(reached)} ({day(reached)})"
+            if reached is not None and reached > d.reach.start + 3600
+            else f"from {clock(d.reach.start)} ({day(d.reach.start)})"
+        )
+        out += wrap(
+            f"looked back {d.reach.requested / 3600:g} h for "
+            f"{', '.join(scope_text(s) for s in d.looked_back)}: {how_far}",
+            "",
+        )
     for i, m in enumerate(d.findings, 1):
         pb = m.playbook
         head = "LIKELY CAUSE" if i == 1 else "ALSO POSSIBLE"
         sev = c("31;1" if pb.severity == "critical" else "33;1", pb.severity)
         out.append("")
         out.append(c("1", f"{i}. {head}: {pb.title}") + f"  [{pb.id}]")
-        since = f"since {clock(m.onset)}" if m.onset is not None else "through the window"
         expl = f"; a consequence of {m.explained_by}" if m.explained_by else ""
         out.append(
-            f"   {scope_text(m.scope)} | {since} | confidence {m.confidence:.0%} | {sev}{expl}"
+            f"   {scope_text(m.scope)} | {since(d, m)} | confidence {m.confidence:.0%} | "
+            f"{sev}{expl}"
         )
         shown = evidence_lines(d, m, MAX_EVIDENCE)
         if shown:
@@ -76,8 +124,8 @@ def text(d: Diagnosis, colour: bool = False) -> str:
         out.append(f"   runbook: {d.runbook(m)}")
         for caveat in m.caveats:
             out += wrap(f"caveat: {caveat}", "   ")
-        for h in m.hints:
-            out.append(f"   hint: see also {h.id} (advisory)")
+        for hint in m.hints:
+            out.append(f"   hint: see also {hint.id} (advisory)")
     ruled = d.ruled_out()
     out.append("")
     if ruled:

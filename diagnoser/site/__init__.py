@@ -61,7 +61,12 @@ class Site:
             by = signal.by
         else:
             by = (*self.config.by, "instance") if instance else self.config.by
-        return Scope(matchers=(*self.config.selector, *matchers), by=by, window=window)
+        return Scope(
+            matchers=(*self.config.selector, *matchers),
+            by=by,
+            window=window,
+            targets=(self.config.vllm_targets,),
+        )
 
     def runbook(self, playbook_id: str) -> str:
         return self.config.runbook_for(playbook_id)

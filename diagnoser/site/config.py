@@ -9,13 +9,15 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from diagnoser.errors import UserError
+from diagnoser.site.slo import SloConfig, SloError
+from diagnoser.site.slo import parse as parse_slo
 
 DEFAULT_RUNBOOK_URL = "https://github.com/servediag/servediag/blob/main/runbooks/{id}.md"
 MATCHER = re.compile(r'[a-zA-Z_][a-zA-Z0-9_]*\s*(=|!=|=~|!~)\s*"(?:[^"\\\n]|\\.)*"')
@@ -52,6 +54,17 @@ class SiteConfig:
     itl_slo_seconds: float = 0.1
     # Per-alert overrides by alert name: for, severity, params.
     alerts: dict[str, AlertOverride] = field(default_factory=dict)
+    # Service-level objectives per model (see site.slo): availability, TTFT and ITL.
+    slo: SloConfig = field(default_factory=SloConfig)
+
+    def __post_init__(self) -> None:
+        # The SLO thresholds are the top-level ones unless an override sets its own.
+        d = self.slo.default
+        if (d.ttft_seconds, d.itl_seconds) != (self.ttft_slo_seconds, self.itl_slo_seconds):
+            default = replace(
+                d, ttft_seconds=self.ttft_slo_seconds, itl_seconds=self.itl_slo_seconds
+            )
+            object.__setattr__(self, "slo", replace(self.slo, default=default))
 
     @property
     def by(self) -> tuple[str, ...]:
@@ -95,6 +108,8 @@ def load_config(path: Path | None) -> SiteConfig:
             kwargs[key] = tuple(v.strip() for v in value)
         elif key == "alerts":
             kwargs[key] = _overrides(path, value)
+        elif key == "slo":
+            continue
         elif key in ("traffic_floor_rps", "ttft_slo_seconds", "itl_slo_seconds"):
             if (
                 isinstance(value, bool)
@@ -110,6 +125,12 @@ def load_config(path: Path | None) -> SiteConfig:
             kwargs[key] = value
     if "{id}" not in kwargs.get("runbook_url", "{id}"):
         raise ConfigError(f"{path}: runbook_url: must contain {{id}}")
+    ttft = kwargs.get("ttft_slo_seconds", SiteConfig.ttft_slo_seconds)
+    itl = kwargs.get("itl_slo_seconds", SiteConfig.itl_slo_seconds)
+    try:
+        kwargs["slo"] = parse_slo(raw.get("slo"), ttft, itl)
+    except SloError as exc:
+        raise ConfigError(f"{path}: {exc}") from None
     return SiteConfig(**kwargs)
 
 

@@ -86,6 +86,7 @@ class Webhook:
         step: float | None = None,
         forwarder: Forwarder | None = None,
         dedupe_window: float = 3600.0,
+        lookback: float = 86400.0,
         workers: int = 2,
         max_pending: int = 32,
         clock: Callable[[], float] = time.monotonic,
@@ -96,6 +97,7 @@ class Webhook:
         self.since, self.baseline_offset, self.step = since, baseline_offset, step
         self.forwarder = forwarder
         self.dedupe_window = dedupe_window
+        self.lookback = lookback
         self.clock, self.now = clock, now
         self.playbooks = {pb.id for pb in site.catalog.detectable()}
         self.seen: dict[tuple[Any, ...], float] = {}
@@ -162,7 +164,9 @@ class Webhook:
             t0 = time.monotonic()
             try:
                 window = plan_window(self.since, self.now(), self.baseline_offset, self.step)
-                result = diagnose(self.source, self.site, window, matchers_for(scope))
+                result = diagnose(
+                    self.source, self.site, window, matchers_for(scope), lookback=self.lookback
+                )
                 self.counters.add("diagnoses", "ok")
             except SourceError as exc:
                 error = str(exc)
@@ -186,7 +190,7 @@ class Webhook:
         error: str | None,
     ) -> dict[str, Any]:
         playbook = a.labels["playbook"]
-        ids = [m.playbook.id for m in result.findings] if result else []
+        ids = [m.playbook.id for m in result.for_alert(playbook)] if result else []
         return {
             "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.now())),
             "alert": a.name,

@@ -124,6 +124,8 @@ class Shape:
     numeric: ClassVar[bool] = True
     # Whether it reads one series per class (e.g. per prompt_bucket) of its signal.
     per_class: ClassVar[bool] = False
+    # Whether it compares *now* with the baseline (and so needs one).
+    relative: ClassVar[bool] = False
 
     def needs(self, cond: Condition) -> tuple[str, ...]:
         """Signals the condition reads: its signal, ``over``, and any the shape names."""

@@ -58,6 +58,7 @@ def compare(
 
 class _Compare(Shape):
     modifiers: ClassVar[frozenset[str]] = frozenset({"floor"})
+    relative: ClassVar[bool] = True
 
     def evaluate(self, cond: Condition, data: Data, p: Periods) -> Verdict:
         base, now = values(data, cond, p.baseline), values(data, cond, p.now)

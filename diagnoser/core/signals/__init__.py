@@ -43,6 +43,7 @@ def _vocabulary(ttft_slo: float, itl_slo: float) -> list[Signal]:
         *scheduler.signals(),
         *server.restarts(),
         *server.api_server(),
+        *server.attributed(),
         *gpu.signals(),
         *slo.signals(ttft_slo, itl_slo),
         *probe.signals(),

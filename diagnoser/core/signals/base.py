@@ -36,6 +36,9 @@ class Signal:
     record_as: tuple[str, str]  # (metric part, operation) of the recording rule name
     by: tuple[str, ...] = MODEL
     per_instance: bool = False  # also recorded by (model_name, instance)
+    # diagnose derives it from the target-level series and its lookback's map of targets to
+    # models, instead of querying it (same meaning, a longer memory of who served what).
+    attributed: bool = False
 
     @property
     def target_level(self) -> bool:

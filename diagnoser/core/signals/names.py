@@ -38,5 +38,8 @@ PROBE_ITL = "llm_probe_itl_seconds"
 PROBE_E2E = "llm_probe_e2e_seconds"
 PROBE_REQUESTS = "llm_probe_requests_total"
 
-# The OpenAI-compatible handlers that carry inference traffic.
-COMPLETION_HANDLERS = 'handler=~"/v1/completions|/v1/chat/completions"'
+UP = "up"
+
+# The handlers that carry inference traffic: OpenAI's completions, chat completions and
+# responses APIs, and Anthropic's messages API (vLLM serves all four).
+INFERENCE_HANDLERS = 'handler=~"/v1/completions|/v1/chat/completions|/v1/responses|/v1/messages"'

@@ -7,17 +7,18 @@ from __future__ import annotations
 from diagnoser.core import promql as q
 from diagnoser.core.signals.base import TARGET, Signal
 from diagnoser.core.signals.names import (
-    COMPLETION_HANDLERS,
     HTTP_REQUESTS,
+    INFERENCE_HANDLERS,
     PROCESS_CPU,
     PROCESS_START,
     SUCCESS,
+    UP,
 )
 
 
 def _api_requests(status: str | None) -> q.Expr:
     def inner(matchers: tuple[str, ...], window: str, keep: tuple[str, ...]) -> str:
-        extra = (COMPLETION_HANDLERS,) + ((f'status="{status}"',) if status else ())
+        extra = (INFERENCE_HANDLERS,) + ((f'status="{status}"',) if status else ())
         sel = q.selector(HTTP_REQUESTS, matchers, *extra)
         return f"sum by ({', '.join(('job', 'instance', *keep))}) (rate({sel}[{window}]))"
 
@@ -80,13 +81,55 @@ def api_server() -> list[Signal]:
     ]
 
 
+# How long a target that went down still counts as serving the model it served last.
+TARGET_MEMORY = "1h"
+
+
+def _targets(down: bool) -> q.Expr:
+    """Per model, its scrape targets (those that served it within TARGET_MEMORY), or those of
+    them that are down now."""
+
+    def build(scope: q.Scope) -> str:
+        up = q.selector(UP, (*scope.target_matchers(), *scope.targets))
+        each = f"({up} == bool 0)" if down else f"({up} >= bool 0)"
+        keep = scope.group_labels()
+        keys = ", ".join(("job", "instance", *keep))
+        joined = f"{each} * on ({keys}) group_left (model_name) {q.model_map(scope, TARGET_MEMORY)}"
+        return q.agg("sum", scope, joined)
+
+    return build
+
+
+def attributed() -> list[Signal]:
+    """Scrape health by model: a target belongs to the model it served last."""
+    return [
+        Signal(
+            "targets_down",
+            "targets",
+            f"The model's vLLM targets that are down (scrape failing); a target belongs to the "
+            f"model it served within the last {TARGET_MEMORY} (diagnose remembers the lookback).",
+            _targets(down=True),
+            ("up_down", "sum"),
+            attributed=True,
+        ),
+        Signal(
+            "targets_total",
+            "targets",
+            "The model's vLLM targets, up or down.",
+            _targets(down=False),
+            ("up_targets", "sum"),
+            attributed=True,
+        ),
+    ]
+
+
 def targets() -> list[Signal]:
     return [
         Signal(
             "target_up",
             "ratio",
             "Scrape health of each target (1 up, 0 down).",
-            lambda sc: f"max by (job, instance) ({q.selector('up', sc.target_matchers())})",
+            lambda sc: f"max by (job, instance) ({q.selector(UP, sc.target_matchers())})",
             ("up", "max"),
             by=TARGET,
         )

@@ -55,6 +55,14 @@ def signals() -> list[Signal]:
             ("vllm_request_success_error", "share"),
         ),
         s(
+            "finished_abort_share",
+            "ratio",
+            'Share of requests aborted (finished_reason="abort": the engine dropped them, or '
+            "the client went away; 0 where vLLM does not count aborts).",
+            q.share_of(SUCCESS, ('finished_reason="abort"',), zero_if_absent=True),
+            ("vllm_request_success_abort", "share"),
+        ),
+        s(
             "prompt_tokens_rate",
             "tokens/s",
             "Prompt tokens per second (cached ones included).",

@@ -1,0 +1,208 @@
+"""Each model's state before any cause: traffic, errors, SLO attainment against the site's
+objectives, targets down, restarts; and a verdict that is never the healthy one while any of
+them is wrong.
+
+Numbers are over the diagnosis window, from the series already fetched: shares are weighted by
+the traffic they are shares of (requests, HTTP requests, output tokens), so a quiet minute
+counts less than a busy one. A burn rate is the window's bad share over the share the
+objective allows (1 spends the error budget exactly as fast as it lasts the SLO period).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from diagnoser.diagnose.match import ScopeData
+from diagnoser.site import Site
+
+IDLE_RPS = 0.01  # finished requests per second below which a model counts as idle
+UNHEALTHY_BURN = 2.0  # a burn rate from which the budget lasts under half the SLO period
+MIN_EVENTS = 30.0  # fewer requests in the window and a burn rate is not judged
+DOWN_SHARE = 0.05  # of the window with a target down
+STOPPED_TAIL = 600.0  # seconds at the end of the window with nothing finished: traffic stopped
+
+
+@dataclass
+class Sli:
+    name: str  # availability | ttft | itl
+    good: float | None  # share of good events over the window
+    objective: float
+    threshold: float | None = None  # seconds, for the latency SLIs
+
+    @property
+    def burn(self) -> float | None:
+        if self.good is None:
+            return None
+        return (1 - self.good) / max(1e-12, 1 - self.objective)
+
+
+@dataclass
+class Health:
+    scope: dict[str, str]
+    verdict: str = "unknown"  # healthy | unhealthy | idle | unknown
+    request_rate: float | None = None
+    peak_rate: float = 0.0
+    error_share: float | None = None  # 5xx and finished_reason="error", of inference requests
+    http_5xx_share: float | None = None
+    finished_error_share: float | None = None
+    finished_abort_share: float | None = None
+    slis: list[Sli] = field(default_factory=list)
+    targets_total: int | None = None
+    targets_down: int | None = None  # at the end of the window
+    down_share: float | None = None  # of the window with any target down
+    restarts: int = 0
+    stopped_at: float | None = None  # traffic stopped (it served before, not in the window)
+    reasons: list[str] = field(default_factory=list)
+
+    @property
+    def judged(self) -> bool:
+        return self.verdict in ("healthy", "unhealthy")
+
+
+def _inside(data: ScopeData, name: str, span: tuple[float, float]) -> np.ndarray | None:
+    s = data.series.get(name)
+    if s is None:
+        return None
+    out: np.ndarray = s.v[(s.t >= span[0]) & (s.t <= span[1])]
+    return out
+
+
+def _weighted(data: ScopeData, share: str, weight: str, span: tuple[float, float]) -> float | None:
+    """The window's share: the samples of ``share`` weighted by those of ``weight``."""
+    s, w = data.series.get(share), data.series.get(weight)
+    if s is None or w is None:
+        return None
+    common, ia, ib = np.intersect1d(s.t, w.t, return_indices=True)
+    keep = (common >= span[0]) & (common <= span[1])
+    sv, wv = s.v[ia][keep], w.v[ib][keep]
+    ok = np.isfinite(sv) & np.isfinite(wv) & (wv > 0)
+    if not ok.any():
+        return None
+    return float(np.sum(sv[ok] * wv[ok]) / np.sum(wv[ok]))
+
+
+def _mean(values: np.ndarray | None) -> float | None:
+    if values is None:
+        return None
+    v = values[np.isfinite(values)]
+    return float(v.mean()) if v.size else None
+
+
+def _rising_edges(values: np.ndarray | None) -> int:
+    if values is None or values.size == 0:
+        return 0
+    on = np.nan_to_num(values) > 0
+    return int(on[0]) + int(np.sum(on[1:] & ~on[:-1]))
+
+
+def assess(
+    site: Site, data: ScopeData, window: tuple[float, float], before: tuple[float, float]
+) -> Health:
+    """The scope's state over ``window``; ``before`` is a period it may have served in."""
+    h = Health(dict(data.scope))
+    objectives = site.config.slo.for_labels(data.scope)
+    rate = _inside(data, "request_rate", window)
+    h.request_rate = _mean(rate)
+    h.peak_rate = float(np.nanmax(rate, initial=0.0)) if rate is not None and rate.size else 0.0
+    h.http_5xx_share = _weighted(data, "http_5xx_share", "http_request_rate", window)
+    h.finished_error_share = _weighted(data, "finished_error_share", "request_rate", window)
+    h.finished_abort_share = _weighted(data, "finished_abort_share", "request_rate", window)
+    parts = [p for p in (h.http_5xx_share, h.finished_error_share) if p is not None]
+    h.error_share = min(1.0, sum(parts)) if parts else None
+    h.slis = [
+        Sli(
+            "availability",
+            None if h.error_share is None else 1 - h.error_share,
+            objectives.availability,
+        ),
+        Sli(
+            "ttft",
+            _weighted(data, "ttft_slo_attainment", "request_rate", window),
+            objectives.ttft,
+            objectives.ttft_seconds,
+        ),
+        Sli(
+            "itl",
+            _weighted(data, "itl_slo_attainment", "generation_tokens_rate", window),
+            objectives.itl,
+            objectives.itl_seconds,
+        ),
+    ]
+    total = _inside(data, "targets_total", window)
+    down = _inside(data, "targets_down", window)
+    if total is not None and total.size:
+        h.targets_total = int(np.nanmax(total))
+        h.targets_down = int(down[-1]) if down is not None and down.size else 0
+        h.down_share = float(np.mean(np.nan_to_num(down) > 0)) if down is not None else 0.0
+    h.restarts = _rising_edges(_inside(data, "engine_restarts", window))
+    h.stopped_at = _stopped(data, window, before)
+    _verdict(h, window[1] - window[0])
+    return h
+
+
+def _stopped(
+    data: ScopeData, window: tuple[float, float], before: tuple[float, float]
+) -> float | None:
+    """When the traffic stopped: nothing finished at the end of the window (its last tenth,
+    ten minutes at least) after real traffic before (ten times the idle rate); else None."""
+    s = data.series.get("request_rate")
+    if s is None:
+        return None
+    tail_start = window[1] - max(STOPPED_TAIL, 0.1 * (window[1] - window[0]))
+    tail = s.v[(s.t >= tail_start) & (s.t <= window[1])]
+    if tail.size == 0 or np.nanmax(tail, initial=0.0) > IDLE_RPS:
+        return None
+    earlier = (s.t >= before[0]) & (s.t < tail_start) & (np.nan_to_num(s.v) > IDLE_RPS)
+    if not earlier.any() or np.nanmax(s.v[earlier]) < 10 * IDLE_RPS:
+        return None
+    return float(s.t[earlier][-1])
+
+
+def _verdict(h: Health, seconds: float) -> None:
+    reasons = h.reasons
+    if h.targets_down:
+        reasons.append(f"{h.targets_down} of {h.targets_total} target(s) down")
+    elif h.down_share is not None and h.down_share >= DOWN_SHARE:
+        reasons.append(f"a target was down {h.down_share:.0%} of the window")
+    if h.restarts >= 2:
+        reasons.append(f"{h.restarts} restarts in the window")
+    if h.stopped_at is not None:
+        when = time.strftime("%H:%M UTC", time.gmtime(h.stopped_at))
+        reasons.append(
+            f"no requests finished at the end of the window, none since {when} after serving "
+            "before it (traffic stopped: a gateway, a client, or a server that no longer answers)"
+        )
+    events = (h.request_rate or 0.0) * seconds
+    for sli in h.slis:
+        burn = sli.burn
+        if burn is not None and burn >= UNHEALTHY_BURN and events >= MIN_EVENTS:
+            reasons.append(f"{describe(sli)}, against an SLO of {sli.objective * 100:g}%")
+    if reasons:
+        h.verdict = "unhealthy"
+    elif h.request_rate is None and h.targets_total is None:
+        h.verdict = "unknown"
+    elif h.peak_rate <= IDLE_RPS:
+        h.verdict = "idle"
+    elif all(s.good is None for s in h.slis):
+        h.verdict = "unknown"
+    else:
+        h.verdict = "healthy"
+
+
+def describe(sli: Sli) -> str:
+    if sli.good is None:
+        return f"{sli.name} unknown"
+    if sli.name == "availability":
+        return f"availability {sli.good:.2%}"
+    what = "TTFT" if sli.name == "ttft" else "ITL"
+    return f"{what} <= {sli.threshold:g} s for {sli.good:.1%}"
+
+
+def flag(h: Health, reason: str) -> None:
+    """Mark a scope unhealthy for a reason found later (a finding, an abnormal state)."""
+    if reason not in h.reasons:
+        h.reasons.append(reason)
+    h.verdict = "unhealthy"

@@ -1,0 +1,94 @@
+"""The generated alerts, evaluated over backfilled history: which alert would have fired, when.
+
+Prometheus evaluates rules only as time passes, so for history the recording rules are
+backfilled with ``promtool tsdb create-blocks-from rules`` (blocks added to the TSDB, then the
+server restarted), and each alert's expression is then asked as a range query: an alert fires
+at the first evaluation at which its expression has held, without a gap, for its ``for``.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from diagnoser.core.durations import parse_duration
+from diagnoser.lab.promserver import Prometheus, PrometheusError, binary
+
+
+@dataclass(frozen=True)
+class Fired:
+    alert: str
+    labels: dict[str, str]  # the alert's own (severity, playbook) and the series'
+    at: float  # when it started firing
+
+
+def backfill_rules(
+    prom: Prometheus, rule_file: Path, start: float, end: float, interval: float = 30.0
+) -> None:
+    """Backfill ``rule_file``'s recording rules into ``prom``'s TSDB over ``[start, end]``;
+    restart ``prom`` to read them."""
+    with tempfile.TemporaryDirectory(prefix="servediag-rules-") as tmp:
+        proc = subprocess.run(
+            [
+                binary("promtool"),
+                "tsdb",
+                "create-blocks-from",
+                "rules",
+                f"--start={int(start)}",
+                f"--end={int(end)}",
+                f"--url={prom.url}",
+                f"--output-dir={tmp}",
+                f"--eval-interval={interval:g}s",
+                "--quiet",
+                str(rule_file),
+            ],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        if proc.returncode != 0:
+            raise PrometheusError(f"promtool create-blocks-from rules: {proc.stderr.strip()}")
+        blocks = [p for p in Path(tmp).iterdir() if p.is_dir()]
+        prom.close()
+        for block in blocks:
+            shutil.move(str(block), str(prom.data_dir / block.name))
+    prom.start()
+
+
+def firing(
+    prom: Prometheus, alerts_file: Path, start: float, end: float, step: float = 30.0
+) -> list[Fired]:
+    """Every alert of ``alerts_file`` that fires within ``[start, end]``, with when."""
+    doc: dict[str, Any] = yaml.safe_load(alerts_file.read_text(encoding="utf-8"))
+    out: list[Fired] = []
+    for group in doc["groups"]:
+        for rule in group["rules"]:
+            if "alert" not in rule:
+                continue
+            hold = parse_duration(rule.get("for", "0s"))
+            for series in prom.query_range(rule["expr"], start, end, step):
+                times = [float(t) for t, _ in series["values"]]
+                at = _first_fire(times, hold, step)
+                if at is not None:
+                    labels = {**series["metric"], **rule.get("labels", {})}
+                    out.append(Fired(rule["alert"], labels, at))
+    return sorted(out, key=lambda f: (f.at, f.alert))
+
+
+def _first_fire(times: list[float], hold: float, step: float) -> float | None:
+    """The first time the expression has held for ``hold`` without a gap."""
+    run_start = None
+    previous = None
+    for t in times:
+        if previous is None or t - previous > step * 1.5:
+            run_start = t
+        previous = t
+        if run_start is not None and t - run_start >= hold:
+            return t
+    return None

@@ -1,0 +1,56 @@
+"""Alerts and diagnose agree: on every library scenario, the generated alert rules are
+evaluated over the scenario's history (recording rules backfilled with promtool), and the
+playbook of every alert that fires in the window is among ``diagnose``'s findings for that
+window and model; the webhook's record of the alert ranks it first (behind the cause that
+explains it, when there is one). A healthy scenario fires no alert.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from diagnoser.core.source import PrometheusSource
+from diagnoser.diagnose import Window, diagnose
+from diagnoser.lab.alerts import backfill_rules, firing
+from diagnoser.lab.promserver import Prometheus
+from diagnoser.sim import library
+from diagnoser.webhook.payload import FiringAlert
+from diagnoser.webhook.receiver import Webhook, matchers_for, scope_of
+
+ROOT = Path(__file__).resolve().parent.parent
+RULES = ROOT / "rules"
+
+
+@pytest.mark.promtool
+@pytest.mark.parametrize("name", library.names())
+def test_every_alert_that_fires_is_diagnosed_and_ranked_first(
+    name, scenario_library, site, tmp_path
+):
+    sc = library.find(name)
+    prepared = scenario_library[name]
+    data = tmp_path / "tsdb"
+    shutil.copytree(prepared.data_dir, data)
+    window = Window.plan(sc.labels.window, prepared.end)
+    with Prometheus(data) as prom:
+        backfill_rules(prom, RULES / "recording.rules.yaml", window.first - 3600, window.end)
+        fired = firing(prom, RULES / "alerts.rules.yaml", window.start, window.end)
+        if sc.labels.healthy:
+            assert not fired, f"{name}: a healthy scenario fired {[f.alert for f in fired]}"
+            return
+        for f in fired:
+            alert = FiringAlert(f.alert, "firing", f.labels, {})
+            scope = scope_of(alert, site.config)
+            result = diagnose(PrometheusSource(prom.url), site, window, matchers_for(scope))
+            ids = [m.playbook.id for m in result.findings]
+            assert f.labels["playbook"] in ids, (
+                f"{name}: {f.alert} fired at {f.at:.0f} for {scope}, diagnose found {ids}"
+            )
+            hook = Webhook(PrometheusSource(prom.url), site, lambda r: None)
+            record = hook.record(alert, "g", scope, result, None)
+            rank = record["playbook_rank"]
+            ordered = result.for_alert(f.labels["playbook"])
+            explained = ordered[rank - 1].explained_by == ordered[0].playbook.id
+            assert rank == 1 or (rank == 2 and explained), (name, f.alert, record["top_finding"])

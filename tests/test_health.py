@@ -1,0 +1,132 @@
+"""diagnose is never silent while a model is sick: each model's state first, incidents of any
+age (looked for further back), restart loops, and plain words when no pattern explains it."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from diagnoser.core.source import PrometheusSource
+from diagnoser.diagnose import Window, diagnose, to_json
+from diagnoser.lab import harness
+from diagnoser.lab.promserver import Prometheus
+from diagnoser.report import render
+from diagnoser.sim import library
+from diagnoser.sim.scenario import load_scenario
+from diagnoser.sim.variants import aged, restart_loop
+
+HERE = Path(__file__).resolve().parent
+SCENARIOS = {
+    "aged-prompts": aged(library.find("retrieval-launch"), 2),  # began 3 h before the window
+    "aged-stop-token": aged(library.find("answers-that-never-ended"), 2),  # 3 h before
+    "loop": restart_loop(library.find("gpu-memory-contention"), 2),
+    "crash": load_scenario(HERE / "scenarios" / "crash-stays-down.yaml"),
+    "stopped": load_scenario(HERE / "scenarios" / "traffic-stops.yaml"),
+    "healthy": library.find("healthy-steady"),
+}
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory):
+    """``served(key)`` -> (Prometheus, end) for each scenario, simulated once."""
+    prepared = harness.prepare(list(SCENARIOS.values()), tmp_path_factory.mktemp("health"))
+    servers: dict[str, Prometheus] = {}
+
+    def get(key: str) -> tuple[Prometheus, float]:
+        sc = SCENARIOS[key]
+        if key not in servers:
+            servers[key] = Prometheus(prepared[sc.name].data_dir).start()
+        return servers[key], prepared[sc.name].end
+
+    yield get
+    for s in servers.values():
+        s.close()
+
+
+def run(served, site, key: str, **kw):
+    prom, end = served(key)
+    window = Window.plan(SCENARIOS[key].labels.window, end)
+    return diagnose(PrometheusSource(prom.url), site, window, **kw)
+
+
+def test_an_incident_that_began_hours_before_the_window_is_found_and_dated(served, site):
+    result = run(served, site, "aged-prompts")
+    top = result.findings[0]
+    assert top.playbook.id == "prompt-length-shift" and top.basis == "lookback"
+    before = result.window.start - top.onset
+    assert 2.5 * 3600 < before < 3.5 * 3600, before
+    doc = to_json(result)
+    assert doc["findings"][0]["onset_before_window_seconds"] == pytest.approx(before, abs=1)
+    assert doc["lookback"]["scopes"] == [top.scope]
+    text = render(result, "text")
+    assert "before the window" in text and "looked back 24 h" in text
+    assert "No known problem pattern" not in text
+
+
+def test_without_a_lookback_an_abnormal_state_is_still_reported(served, site):
+    result = run(served, site, "aged-stop-token", lookback=0)
+    top = result.findings[0]
+    assert top.playbook.id == "stop-token-mismatch" and top.basis == "absolute"
+    assert top.confidence <= 0.6 and top.onset is None
+    assert "no change found in the lookback" in render(result, "text")
+    looked = run(served, site, "aged-stop-token")
+    assert looked.findings[0].playbook.id == "stop-token-mismatch"
+    assert looked.findings[0].basis == "lookback"
+
+
+def test_a_lookback_longer_than_the_data_says_how_far_it_went(served, site):
+    result = run(served, site, "aged-prompts", lookback=30 * 86400)
+    assert result.reach is not None and result.reach.first_sample is not None
+    assert result.reach.first_sample > result.reach.start + 86400
+    assert result.findings[0].playbook.id == "prompt-length-shift"
+    assert "the data goes back to" in render(result, "text")
+
+
+def test_a_restart_loop_is_a_finding_whatever_the_error_counters_say(served, site):
+    result = run(served, site, "loop")
+    assert result.findings[0].playbook.id == "gpu-memory-contention"
+    (health,) = result.health
+    assert health.verdict == "unhealthy" and health.restarts >= 5
+    evidence = " ".join(result.evidence_text(r) for r in result.findings[0].held())
+    assert "engine_restarts" in evidence and "targets_down" in evidence
+
+
+def test_a_server_that_died_is_reported_for_its_model(served, site):
+    result = run(served, site, "crash")
+    (health,) = result.health
+    assert health.verdict == "unhealthy" and health.targets_down == 1
+    assert "1 of 1 target(s) down" in health.reasons
+    # The dead target's finding is about the model it served.
+    assert result.findings and result.findings[0].scope["model_name"] == health.scope["model_name"]
+    assert "No known problem pattern matches" not in render(result, "text")
+
+
+def test_an_unexplained_sick_model_is_said_to_be_in_words_that_cannot_pass_for_healthy(
+    served, site
+):
+    result = run(served, site, "stopped")
+    (health,) = result.health
+    assert health.verdict == "unhealthy" and health.stopped_at is not None
+    assert not result.findings and result.idle == []
+    text = " ".join(render(result, "text").split())
+    assert "is UNHEALTHY and no known problem pattern explains it" in text
+    assert "no requests finished at the end of the window" in text
+    assert "No known problem pattern matches" not in text
+    doc = json.loads(render(result, "json"))
+    (h,) = doc["health"]
+    assert h["verdict"] == "unhealthy" and h["cause"] == "unknown"
+    assert h["traffic_stopped_at"] is not None
+    assert "is unhealthy and no known problem pattern explains it" in render(result, "markdown")
+    assert "is unhealthy and no known problem pattern explains it" in render(result, "html")
+
+
+def test_a_healthy_model_reports_its_slos_met(served, site):
+    doc = to_json(run(served, site, "healthy"))
+    (h,) = doc["health"]
+    assert h["verdict"] == "healthy" and h["reasons"] == []
+    assert h["targets"] == {"total": 2, "down": 0, "down_share": 0.0}
+    for sli in ("availability", "ttft", "itl"):
+        assert h["slo"][sli]["good_share"] >= h["slo"][sli]["objective"]
+    assert doc["findings"] == [] and doc["lookback"] is None
