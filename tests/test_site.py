@@ -136,3 +136,42 @@ def test_the_readmes_site_config_is_a_valid_one(tmp_path):
     site = Site.build(load_config(path), Site.default().catalog)
     assert site.config.group_labels == ("cluster",)
     assert site.catalog["stop-token-mismatch"].alert.params["share"] == 0.3
+
+
+def test_slo_objectives_and_thresholds_apply_per_model(two_clusters, tmp_path):
+    site = _site(
+        tmp_path,
+        group_labels=["cluster"],
+        slo={
+            "ttft": 0.95,
+            "overrides": [{"match": 'cluster="a"', "ttft": 0.5, "ttft_seconds": 2.5}],
+        },
+    )
+    source = Recording(PrometheusSource(two_clusters))
+    result = diagnose(source, site, Window.plan(3600, END))
+    by_cluster = {h.scope["cluster"]: h for h in result.health}
+    ttft = {c: next(s for s in h.slis if s.name == "ttft") for c, h in by_cluster.items()}
+    assert (ttft["a"].objective, ttft["a"].threshold) == (0.5, 2.5)
+    assert (ttft["b"].objective, ttft["b"].threshold) == (0.95, 1.0)
+    assert any('le="2.5"' in e for e in source.answers)
+    # Cluster a's prompts got longer: its TTFT misses 1 s far more often than 2.5 s.
+    assert ttft["a"].good is not None and ttft["a"].good > 0.9
+
+
+@pytest.mark.parametrize(
+    ("slo", "says"),
+    [
+        ({"ttft": 1.5}, "slo.ttft: an objective is a share between 0 and 1"),
+        ({"overrides": [{"match": "llama", "ttft": 0.9}]}, "is not a label matcher"),
+        ({"overrides": [{"match": 'model_name="x"', "ttft_seconds": 0.3}]}, "not a bucket"),
+        ({"availabilty": 0.99}, "unknown key 'availabilty'"),
+        ({"period": "1h"}, "slo.period: must be from 1d to 366d"),
+    ],
+)
+def test_a_bad_slo_is_one_clear_error(tmp_path, slo, says):
+    from diagnoser.site.config import ConfigError
+
+    path = tmp_path / "site.yaml"
+    path.write_text(yaml.safe_dump({"slo": slo}))
+    with pytest.raises(ConfigError, match=re.escape(says)):
+        load_config(path)

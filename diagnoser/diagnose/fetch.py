@@ -14,13 +14,14 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from diagnoser.catalog import Catalog
-from diagnoser.core.signals import Signal
+from diagnoser.core.signals import Signal, Vocabulary
 from diagnoser.core.source import MetricSource, Series
 from diagnoser.diagnose.match import ScopeData
 from diagnoser.diagnose.targets import Served, Target, by_model, served
 from diagnoser.diagnose.window import Window
 from diagnoser.site import Site
 
+SLO_SIGNALS = ("ttft_slo_attainment", "itl_slo_attainment")
 # Read for every model: traffic, load, scrape health, and the health summary's SLIs.
 ALWAYS = (
     "request_rate",
@@ -93,9 +94,23 @@ def fetch(
         found, first = served(source, site, start, window.end, matchers)
         return found, first, time.perf_counter() - t0
 
+    # Models whose SLO overrides set other thresholds read their attainment at those.
+    extra = [
+        (pair, Vocabulary(*pair)[name])
+        for pair in site.config.slo.thresholds()[1:]
+        for name in SLO_SIGNALS
+        if any(s.name == name for s in queried)
+    ]
+
+    def at_threshold(
+        item: tuple[tuple[float, float], Signal],
+    ) -> tuple[Signal, list[Series], float]:
+        return one(item[1])
+
     with ThreadPoolExecutor(max_workers=workers) as pool:
         mapped = pool.submit(owners)
         answers = list(pool.map(one, queried))
+        overridden = list(pool.map(at_threshold, extra))
         found, first, map_seconds = mapped.result()
     out = Fetched(
         queries=len(answers) + 1,
@@ -121,6 +136,16 @@ def fetch(
                 _put(data, sig, s)
     for sig, s in partial:
         _spread(out, by, sig, s)
+    for (pair, _), (sig, series, sec) in zip(extra, overridden, strict=True):
+        out.queries += 1
+        out.query_seconds += sec
+        for s in series:
+            owner = out.models.get(tuple(s.labels.get(k, "") for k in by))
+            if owner is None:
+                continue
+            slo = site.config.slo.for_labels(owner.scope)
+            if (slo.ttft_seconds, slo.itl_seconds) == pair:
+                owner.series[sig.name] = s
     if any(s.attributed for s in signals):
         _attribute(out, by)
     return out

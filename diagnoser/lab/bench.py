@@ -165,6 +165,22 @@ def bench_accuracy(variants: Sequence[int] = (), scenarios: Sequence[Scenario] =
     )
 
 
+def aged_set(ks: Sequence[int]) -> list[Scenario]:
+    """Every library scenario whose story survives aging, aged by ``AGES[k-1]`` hours."""
+    from diagnoser.sim import library
+    from diagnoser.sim.variants import NOT_AGED, aged
+
+    names = [n for n in library.names() if n not in NOT_AGED]
+    return [aged(library.find(n), k) for n in names for k in ks]
+
+
+def loops(ks: Sequence[int]) -> list[Scenario]:
+    from diagnoser.sim import library
+    from diagnoser.sim.variants import restart_loop
+
+    return [restart_loop(library.find("gpu-memory-contention"), k) for k in ks]
+
+
 def bench_fleet() -> None:
     """diagnose on a fleet: 4 models x 8 instances, 24 h of data at 60 s scrapes."""
     import tempfile
@@ -209,6 +225,14 @@ def main() -> None:
     bench_accuracy(variants=(1, 2, 3, 4, 5, 6, 7, 8))
     print("accuracy on variants 9-10 (kept out of tuning):")
     bench_accuracy(variants=(9, 10))
+    print("accuracy on incidents begun 1 h and 3 h before the window (tuned on):")
+    bench_accuracy(scenarios=aged_set((1, 2)))
+    print("accuracy on incidents begun 2 h and 4 h before the window (kept out of tuning):")
+    bench_accuracy(scenarios=aged_set((3, 4)))
+    print("accuracy on restart loops 1-4 (tuned on):")
+    bench_accuracy(scenarios=loops((1, 2, 3, 4)))
+    print("accuracy on restart loops 5-6 (kept out of tuning):")
+    bench_accuracy(scenarios=loops((5, 6)))
     bench_fleet()
     catalog = load_catalog()
     load_s = timed(load_catalog)
