@@ -60,6 +60,31 @@ def scenario_library(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def prometheus_with_rules(scenario_library, tmp_path_factory):
+    """``prometheus_with_rules(name)``: a Prometheus serving a copy of that scenario with the
+    generated recording rules backfilled over it (what dashboards read from the rules)."""
+    from diagnoser.lab.alerts import backfill_rules
+    from diagnoser.lab.promserver import Prometheus
+
+    servers: dict[str, Prometheus] = {}
+
+    def get(name: str) -> Prometheus:
+        if name not in servers:
+            prepared = scenario_library[name]
+            data = tmp_path_factory.mktemp(f"rules-{name}") / "tsdb"
+            shutil.copytree(prepared.data_dir, data)
+            prom = Prometheus(data).start()
+            start = prepared.end - 4 * 3600
+            backfill_rules(prom, ROOT / "rules" / "recording.rules.yaml", start, prepared.end)
+            servers[name] = prom
+        return servers[name]
+
+    yield get
+    for server in servers.values():
+        server.close()
+
+
+@pytest.fixture(scope="session")
 def prometheus_for(scenario_library):
     """``prometheus_for(name)``: a real Prometheus serving that scenario (started once)."""
     from diagnoser.lab.promserver import Prometheus

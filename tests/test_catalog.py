@@ -172,6 +172,7 @@ def test_validate_renders_alerts_so_a_bad_placeholder_is_caught(tmp_path):
     data["id"] = "site-queue"
     data["alert"]["name"] = "VllmSiteQueue"
     data["alert"]["expr"] = "${requests_waiting_by_reason@instance} > ${ratio} * ${ttft_ratio}"
+    data["alert"].pop("fallback")
     data["seed"] = {"symptoms": []}
     (tmp_path / "site-queue.yaml").write_text(yaml.safe_dump(data))
     proc = _cli("catalog", "validate", str(tmp_path))
@@ -206,12 +207,20 @@ def _with(tmp_path, pid: str, edit) -> Path:
             "'ttft_ratio' is bound at signature.all[1].param",
         ),
         (
-            lambda d: d["alert"]["params"].update(ttft_ratio=2),
+            lambda d: d["alert"].setdefault("params", {}).update(ttft_ratio=2),
             "alert.params.ttft_ratio: is bound to a signature condition",
         ),
         (
-            lambda d: d["alert"]["params"].update(spare={"value": 1, "why": "never used at all"}),
+            lambda d: (
+                d["alert"]
+                .setdefault("params", {})
+                .update(spare={"value": 1, "why": "never used at all"})
+            ),
             "parameter 'spare' is not used in alert.expr",
+        ),
+        (
+            lambda d: d["alert"].update(expr="${ttft_p95} > ${ratio} * ${ttft_ratio}"),
+            "alert.fallback: the expression compares with no offset",
         ),
         (
             lambda d: d["signature"]["all"][0].update(held=0.5),

@@ -86,11 +86,12 @@ def _scenario_for(expr: str) -> str:
 
 
 @pytest.mark.parametrize("path", BOARDS, ids=[p.stem for p in BOARDS])
-def test_every_panel_shows_data(path, scenario_library, prometheus_for):
+def test_every_panel_shows_data(path, scenario_library, prometheus_for, prometheus_with_rules):
     empty = []
     for title, expr in _exprs(json.loads(path.read_text())):
         name = _scenario_for(expr)
-        prom = prometheus_for(name)
+        # Panels on recorded series (the SLOs) need the recording rules evaluated over history.
+        prom = prometheus_with_rules(name) if ":slo_" in expr else prometheus_for(name)
         result = prom.query(_substitute(expr), at=scenario_library[name].end)  # parses or raises
         if not result and not expr.startswith("ALERTS"):  # alerts need live rule evaluation
             empty.append(f"{title} ({name})")

@@ -23,6 +23,12 @@ def _alerts() -> list[dict]:
     return [r for g in doc["groups"] for r in g["rules"]]
 
 
+def _page(alert: dict) -> str:
+    """The runbook page (and test suite) of an alert: its playbook's, or its symptom's."""
+    labels = alert["labels"]
+    return labels.get("playbook") or labels["symptom"]
+
+
 def test_promtool_check_rules_is_clean(promtool_bin):
     out = rules.check_rules([RULES / rules.RECORDING_FILE, RULES / rules.ALERTS_FILE])
     assert out.count("SUCCESS") == 2
@@ -43,8 +49,42 @@ def test_the_operator_manifest_carries_the_same_groups(promtool_bin, tmp_path):
 
 
 def test_one_alert_per_detectable_playbook(catalog):
-    by_playbook = {a["labels"]["playbook"]: a for a in _alerts()}
+    by_playbook = {a["labels"]["playbook"]: a for a in _alerts() if "playbook" in a["labels"]}
     assert sorted(by_playbook) == sorted(p.id for p in catalog.detectable())
+
+
+def test_symptom_alerts_page_on_what_users_feel_and_name_no_cause():
+    symptoms = [a for a in _alerts() if "playbook" not in a["labels"]]
+    names = {a["alert"] for a in symptoms}
+    assert {
+        "VllmAvailabilityBudgetBurn",
+        "VllmTtftBudgetBurn",
+        "VllmItlBudgetBurn",
+        "VllmTargetDown",
+        "VllmTargetsAbsent",
+        "VllmTrafficStopped",
+        "VllmHttpErrors",
+        "VllmEngineErrors",
+    } == names
+    for a in symptoms:
+        assert "symptom" in a["labels"], a["alert"]
+    burns = [a for a in symptoms if "slo" in a["labels"]]
+    table = {
+        (
+            a["labels"]["slo"],
+            a["labels"]["severity"],
+            a["labels"]["long_window"],
+            a["labels"]["short_window"],
+        )
+        for a in burns
+    }
+    for slo in ("availability", "ttft", "itl"):
+        assert {
+            (slo, "critical", "1h", "5m"),
+            (slo, "critical", "6h", "30m"),
+            (slo, "warning", "1d", "2h"),
+            (slo, "warning", "3d", "6h"),
+        } <= table
 
 
 def test_every_alert_follows_the_mixin_schema(catalog):
@@ -54,13 +94,17 @@ def test_every_alert_follows_the_mixin_schema(catalog):
         assert a["labels"]["severity"] in ("critical", "warning", "info")
         ann = a["annotations"]
         assert ann["summary"].endswith(".") and "{{" not in ann["summary"]
-        assert "{{" in ann["description"], a["alert"]
-        assert ann["runbook_url"] == cfg.runbook_for(a["labels"]["playbook"])
+        # Templated with labels and $value, unless there is nothing to template: absent()
+        # returns one series without labels (no target at all).
+        assert "{{" in ann["description"] or a["expr"].startswith("absent("), a["alert"]
+        assert ann["runbook_url"] == cfg.runbook_for(_page(a))
         assert re.fullmatch(r"[0-9]+[mh]", a["for"]), a["alert"]
 
 
 def test_every_alert_has_a_traffic_floor_unless_no_traffic_is_expected(catalog):
     for a in _alerts():
+        if "playbook" not in a["labels"]:
+            continue  # symptom alerts: each reads the traffic it needs (see test_symptoms)
         pb = catalog[a["labels"]["playbook"]]
         has_floor = re.search(
             r"and on \(model_name\) model_name:vllm_(request_success|"
@@ -72,7 +116,7 @@ def test_every_alert_has_a_traffic_floor_unless_no_traffic_is_expected(catalog):
 
 def test_runbook_urls_resolve_to_generated_pages():
     for a in _alerts():
-        page = ROOT / "runbooks" / f"{a['labels']['playbook']}.md"
+        page = ROOT / "runbooks" / f"{_page(a)}.md"
         assert page.is_file(), page
 
 
@@ -102,7 +146,8 @@ def test_every_alert_has_the_three_kinds_of_cases():
     """Fires with exact labels and annotations; not yet before `for:`; a silent look-alike."""
     missing = []
     for a in _alerts():
-        pid, name = a["labels"]["playbook"], a["alert"]
+        pid, name = _page(a), a["alert"]
+        key = "playbook" if "playbook" in a["labels"] else "symptom"
         path = RULES / "tests" / f"{pid}.test.yaml"
         if not path.exists():
             missing.append(f"{path.name}: missing")
@@ -121,7 +166,7 @@ def test_every_alert_has_the_three_kinds_of_cases():
         for _, case in fires:
             for exp in case["exp_alerts"]:
                 labels, ann = exp.get("exp_labels", {}), exp.get("exp_annotations", {})
-                assert labels.get("playbook") == pid and "severity" in labels, path.name
+                assert labels.get(key) == pid and "severity" in labels, path.name
                 assert {"summary", "description", "runbook_url"} <= set(ann), path.name
                 assert ann["runbook_url"] == a["annotations"]["runbook_url"], path.name
         group, first = fires[0]

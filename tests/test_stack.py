@@ -212,17 +212,42 @@ def test_amtool_checks_the_alertmanager_config():
 
 
 @pytest.mark.parametrize(
-    ("severity", "receiver"), [("critical", "page"), ("warning", "ticket"), ("info", "discard")]
+    ("labels", "receiver"),
+    [
+        # Symptoms page when critical; a cause makes a ticket whatever its severity.
+        (
+            [
+                "alertname=VllmAvailabilityBudgetBurn",
+                "symptom=slo-availability",
+                "severity=critical",
+            ],
+            "page",
+        ),
+        (["alertname=VllmTargetDown", "symptom=target-down", "severity=critical"], "page"),
+        (["alertname=VllmTargetDown", "symptom=target-down", "severity=warning"], "ticket"),
+        (
+            ["alertname=VllmKvCachePressure", "playbook=kv-cache-pressure", "severity=warning"],
+            "ticket",
+        ),
+        (
+            [
+                "alertname=VllmServerNotStarting",
+                "playbook=kv-cannot-fit-max-model-len",
+                "severity=critical",
+            ],
+            "ticket",
+        ),
+        (["alertname=Other", "severity=info"], "discard"),
+    ],
 )
-def test_alerts_are_routed_by_severity(severity, receiver):
+def test_symptoms_page_and_causes_make_tickets(labels, receiver):
     proc = _run(
         _tool("amtool", "prometheus-alertmanager"),
         "config",
         "routes",
         "test",
         "--config.file=deploy/alertmanager.yml",
-        f"severity={severity}",
-        "alertname=VllmKvCachePressure",
+        *labels,
         "model_name=m",
     )
     assert proc.returncode == 0, proc.stderr

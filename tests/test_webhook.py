@@ -144,19 +144,38 @@ def test_a_bad_payload_is_answered_400_and_logged(site, loaded, caplog):
     assert any("not JSON" in m for m in refused)
 
 
-def test_resolved_and_other_alerts_are_not_diagnosed(site, loaded):
+def test_resolved_and_undiagnosable_alerts_are_not_diagnosed(site, loaded):
     hook, records = make_hook(site, loaded)
-    other = alert()
-    other["labels"].pop("playbook")
     advisory = alert(playbook="hidden-tail")
     unknown = alert(playbook="no-such-playbook")
+    nowhere = {"status": "firing", "labels": {"alertname": "Watchdog"}, "annotations": {}}
     with running(hook) as url:
-        code, _ = post(url, notification(alert(status="resolved"), other, advisory, unknown))
+        code, _ = post(url, notification(alert(status="resolved"), advisory, unknown, nowhere))
         assert code == 200
         counts = hook.counters.snapshot()
     assert counts[("alerts", "resolved")] == 1
-    assert counts[("alerts", "not_playbook")] == 3
+    assert counts[("alerts", "unknown_playbook")] == 2
+    assert counts[("alerts", "no_scope")] == 1
     assert ("alerts", "queued") not in counts and records == []
+
+
+def test_a_symptom_page_arrives_with_the_cause_found(site, loaded):
+    """An alert without a playbook (an SLO burning, a target down) gets the model's whole
+    diagnosis: the cause it finds leads the record and the message."""
+    hook, records = make_hook(site, loaded)
+    page = alert(alertname="VllmAvailabilityBudgetBurn", symptom="slo-availability")
+    page["labels"].pop("playbook")
+    page["labels"]["severity"] = "critical"
+    page["annotations"]["runbook_url"] = "https://rb/slo-availability"
+    with running(hook) as url:
+        assert post(url, notification(page))[0] == 200
+        (record,) = wait_for(lambda: records)
+    assert record["playbook"] is None and record["symptom"] == "slo-availability"
+    assert record["top_finding"] == SCENARIO and record["playbook_rank"] is None
+    health = record["diagnosis"]["health"]
+    assert health and health[0]["scope"] == {"model_name": MODEL}
+    window = record["diagnosis"]["window"]
+    assert window["start"] < window["end"]
 
 
 def test_duplicates_within_the_window_are_skipped(site, loaded):

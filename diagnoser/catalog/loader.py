@@ -27,6 +27,7 @@ TARGETS = "targets"
 BY = "by"
 SPECIAL = frozenset({TARGETS, BY})
 PLACEHOLDER = re.compile(r"\$\{([a-z0-9_]+)(@instance)?(?::([0-9]+[smhd]))?\}")
+OFFSET = re.compile(r"\boffset ([0-9]+[smhd])\b")
 COMMON_KEYS = frozenset({"signal", "over", "stat", "weight", "why", "instead", "param"})
 
 
@@ -204,6 +205,8 @@ def _alert(path: Path, raw: dict[str, Any], severity: str, sig: Signature) -> Al
         raise CatalogError(path, where, f"parameter {name!r} is not used in alert.expr")
     if "{{" in raw["summary"]:
         raise CatalogError(path, "alert.summary", "must be static (no {{ templates }})")
+    if "fallback" in raw and not OFFSET.search(raw["expr"]):
+        raise CatalogError(path, "alert.fallback", "the expression compares with no offset")
     return Alert(
         name=raw["name"],
         expr=raw["expr"].strip(),
@@ -214,6 +217,8 @@ def _alert(path: Path, raw: dict[str, Any], severity: str, sig: Signature) -> Al
         description=raw["description"].strip(),
         params=params,
         why=why,
+        keep_firing_for=raw.get("keep_firing_for"),
+        fallback=raw.get("fallback"),
     )
 
 

@@ -98,6 +98,9 @@ class Alert:
     params: Mapping[str, float] = field(default_factory=dict)
     # The alert's own parameters (not a signature threshold), each with why it stands apart.
     why: Mapping[str, str] = field(default_factory=dict)
+    keep_firing_for: str | None = None
+    # Where an ``offset`` comparison finds no series (a new model), compare this far back.
+    fallback: str | None = None
 
 
 @dataclass(frozen=True)

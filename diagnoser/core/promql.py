@@ -110,10 +110,25 @@ def model_map(scope: Scope, memory: str | None = None) -> str:
     ``last_over_time`` keeps the mapping while a target is down: over the rate window for a
     restart, or over ``memory`` to remember which model a target served before it went down.
     """
-    span = memory or scope.window
+    span = memory or _capped(scope.window)
     series = f"last_over_time({selector(MODEL_MAP_METRIC, scope.matchers)}[{span}])"
     keys = _labels("job", "instance", *scope.group_labels(), "model_name")
     return f"group by ({keys}) ({series})"
+
+
+MAP_MEMORY_MAX = "1h"
+
+
+def _capped(window: str) -> str:
+    """The rate window, as the model map's memory; at most an hour (an SLO's 3-day rates need
+    no 3-day memory of which model each target serves)."""
+    from diagnoser.core.durations import parse_duration
+
+    try:
+        long = parse_duration(window) > parse_duration(MAP_MEMORY_MAX)
+    except ValueError:  # a Grafana variable such as $__rate_interval
+        return window
+    return MAP_MEMORY_MAX if long else window
 
 
 def gpu_model_map(scope: Scope) -> str:

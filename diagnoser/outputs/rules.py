@@ -18,6 +18,7 @@ from typing import Any
 import yaml
 
 from diagnoser.catalog import BY, PLACEHOLDER, TARGETS, CatalogError, Playbook
+from diagnoser.catalog.loader import OFFSET
 from diagnoser.site import Site
 
 HEADER = (
@@ -71,6 +72,8 @@ def render_alert_expr(pb: Playbook, site: Site) -> str:
         return sig.record_name(scope.by)
 
     expr = " ".join(PLACEHOLDER.sub(sub, pb.alert.expr).split())
+    if pb.alert.fallback:
+        expr = _with_fallback(expr, pb.alert.fallback, site)
     floor = pb.alert.floor
     if floor == "none":
         return expr
@@ -82,13 +85,26 @@ def render_alert_expr(pb: Playbook, site: Site) -> str:
     )
 
 
+def _with_fallback(expr: str, fallback: str, site: Site) -> str:
+    """``expr``, or where the model had no series ``offset`` ago (a new model, a rename, a
+    missing day) the same comparison with ``fallback`` ago: an alert that compares with
+    yesterday is never blind."""
+    m = OFFSET.search(expr)
+    assert m is not None
+    period = m.group(1)
+    earlier = OFFSET.sub(f"offset {fallback}", expr)
+    by = site.config.by
+    existed = f"{site.vocabulary['request_rate'].record_name(by)} offset {period}"
+    return f"({expr})\nor ({earlier}\nunless on ({', '.join(by)}) {existed})"
+
+
 def _render_text(text: str, params: Mapping[str, float]) -> str:
     return PLACEHOLDER.sub(lambda m: _fmt(params[m.group(1)]), text)
 
 
 def alert_rule(pb: Playbook, site: Site) -> dict[str, Any]:
     assert pb.alert is not None
-    return {
+    rule: dict[str, Any] = {
         "alert": pb.alert.name,
         "expr": render_alert_expr(pb, site),
         "for": pb.alert.for_,
@@ -99,6 +115,9 @@ def alert_rule(pb: Playbook, site: Site) -> dict[str, Any]:
             "runbook_url": site.runbook(pb.id),
         },
     }
+    if pb.alert.keep_firing_for:
+        rule["keep_firing_for"] = pb.alert.keep_firing_for
+    return rule
 
 
 def alerting_groups(site: Site) -> list[dict[str, Any]]:
@@ -138,8 +157,10 @@ def prometheus_rule(groups: list[dict[str, Any]], name: str = "servediag") -> di
 
 
 def render_files(site: Site) -> dict[str, str]:
-    recording = recording_groups(site)
-    alerting = alerting_groups(site)
+    from diagnoser.outputs import slo
+
+    recording = [*recording_groups(site), slo.recording_group(site)]
+    alerting = [*alerting_groups(site), slo.alert_group(site)]
     return {
         RECORDING_FILE: HEADER + dump({"groups": recording}),
         ALERTS_FILE: HEADER + dump({"groups": alerting}),

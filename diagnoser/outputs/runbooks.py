@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import jinja2
 
@@ -52,7 +53,12 @@ def render_index(catalog: Catalog) -> str:
     by_chapter: dict[str, list[Playbook]] = {}
     for pb in catalog:
         by_chapter.setdefault(pb.chapter, []).append(pb)
-    text = _env().get_template("index.md.j2").render(chapters=CHAPTERS, by_chapter=by_chapter)
+    symptoms = {k: v["title"] for k, v in symptom_pages().items()}
+    text = (
+        _env()
+        .get_template("index.md.j2")
+        .render(chapters=CHAPTERS, by_chapter=by_chapter, symptoms=symptoms)
+    )
     return MARKER.format(source="playbooks/") + _squeeze(text)
 
 
@@ -66,8 +72,54 @@ def _squeeze(text: str) -> str:
     return "\n".join(out) + "\n"
 
 
+def symptom_pages() -> dict[str, Any]:
+    from importlib import resources
+
+    import yaml
+
+    text = resources.files("diagnoser.outputs").joinpath("symptoms.yaml").read_text("utf-8")
+    pages: dict[str, Any] = yaml.safe_load(text)
+    return pages
+
+
+def render_symptom(symptom: str, site: Site) -> str:
+    """The page of a symptom alert: what it means, its SLO if it has one, its rules."""
+    from diagnoser.outputs import slo as slos
+
+    page = symptom_pages()[symptom]
+    rules = [r for r in slos.alert_group(site)["rules"] if r["labels"]["symptom"] == symptom]
+    info = None
+    if symptom.startswith("slo-"):
+        sli = symptom.removeprefix("slo-")
+        groups = []
+        for g in slos.groups(site):
+            o = g.objectives
+            threshold = {"ttft": o.ttft_seconds, "itl": o.itl_seconds}.get(sli)
+            groups.append(
+                {
+                    "models": ", ".join(f"`{m}`" for m in g.match)
+                    or ("every other model" if site.config.slo.overrides else "every model"),
+                    "objective": f"{o.objective(sli) * 100:g}%",
+                    "threshold": f"{threshold:g} s" if threshold is not None else "-",
+                }
+            )
+        days = site.config.slo.period / 86400
+        burns = [b for b in slos.BURNS if sli != "availability" or not b.latency_only]
+        info = {
+            "groups": groups,
+            "period": f"{days:g}",
+            "days": days,
+            "burns": [{**b.__dict__, "factor": f"{b.factor:g}"} for b in burns],
+            "record": slos.record_name(site, sli, "<window>"),
+        }
+    text = _env().get_template("symptom.md.j2").render(id=symptom, page=page, rules=rules, slo=info)
+    return MARKER.format(source="diagnoser/outputs/symptoms.yaml") + _squeeze(text)
+
+
 def render_all(site: Site) -> dict[str, str]:
     files = {f"{pb.id}.md": render_runbook(pb, site) for pb in site.catalog}
+    for symptom in symptom_pages():
+        files[f"{symptom}.md"] = render_symptom(symptom, site)
     files[INDEX] = render_index(site.catalog)
     return files
 

@@ -18,10 +18,10 @@ MAX_EVIDENCE = 5
 
 def message(record: dict[str, Any], d: Diagnosis | None, site: Site) -> str:
     """``record`` is the webhook's record of the alert (its JSON line); ``d`` its diagnosis."""
-    playbook = record["playbook"]
+    playbook = record.get("playbook")
     lines = [
         f"*{record['alert']}* ({record.get('severity') or 'no severity'}) on "
-        f"{scope_text(record['scope'])}: {record.get('summary') or playbook}"
+        f"{scope_text(record['scope'])}: {record.get('summary') or playbook or record['alert']}"
     ]
     findings = d.findings if d else []
     if d is not None:
@@ -43,8 +43,9 @@ def message(record: dict[str, Any], d: Diagnosis | None, site: Site) -> str:
             )
     top = d.for_alert(playbook)[0] if d is not None and findings else None
     if d is not None and top is not None:
+        head = "Diagnosis" if playbook else "Cause found"
         lines.append(
-            f"*Diagnosis:* {top.playbook.title} (`{top.playbook.id}`, confidence "
+            f"*{head}:* {top.playbook.title} (`{top.playbook.id}`, confidence "
             f"{top.confidence:.0%}, {since(d, top)})"
         )
         shown = evidence_lines(d, top, MAX_EVIDENCE)
@@ -54,6 +55,10 @@ def message(record: dict[str, Any], d: Diagnosis | None, site: Site) -> str:
         lines.append("*Fix:*")
         lines += [f"{i}. {step}" for i, step in enumerate(top.playbook.fix, 1)]
         lines.append(f"*Runbook:* <{d.runbook(top)}|{top.playbook.id}>")
+    if playbook is None:
+        if record.get("runbook_url") and top is None:
+            lines.append(f"*Runbook:* <{record['runbook_url']}|{record['alert']}>")
+        return "\n".join(lines)
     if top is None or top.playbook.id != playbook:
         rank = record.get("playbook_rank")
         state = f"ranked {rank} in the diagnosis" if rank else "not confirmed by the diagnosis"

@@ -33,7 +33,8 @@ log = logging.getLogger("servediag.webhook")
 
 def scope_of(alert: FiringAlert, cfg: SiteConfig) -> dict[str, str]:
     """The labels a diagnosis is scoped to: the model (with the site's group labels), or
-    the scrape target for an alert about a server rather than a model."""
+    the scrape target for an alert about a server rather than a model; empty when the alert
+    names neither (it cannot be diagnosed)."""
     keys = [*cfg.by] if "model_name" in alert.labels else ["job", "instance"]
     return {k: alert.labels[k] for k in keys if k in alert.labels}
 
@@ -122,11 +123,17 @@ class Webhook:
         now = self.clock()
         with self.seen_lock:
             for a in n.alerts:
+                playbook = a.labels.get("playbook")
                 if a.status != "firing":
                     self.counters.add("alerts", "resolved")
-                elif a.labels.get("playbook") not in self.playbooks:
-                    self.counters.add("alerts", "not_playbook")
-                    log.info("%s: not a playbook alert, not diagnosed", a.name or "an alert")
+                elif playbook is not None and playbook not in self.playbooks:
+                    self.counters.add("alerts", "unknown_playbook")
+                    log.info(
+                        "%s: playbook %r is not in the catalog", a.name or "an alert", playbook
+                    )
+                elif not scope_of(a, self.cfg):
+                    self.counters.add("alerts", "no_scope")
+                    log.info("%s: names no model or target, not diagnosed", a.name or "an alert")
                 elif now - self.seen.get(self._key(a), -float("inf")) < self.dedupe_window:
                     self.counters.add("alerts", "duplicate")
                     log.info("%s %s: diagnosed recently, skipped", a.name, self._scope_text(a))
@@ -189,14 +196,18 @@ class Webhook:
         result: Diagnosis | None,
         error: str | None,
     ) -> dict[str, Any]:
-        playbook = a.labels["playbook"]
+        playbook = a.labels.get("playbook")
+        symptom = a.labels.get("symptom")
+        page = playbook or symptom
         ids = [m.playbook.id for m in result.for_alert(playbook)] if result else []
         return {
             "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.now())),
             "alert": a.name,
             "severity": a.labels.get("severity"),
             "playbook": playbook,
-            "runbook_url": a.annotations.get("runbook_url") or self.site.runbook(playbook),
+            "symptom": symptom,
+            "runbook_url": a.annotations.get("runbook_url")
+            or (self.site.runbook(page) if page else None),
             "summary": a.annotations.get("summary"),
             "scope": scope,
             "starts_at": a.starts_at,

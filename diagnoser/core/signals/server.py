@@ -16,7 +16,9 @@ from diagnoser.core.signals.names import (
 )
 
 
-def _api_requests(status: str | None) -> q.Expr:
+def api_requests(status: str | None) -> q.Expr:
+    """Inference requests per second (of one status class), by target, joined to models."""
+
     def inner(matchers: tuple[str, ...], window: str, keep: tuple[str, ...]) -> str:
         extra = (INFERENCE_HANDLERS,) + ((f'status="{status}"',) if status else ())
         sel = q.selector(HTTP_REQUESTS, matchers, *extra)
@@ -53,21 +55,21 @@ def api_server() -> list[Signal]:
             "http_request_rate",
             "req/s",
             "HTTP requests per second on the completion handlers.",
-            _api_requests(None),
+            api_requests(None),
             ("vllm_http_requests", "rate"),
         ),
         s(
             "http_4xx_share",
             "ratio",
             "Share of completion requests answered 4xx (e.g. too long).",
-            q.ratio(_api_requests("4xx"), _api_requests(None)),
+            q.ratio(api_requests("4xx"), api_requests(None)),
             ("vllm_http_requests_4xx", "share"),
         ),
         s(
             "http_5xx_share",
             "ratio",
             "Share of completion requests answered 5xx.",
-            q.ratio(_api_requests("5xx"), _api_requests(None)),
+            q.ratio(api_requests("5xx"), api_requests(None)),
             ("vllm_http_requests_5xx", "share"),
         ),
         s(

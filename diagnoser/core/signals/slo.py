@@ -59,3 +59,43 @@ def signals(ttft_slo: float, itl_slo: float) -> list[Signal]:
             ("vllm_goodput", "rate"),
         ),
     ]
+
+
+# --- the SLIs' error ratios (what the burn-rate rules record) ---------------------------------
+
+
+def availability_error_ratio() -> q.Expr:
+    """Failed inference requests over all of them: HTTP 5xx on the inference handlers, plus
+    requests the engine finished with ``finished_reason="error"`` (a request counted by both
+    counts twice: an upper bound). Without HTTP metrics, the engine's side alone. A family
+    that has not seen a failure yet has no series for it, so each part falls back to zero."""
+    from diagnoser.core.signals.names import SUCCESS
+    from diagnoser.core.signals.server import api_requests
+
+    http_failed, http_all = api_requests("5xx"), api_requests(None)
+    failed = q.counter_rate(SUCCESS, extra=('finished_reason="error"',))
+    finished = q.counter_rate(SUCCESS)
+
+    def build(scope: q.Scope) -> str:
+        f, h, e, n = http_failed(scope), http_all(scope), failed(scope), finished(scope)
+        errors = f"(({f}) or ({h}) * 0 or ({n}) * 0) + (({e}) or ({n}) * 0)"
+        return f"({errors}) / ((({h}) or ({n})) > 0)"
+
+    return build
+
+
+def latency_error_ratio(
+    family: str | tuple[str, ...], threshold: float, buckets: tuple[float, ...]
+) -> q.Expr:
+    """The share of observations above ``threshold`` (a bucket bound)."""
+    attainment = slo_attainment(family, threshold, buckets)
+    return lambda scope: f"1 - ({attainment(scope)})"
+
+
+def error_ratio(sli: str, ttft_seconds: float, itl_seconds: float) -> q.Expr:
+    """The error ratio of an SLI (``availability``, ``ttft`` or ``itl``) at these thresholds."""
+    if sli == "availability":
+        return availability_error_ratio()
+    if sli == "ttft":
+        return latency_error_ratio(TTFT, ttft_seconds, families.TTFT_BUCKETS)
+    return latency_error_ratio(ITL, itl_seconds, families.ITL_BUCKETS)

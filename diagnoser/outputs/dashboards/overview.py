@@ -6,6 +6,7 @@ from grafanalib.core import Dashboard, RowPanel, Stat, Table, Target, Threshold
 
 from diagnoser.core import promql as q
 from diagnoser.core.signals.names import ITL, TTFT
+from diagnoser.outputs.dashboards import slo_row
 from diagnoser.outputs.dashboards.style import (
     DS,
     FIRING_ALERTS,
@@ -104,6 +105,7 @@ def build(site: Site) -> Dashboard:
         slo_stat(g, "TTFT SLO attainment", "ttft"),
         slo_stat(g, "ITL SLO attainment", "itl"),
     ]
+    panels += slo_row.panels(g)
     panels.append(RowPanel(title="Latency", gridPos=g.place(24, 1)))
     panels += [
         series(
