@@ -88,7 +88,7 @@ def test_markdown_html_and_explain_render_the_same_diagnosis(
     assert page.startswith("<!doctype html>") and page.count("<svg") >= 3
     assert "onset" in page and "<script" not in page
     text = explain(result, "prefill-interference")
-    assert "MATCHED" in text and "large_steps_rate >= 0.005" in text
+    assert "MATCHED" in text and "long_prefills_rate >= 0.005" in text
     assert "ruled out" in explain(result, "long-request-in-batch") or "not matched" in explain(
         result, "long-request-in-batch"
     )

@@ -22,7 +22,7 @@ import pytest
 from click.testing import CliRunner
 
 from diagnoser.cli import main
-from diagnoser.core.families import prompt_bucket_label
+from diagnoser.core.buckets import prompt_bucket_label
 from diagnoser.core.tokens import WORDS, approx_tokens
 from diagnoser.lab.promserver import Prometheus, free_port, listening
 from diagnoser.probe.prompts import Approximation, load_counter, parse_classes
@@ -491,8 +491,10 @@ def test_the_probe_signals_alert_and_panels_read_the_real_probe(live_sim, tmp_pa
         {
             "job_name": "vllm",
             "scrape_interval": "1s",
-            "honor_labels": True,  # the simulator exposes each simulated target's labels
-            "static_configs": [{"targets": [u.removeprefix("http://") for u in sims.values()]}],
+            # Each simulator lists its targets with the labels Kubernetes would give them.
+            "http_sd_configs": [
+                {"url": f"{u}/targets", "refresh_interval": "1s"} for u in sims.values()
+            ],
         },
         {
             "job_name": "llm-probe",

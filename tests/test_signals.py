@@ -7,6 +7,7 @@ import re
 import pytest
 from conftest import data_json
 
+from diagnoser.core import buckets
 from diagnoser.core import families as metrics
 from diagnoser.core.promql import Scope
 from diagnoser.core.signals import SIGNALS, Vocabulary
@@ -160,14 +161,22 @@ def test_slo_thresholds_must_sit_on_a_bucket_boundary():
     ],
 )
 def test_bucket_bounds_are_formatted_as_prometheus_client_does(value, label):
-    assert metrics.le_label(value) == label
+    assert buckets.le_label(value) == label
 
 
 def test_token_buckets_follow_vllms_1_2_5_series():
-    assert metrics.request_token_buckets(8192)[-3:] == (1000.0, 2000.0, 5000.0)
-    assert metrics.request_token_buckets(10000)[-1] == 10000.0
+    assert buckets.request_token_buckets(8192)[-3:] == (1000.0, 2000.0, 5000.0)
+    assert buckets.request_token_buckets(10000)[-1] == 10000.0
 
 
 def test_missing_series_can_be_explained():
     assert SIGNALS["gpu_utilization"].provided_by()[0].startswith("NVIDIA dcgm-exporter")
-    assert any("0.25.0" in p for p in SIGNALS["requests_waiting_by_reason"].provided_by())
+    assert SIGNALS["requests_waiting_by_reason"].provided_by() == ["vLLM >= 0.20"]
+    # Renamed families: the new name's first version, the old one's last, hidden or not.
+    assert SIGNALS["kv_cache_usage"].provided_by() == [
+        "vLLM <= 0.10 (to 0.11 with --show-hidden-metrics-for-version)",
+        "vLLM >= 0.9",
+    ]
+    assert "vLLM <= 0.11 (to 0.14 with --show-hidden-metrics-for-version)" in (
+        SIGNALS["itl_p99"].provided_by()
+    )

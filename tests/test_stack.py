@@ -175,7 +175,7 @@ def test_the_commented_real_vllm_service_is_valid_when_uncommented():
     (device,) = svc["deploy"]["resources"]["reservations"]["devices"]
     assert device["driver"] == "nvidia" and device["capabilities"] == ["gpu"]
     assert "  # hf-cache: {}" in lines
-    assert '      # - targets: ["vllm:8000"]' in (ROOT / "deploy" / "prometheus.yml").read_text()
+    assert '    #   - targets: ["vllm:8000"]' in (ROOT / "deploy" / "prometheus.yml").read_text()
 
 
 def _tool(name: str, package: str) -> str:

@@ -13,7 +13,7 @@ from typing import TextIO
 
 import numpy as np
 
-from diagnoser.core.families import le_label
+from diagnoser.core.buckets import le_label
 
 Labels = tuple[tuple[str, str], ...]
 
@@ -60,6 +60,8 @@ class Family:
     hpoints: dict[Labels, list[tuple[float, tuple[float, ...], np.ndarray, float]]] = field(
         default_factory=dict
     )
+    # summaries without quantiles: labels -> list of (timestamp, count, sum)
+    spoints: dict[Labels, list[tuple[float, float, float]]] = field(default_factory=dict)
 
 
 class Recorder:
@@ -94,11 +96,21 @@ class Recorder:
         else:
             fam.hpoints[labels] = [point]
 
+    def sample_summary(
+        self, name: str, help_: str, labels: Labels, t: float, count: float, total: float
+    ) -> None:
+        points = self.family(name, "summary", help_).spoints
+        if self.history:
+            points.setdefault(labels, []).append((t, count, total))
+        else:
+            points[labels] = [(t, count, total)]
+
     def sample_count(self) -> int:
         n = 0
         for fam in self.families.values():
             n += sum(len(p) for p in fam.points.values())
             n += sum(len(pt[1]) + 3 for p in fam.hpoints.values() for pt in p)
+            n += sum(2 * len(p) for p in fam.spoints.values())
         return n
 
 
@@ -150,6 +162,12 @@ def iter_openmetrics(rec: Recorder) -> Iterator[str]:
                 yield f"{fam.name}_count{lbl} {_num(float(cum[-1]))} {t:.3f}\n"
             for t, _k, _c, s in hpoints:
                 yield f"{fam.name}_sum{lbl} {_num(s)} {t:.3f}\n"
+        for labels, spoints in fam.spoints.items():
+            lbl = _labelstr(labels)
+            for t, count, _total in spoints:
+                yield f"{fam.name}_count{lbl} {_num(count)} {t:.3f}\n"
+            for t, _count, total in spoints:
+                yield f"{fam.name}_sum{lbl} {_num(total)} {t:.3f}\n"
         for labels, points in fam.points.items():
             lbl = _labelstr(labels)
             for t, v in points:
@@ -182,6 +200,10 @@ def text_exposition(rec: Recorder) -> str:
                 )
             lines.append(f"{fam.name}_count{_labelstr(labels)} {_num(float(cum[-1]))}")
             lines.append(f"{fam.name}_sum{_labelstr(labels)} {_num(s)}")
+        for labels, spoints in fam.spoints.items():
+            _t, c, total = spoints[-1]
+            lines.append(f"{fam.name}_count{_labelstr(labels)} {_num(c)}")
+            lines.append(f"{fam.name}_sum{_labelstr(labels)} {_num(total)}")
         for labels, points in fam.points.items():
             lines.append(f"{fam.name}{_labelstr(labels)} {_num(points[-1][1])}")
     return "\n".join(lines) + "\n"

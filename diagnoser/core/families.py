@@ -1,251 +1,440 @@
-"""The metric families the toolkit reads, as engines and exporters expose them.
+"""The metric families the toolkit reads and the simulator writes: one table.
 
 Names are the exposed names (``_total`` on counters; ``_bucket``/``_sum``/``_count`` are
-added to histograms by the query builders). ``since`` is the first vLLM version that
-exposes the family and ``until`` the last one; ``provider`` names what must be scraped for
-the family to exist, so a missing series can be explained instead of read as health.
-Default histogram buckets are vLLM's (``vllm/v1/metrics/buckets.py``); since 0.33 they can be
-overridden with ``--custom-histogram-buckets``, so the live ``le`` values win over these.
+added to histograms by the query builders). Each vLLM family carries what vLLM's own code
+declares (``vllm/v1/metrics/loggers.py``): type, help text, labels, default buckets, the label
+values it creates at start-up, and the versions that expose it by default (``since``,
+``until``) or only behind ``--show-hidden-metrics-for-version`` (``hidden_until``). The
+signals read these names through :mod:`diagnoser.core.signals.names` and the simulator emits
+from this table, so a rename is one edit here. ``tests/data/vllm-*.json`` (written from the
+wheels by ``scripts/vllm-metrics-reference``) is what the conformance test holds it to.
+
+Default histogram buckets are in :mod:`diagnoser.core.buckets`.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from math import inf, isnan
-
-TTFT_BUCKETS = (
-    0.001,
-    0.005,
-    0.01,
-    0.02,
-    0.04,
-    0.06,
-    0.08,
-    0.1,
-    0.25,
-    0.5,
-    0.75,
-    1.0,
-    2.5,
-    5.0,
-    7.5,
-    10.0,
-    20.0,
-    40.0,
-    80.0,
-    160.0,
-    640.0,
-    2560.0,
+from diagnoser.core.buckets import (
+    HTTP_BUCKETS,
+    HTTP_HIGHR_BUCKETS,
+    ITERATION_TOKENS_BUCKETS,
+    ITL_BUCKETS,
+    PARAMS_N_BUCKETS,
+    PREEMPTIONS_BUCKETS,
+    REQUEST_LATENCY_BUCKETS,
+    REQUEST_TOKENS,
+    TTFT_BUCKETS,
 )
-ITL_BUCKETS = (
-    0.01,
-    0.025,
-    0.05,
-    0.075,
-    0.1,
-    0.15,
-    0.2,
-    0.3,
-    0.4,
-    0.5,
-    0.75,
-    1.0,
-    2.5,
-    5.0,
-    7.5,
-    10.0,
-    20.0,
-    40.0,
-    80.0,
+from diagnoser.core.family import FAMILIES as FAMILIES
+from diagnoser.core.family import Family as Family
+from diagnoser.core.family import family as family
+from diagnoser.core.family import register
+from diagnoser.core.family import vllm_families as vllm_families
+
+VLLM_BASE = ("model_name", "engine")
+FINISHED_REASONS = ("stop", "length", "abort", "error", "repetition")  # error: vLLM >= 0.14
+FINISHED_REASONS_OLD = ("stop", "length", "abort")
+
+
+def _v(name: str, type_: str, help_: str, **kw: object) -> Family:
+    """A vLLM family, labelled ``model_name`` and ``engine`` unless ``base`` says otherwise."""
+    kw.setdefault("base", VLLM_BASE)
+    return register(Family(name, type_, "vllm", help_, **kw))  # type: ignore[arg-type]
+
+
+def _o(name: str, type_: str, provider: str, help_: str = "", **kw: object) -> Family:
+    return register(Family(name, type_, provider, help_, **kw))  # type: ignore[arg-type]
+
+
+_H, _C, _G = "histogram", "counter", "gauge"
+
+# --- vLLM: scheduler state ------------------------------------------------------------------
+RUNNING = _v("vllm:num_requests_running", _G, "Number of requests in model execution batches.")
+WAITING = _v("vllm:num_requests_waiting", _G, "Number of requests waiting to be processed.")
+WAITING_BY_REASON = _v(
+    "vllm:num_requests_waiting_by_reason",
+    _G,
+    "Number of waiting requests by reason. Reason labels: 'capacity' = waiting for scheduling "
+    "capacity; 'deferred' = deferred by transient constraints (LoRA budget, KV transfer, "
+    "blocked status). Sum of all reasons equals vllm:num_requests_waiting.",
+    since="0.20",
+    labels=("reason",),
+    values=("capacity", "deferred"),
 )
-REQUEST_LATENCY_BUCKETS = (
-    0.3,
-    0.5,
-    0.8,
-    1.0,
-    1.5,
-    2.0,
-    2.5,
-    5.0,
-    10.0,
-    15.0,
-    20.0,
-    30.0,
-    40.0,
-    50.0,
-    60.0,
-    120.0,
-    240.0,
-    480.0,
-    960.0,
-    1920.0,
-    7680.0,
+KV_USAGE = _v(
+    "vllm:kv_cache_usage_perc", _G, "KV-cache usage. 1 means 100 percent usage.", since="0.9"
 )
-ITERATION_TOKENS_BUCKETS = (
-    1.0,
-    8.0,
-    16.0,
-    32.0,
-    64.0,
-    128.0,
-    256.0,
-    512.0,
-    1024.0,
-    2048.0,
-    4096.0,
-    8192.0,
-    16384.0,
+KV_USAGE_OLD = _v(
+    "vllm:gpu_cache_usage_perc",
+    _G,
+    "GPU KV-cache usage. 1 means 100 percent usage.",
+    until="0.10",
+    hidden_until="0.11",
 )
-PREEMPTIONS_BUCKETS = (1.0, 2.0, 3.0, 4.0, 5.0, 10.0, 20.0)
+SLEEP_STATE = _v(
+    "vllm:engine_sleep_state",
+    _G,
+    "Engine sleep state; awake = 0 means engine is sleeping; awake = 1 means engine is awake; "
+    "weights_offloaded = 1 means sleep level 1; discard_all = 1 means sleep level 2.",
+    since="0.11.1",
+    labels=("sleep_state",),
+    values=("awake", "weights_offloaded", "discard_all"),
+)
+CACHE_CONFIG = _v(
+    "vllm:cache_config_info",
+    _G,
+    "Information of the LLMEngine CacheConfig",
+    base=(),
+    labels=("engine",),  # and every CacheConfig field; no model_name
+)
 
+# --- vLLM: caches -----------------------------------------------------------------------------
+PREFIX_QUERIES = _v(
+    "vllm:prefix_cache_queries_total",
+    _C,
+    "Prefix cache queries, in terms of number of queried tokens.",
+    since="0.9",
+)
+PREFIX_HITS = _v(
+    "vllm:prefix_cache_hits_total",
+    _C,
+    "Prefix cache hits, in terms of number of cached tokens.",
+    since="0.9",
+)
+PREFIX_QUERIES_OLD = _v(
+    "vllm:gpu_prefix_cache_queries_total",
+    _C,
+    "GPU prefix cache queries, in terms of number of queried tokens.",
+    until="0.10",
+    hidden_until="0.11",
+)
+PREFIX_HITS_OLD = _v(
+    "vllm:gpu_prefix_cache_hits_total",
+    _C,
+    "GPU prefix cache hits, in terms of number of cached tokens.",
+    until="0.10",
+    hidden_until="0.11",
+)
+EXTERNAL_PREFIX_QUERIES = _v(
+    "vllm:external_prefix_cache_queries_total",
+    _C,
+    "External prefix cache queries from KV connector cross-instance cache sharing, in terms "
+    "of number of queried tokens.",
+    since="0.11.1",
+)
+EXTERNAL_PREFIX_HITS = _v(
+    "vllm:external_prefix_cache_hits_total",
+    _C,
+    "External prefix cache hits from KV connector cross-instance cache sharing, in terms of "
+    "number of cached tokens.",
+    since="0.11.1",
+)
+MM_CACHE_QUERIES = _v(
+    "vllm:mm_cache_queries_total",
+    _C,
+    "Multi-modal cache queries, in terms of number of queried items.",
+    since="0.11.1",
+)
+MM_CACHE_HITS = _v(
+    "vllm:mm_cache_hits_total",
+    _C,
+    "Multi-modal cache hits, in terms of number of cached items.",
+    since="0.11.1",
+)
 
-def request_token_buckets(max_model_len: int) -> tuple[float, ...]:
-    """vLLM's 1-2-5 series of token buckets, up to and including ``max_model_len``."""
-    out: list[float] = []
-    exp = 0
-    while True:
-        for m in (1, 2, 5):
-            v = m * 10**exp
-            if v > max_model_len:
-                return tuple(out)
-            out.append(float(v))
-        exp += 1
+# --- vLLM: counters ---------------------------------------------------------------------------
+PREEMPTIONS = _v(
+    "vllm:num_preemptions_total", _C, "Cumulative number of preemption from the engine."
+)
+PROMPT_TOKENS = _v("vllm:prompt_tokens_total", _C, "Number of prefill tokens processed.")
+PROMPT_TOKENS_BY_SOURCE = _v(
+    "vllm:prompt_tokens_by_source_total",
+    _C,
+    "Number of prompt tokens by source.",
+    since="0.16",
+    labels=("source",),
+    values=("local_compute", "local_cache_hit", "external_kv_transfer"),
+)
+PROMPT_TOKENS_CACHED = _v(
+    "vllm:prompt_tokens_cached_total",
+    _C,
+    "Number of cached prompt tokens (local + external).",
+    since="0.16",
+)
+PROMPT_TOKENS_CACHED_BY_SOURCE = _v(
+    "vllm:prompt_tokens_cached_by_source_total",
+    _C,
+    "Prefix-cache hit tokens by the cache tier that supplied them: device (local HBM), host "
+    "(offloaded to DRAM), disk, p2p (transferred from another vLLM instance) or "
+    "external_unspecified. Counted at admission; sums to vllm:prefix_cache_hits + "
+    "vllm:external_prefix_cache_hits.",
+    since="0.32",
+    labels=("source",),
+    values=("device", "host", "p2p", "disk", "external_unspecified"),
+)
+GENERATION_TOKENS = _v("vllm:generation_tokens_total", _C, "Number of generation tokens processed.")
+SUCCESS = _v(
+    "vllm:request_success_total",
+    _C,
+    "Count of successfully processed requests.",
+    labels=("finished_reason",),
+    values=FINISHED_REASONS,
+)
+ADMISSION_REJECTIONS = _v(
+    "vllm:admission_rejections_total",
+    _C,
+    "Number of admission attempts rejected by a queue limit, by reason.",
+    since="0.32",
+    base=("model_name",),
+    labels=("reason",),
+    values=("max_num_queued_reqs", "max_num_queued_tokens"),
+)
+_PERF = "(for Model Flops Utilization calculations)."
+EST_FLOPS = _v(
+    "vllm:estimated_flops_per_gpu_total",
+    _C,
+    f"Estimated number of floating point operations per GPU {_PERF}",
+    since="0.17",
+)
+EST_READ = _v(
+    "vllm:estimated_read_bytes_per_gpu_total",
+    _C,
+    f"Estimated number of bytes read from memory per GPU {_PERF}",
+    since="0.17",
+)
+EST_WRITE = _v(
+    "vllm:estimated_write_bytes_per_gpu_total",
+    _C,
+    f"Estimated number of bytes written to memory per GPU {_PERF}",
+    since="0.17",
+)
 
+# --- vLLM: histograms of counts ---------------------------------------------------------------
+PROMPT = _v(
+    "vllm:request_prompt_tokens", _H, "Number of prefill tokens processed.", buckets=REQUEST_TOKENS
+)
+GENERATION = _v(
+    "vllm:request_generation_tokens",
+    _H,
+    "Number of generation tokens processed.",
+    buckets=REQUEST_TOKENS,
+)
+STEP_TOKENS = _v(
+    "vllm:iteration_tokens_total",
+    _H,
+    "Histogram of number of tokens per engine_step.",
+    buckets=ITERATION_TOKENS_BUCKETS,
+)
+MAX_GENERATION = _v(
+    "vllm:request_max_num_generation_tokens",
+    _H,
+    "Histogram of maximum number of requested generation tokens.",
+    buckets=REQUEST_TOKENS,
+)
+PARAMS_N = _v(
+    "vllm:request_params_n", _H, "Histogram of the n request parameter.", buckets=PARAMS_N_BUCKETS
+)
+MAX_TOKENS = _v(
+    "vllm:request_params_max_tokens",
+    _H,
+    "Histogram of the max_tokens request parameter.",
+    buckets=REQUEST_TOKENS,
+)
+PREEMPTIONS_PER_REQUEST = _v(
+    "vllm:request_num_preemptions",
+    _H,
+    "Histogram of the number of times a request was preempted.",
+    since="0.30",
+    buckets=PREEMPTIONS_BUCKETS,
+)
+PREFILL_COMPUTED = _v(
+    "vllm:request_prefill_kv_computed_tokens",
+    _H,
+    "Histogram of new KV tokens computed during prefill (excluding cached tokens).",
+    since="0.13",
+    buckets=REQUEST_TOKENS,
+)
 
-def prompt_bucket_label(tokens: int) -> str:
-    """The ``prompt_bucket`` label of a prompt length class: 128 -> ``128``, 4096 -> ``4k``."""
-    return f"{tokens // 1024}k" if tokens >= 1024 and tokens % 1024 == 0 else str(tokens)
+# --- vLLM: histograms of timing intervals -----------------------------------------------------
+TTFT = _v(
+    "vllm:time_to_first_token_seconds",
+    _H,
+    "Histogram of time to first token in seconds.",
+    buckets=TTFT_BUCKETS,
+)
+ITL = _v(
+    "vllm:inter_token_latency_seconds",
+    _H,
+    "Histogram of inter-token latency in seconds.",
+    since="0.10.2",
+    buckets=ITL_BUCKETS,
+)
+TPOT_OLD = _v(
+    "vllm:time_per_output_token_seconds",
+    _H,
+    "Histogram of time per output token in seconds.",
+    until="0.11",
+    hidden_until="0.14",
+    buckets=ITL_BUCKETS,
+)
+TPOT = _v(
+    "vllm:request_time_per_output_token_seconds",
+    _H,
+    "Histogram of time_per_output_token_seconds per request.",
+    since="0.11",
+    buckets=ITL_BUCKETS,
+)
+E2E = _v(
+    "vllm:e2e_request_latency_seconds",
+    _H,
+    "Histogram of e2e request latency in seconds.",
+    buckets=REQUEST_LATENCY_BUCKETS,
+)
+QUEUE = _v(
+    "vllm:request_queue_time_seconds",
+    _H,
+    "Histogram of time spent in WAITING phase for request.",
+    buckets=REQUEST_LATENCY_BUCKETS,
+)
+INFERENCE = _v(
+    "vllm:request_inference_time_seconds",
+    _H,
+    "Histogram of time spent in RUNNING phase for request.",
+    buckets=REQUEST_LATENCY_BUCKETS,
+)
+PREFILL = _v(
+    "vllm:request_prefill_time_seconds",
+    _H,
+    "Histogram of time spent in PREFILL phase for request.",
+    buckets=REQUEST_LATENCY_BUCKETS,
+)
+DECODE = _v(
+    "vllm:request_decode_time_seconds",
+    _H,
+    "Histogram of time spent in DECODE phase for request.",
+    buckets=REQUEST_LATENCY_BUCKETS,
+)
 
+# --- vLLM: families that exist only with an option --------------------------------------------
+_SPEC = "--speculative-config"
+SPEC_DRAFTS = _v(
+    "vllm:spec_decode_num_drafts_total", _C, "Number of spec decoding drafts.", requires=_SPEC
+)
+SPEC_DRAFT_TOKENS = _v(
+    "vllm:spec_decode_num_draft_tokens_total", _C, "Number of draft tokens.", requires=_SPEC
+)
+SPEC_ACCEPTED = _v(
+    "vllm:spec_decode_num_accepted_tokens_total", _C, "Number of accepted tokens.", requires=_SPEC
+)
+SPEC_ACCEPTED_PER_POS = _v(
+    "vllm:spec_decode_num_accepted_tokens_per_pos_total",
+    _C,
+    "Accepted tokens per draft position.",
+    labels=("position",),
+    requires=_SPEC,
+)
+LORA_INFO = _v(
+    "vllm:lora_requests_info",
+    _G,
+    "Running stats on lora requests.",
+    base=(),
+    labels=("max_lora", "waiting_lora_adapters", "running_lora_adapters"),
+    requires="--enable-lora",
+)
+CORRUPTED = _v(
+    "vllm:corrupted_requests_total",
+    _C,
+    "Corrupted requests, in terms of total number of requests with NaNs in logits.",
+    since="0.11.1",
+    requires="VLLM_COMPUTE_NANS_IN_LOGITS=1",
+)
 
-def le_label(value: float) -> str:
-    """Format a bucket bound as ``prometheus_client`` does (``1.0``, ``2560.0``, ``1e+06``)."""
-    if value == inf:
-        return "+Inf"
-    if isnan(value):
-        return "NaN"
-    s = repr(float(value))
-    dot = s.find(".")
-    if value > 0 and dot > 6:
-        mantissa = f"{s[0]}.{s[1:dot]}{s[dot + 1 :]}".rstrip("0.")
-        return f"{mantissa}e+0{dot - 1}"
-    return s
+# --- the API server (prometheus-fastapi-instrumentator and prometheus_client) -----------------
+_API = "vllm-api-server"
+HTTP_REQUESTS = _o(
+    "http_requests_total",
+    _C,
+    _API,
+    "Total number of requests by method, status and handler.",
+    labels=("method", "status", "handler"),
+)
+HTTP_REQUEST_SIZE = _o(
+    "http_request_size_bytes",
+    "summary",
+    _API,
+    "Content length of incoming requests by handler. Only value of header is respected. "
+    "Otherwise ignored. No percentile calculated. ",
+    labels=("handler",),
+)
+HTTP_RESPONSE_SIZE = _o(
+    "http_response_size_bytes",
+    "summary",
+    _API,
+    "Content length of outgoing responses by handler. Only value of header is respected. "
+    "Otherwise ignored. No percentile calculated. ",
+    labels=("handler",),
+)
+HTTP_DURATION_HIGHR = _o(
+    "http_request_duration_highr_seconds",
+    _H,
+    _API,
+    "Latency with many buckets but no API specific labels. Made for more accurate percentile "
+    "calculations. ",
+    buckets=HTTP_HIGHR_BUCKETS,
+)
+HTTP_DURATION = _o(
+    "http_request_duration_seconds",
+    _H,
+    _API,
+    "Latency with only few buckets by handler. Made to be only used if aggregation by handler "
+    "is important. ",
+    buckets=HTTP_BUCKETS,
+    labels=("method", "handler"),
+)
+PROCESS_CPU = _o(
+    "process_cpu_seconds_total", _C, _API, "Total user and system CPU time spent in seconds."
+)
+PROCESS_START = _o(
+    "process_start_time_seconds",
+    _G,
+    _API,
+    "Start time of the process since unix epoch in seconds.",
+)
 
-
-@dataclass(frozen=True)
-class Family:
-    name: str
-    type: str  # counter | gauge | histogram
-    provider: str  # vllm | vllm-api-server | dcgm-exporter | servediag-probe | prometheus
-    since: str = ""
-    until: str = ""
-    buckets: tuple[float, ...] = ()
-    labels: tuple[str, ...] = ()
-
-    def provided_by(self) -> str:
-        if self.provider == "vllm":
-            span = f">= {self.since}" if self.since else "(all V1 versions)"
-            if self.until:
-                span = f"<= {self.until}"
-            return f"vLLM {span}"
-        return {
-            "vllm-api-server": "the vLLM API server's HTTP/process metrics "
-            "(process_* only with --api-server-count 1)",
-            "dcgm-exporter": "NVIDIA dcgm-exporter with pod mapping (namespace, pod labels)",
-            "servediag-probe": "the synthetic probe (servediag probe)",
-            "prometheus": "Prometheus itself (scrape health)",
-        }[self.provider]
-
-
-def _f(name: str, type_: str, provider: str = "vllm", **kw: object) -> Family:
-    return Family(name, type_, provider, **kw)  # type: ignore[arg-type]
-
-
-FAMILIES: dict[str, Family] = {
-    f.name: f
-    for f in (
-        _f("vllm:time_to_first_token_seconds", "histogram", buckets=TTFT_BUCKETS),
-        _f("vllm:inter_token_latency_seconds", "histogram", since="0.10.2", buckets=ITL_BUCKETS),
-        _f("vllm:time_per_output_token_seconds", "histogram", until="0.14", buckets=ITL_BUCKETS),
-        _f(
-            "vllm:request_time_per_output_token_seconds",
-            "histogram",
-            since="0.11.0",
-            buckets=ITL_BUCKETS,
-        ),
-        _f("vllm:e2e_request_latency_seconds", "histogram", buckets=REQUEST_LATENCY_BUCKETS),
-        _f("vllm:request_queue_time_seconds", "histogram", buckets=REQUEST_LATENCY_BUCKETS),
-        _f("vllm:request_prefill_time_seconds", "histogram", buckets=REQUEST_LATENCY_BUCKETS),
-        _f("vllm:request_decode_time_seconds", "histogram", buckets=REQUEST_LATENCY_BUCKETS),
-        _f("vllm:request_inference_time_seconds", "histogram", buckets=REQUEST_LATENCY_BUCKETS),
-        _f("vllm:request_prompt_tokens", "histogram"),
-        _f("vllm:request_generation_tokens", "histogram"),
-        _f("vllm:request_params_max_tokens", "histogram", since="0.8"),
-        _f("vllm:iteration_tokens_total", "histogram", buckets=ITERATION_TOKENS_BUCKETS),
-        _f(
-            "vllm:request_num_preemptions", "histogram", since="0.30.0", buckets=PREEMPTIONS_BUCKETS
-        ),
-        _f("vllm:request_success_total", "counter", labels=("finished_reason",)),
-        _f("vllm:prompt_tokens_total", "counter"),
-        _f("vllm:generation_tokens_total", "counter"),
-        _f("vllm:num_preemptions_total", "counter"),
-        _f("vllm:prefix_cache_queries_total", "counter", since="0.9"),
-        _f("vllm:prefix_cache_hits_total", "counter", since="0.9"),
-        _f("vllm:gpu_prefix_cache_queries_total", "counter", until="0.11"),
-        _f("vllm:gpu_prefix_cache_hits_total", "counter", until="0.11"),
-        _f("vllm:admission_rejections_total", "counter", since="0.33.0", labels=("reason",)),
-        _f("vllm:num_requests_running", "gauge"),
-        _f("vllm:num_requests_waiting", "gauge"),
-        _f("vllm:num_requests_waiting_by_reason", "gauge", since="0.25.0", labels=("reason",)),
-        _f("vllm:kv_cache_usage_perc", "gauge", since="0.9"),
-        _f("vllm:gpu_cache_usage_perc", "gauge", until="0.11"),
-        _f("vllm:cache_config_info", "gauge", since="0.8"),
-        _f(
-            "http_requests_total",
-            "counter",
-            "vllm-api-server",
-            labels=("handler", "method", "status"),
-        ),
-        _f("process_cpu_seconds_total", "counter", "vllm-api-server"),
-        _f("process_start_time_seconds", "gauge", "vllm-api-server"),
-        _f("DCGM_FI_DEV_GPU_UTIL", "gauge", "dcgm-exporter"),
-        _f("DCGM_FI_DEV_FB_USED", "gauge", "dcgm-exporter"),
-        _f("DCGM_FI_DEV_FB_FREE", "gauge", "dcgm-exporter"),
-        _f(
-            "llm_probe_ttft_seconds",
-            "histogram",
-            "servediag-probe",
-            buckets=TTFT_BUCKETS,
-            labels=("target", "prompt_bucket"),
-        ),
-        _f(
-            "llm_probe_itl_seconds",
-            "histogram",
-            "servediag-probe",
-            buckets=ITL_BUCKETS,
-            labels=("target", "prompt_bucket"),
-        ),
-        _f(
-            "llm_probe_e2e_seconds",
-            "histogram",
-            "servediag-probe",
-            buckets=REQUEST_LATENCY_BUCKETS,
-            labels=("target", "prompt_bucket"),
-        ),
-        _f(
-            "llm_probe_requests_total",
-            "counter",
-            "servediag-probe",
-            labels=("target", "prompt_bucket", "outcome"),
-        ),
-        _f("up", "gauge", "prometheus"),
-    )
-}
-
-
-def family(name: str) -> Family:
-    try:
-        return FAMILIES[name]
-    except KeyError:
-        raise KeyError(
-            f"unknown metric family {name!r}; add it to diagnoser.core.families"
-        ) from None
+# --- other exporters -------------------------------------------------------------------------
+GPU_UTIL = _o("DCGM_FI_DEV_GPU_UTIL", _G, "dcgm-exporter", "GPU utilization (in %).")
+GPU_FB_USED = _o("DCGM_FI_DEV_FB_USED", _G, "dcgm-exporter", "Framebuffer memory used (in MiB).")
+GPU_FB_FREE = _o("DCGM_FI_DEV_FB_FREE", _G, "dcgm-exporter", "Framebuffer memory free (in MiB).")
+_PROBE = ("target", "prompt_bucket")
+PROBE_TTFT = _o(
+    "llm_probe_ttft_seconds",
+    _H,
+    "servediag-probe",
+    "Client-side time to first token.",
+    buckets=TTFT_BUCKETS,
+    labels=_PROBE,
+)
+PROBE_ITL = _o(
+    "llm_probe_itl_seconds",
+    _H,
+    "servediag-probe",
+    "Client-side gap between tokens.",
+    buckets=ITL_BUCKETS,
+    labels=_PROBE,
+)
+PROBE_E2E = _o(
+    "llm_probe_e2e_seconds",
+    _H,
+    "servediag-probe",
+    "Client-side request latency.",
+    buckets=REQUEST_LATENCY_BUCKETS,
+    labels=_PROBE,
+)
+PROBE_REQUESTS = _o(
+    "llm_probe_requests_total",
+    _C,
+    "servediag-probe",
+    "Probe requests by outcome.",
+    labels=(*_PROBE, "outcome"),
+)
+UP = _o("up", _G, "prometheus", "Scrape health.")

@@ -1,9 +1,16 @@
-"""The live KV capacity each running engine reports in ``vllm:cache_config_info``."""
+"""The live KV capacity each running engine reports in ``vllm:cache_config_info``.
+
+The info series carries CacheConfig's fields and ``engine``, not ``model_name``: the model
+comes from the engine's own gauges, matched on (job, instance, engine). Its
+``num_gpu_blocks`` is the API server's sum over its data-parallel engines; from vLLM 0.24
+``kv_cache_size_tokens`` is each engine's own capacity, in tokens.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from diagnoser.core.signals.names import RUNNING
 from diagnoser.core.source import MetricSource
 from diagnoser.kvbudget.budget import blocks_for
 
@@ -53,16 +60,28 @@ def live_capacity(
         seen = float(s.v[-1]) if len(s.v) else 0.0
         if key not in newest or seen > newest[key][0]:
             newest[key] = (seen, lb)
+    models = _models(source, at, selector) if newest else {}
+    engines_of: dict[tuple[str, str], int] = {}
+    for job, instance, _engine in newest:
+        engines_of[(job, instance)] = engines_of.get((job, instance), 0) + 1
     out = []
     for (job, instance, engine), (_, lb) in sorted(newest.items()):
-        blocks, size = _int(lb.get("num_gpu_blocks")), _int(lb.get("block_size"))
-        tokens = blocks * size if blocks is not None and size else None
+        size = _int(lb.get("block_size"))
+        tokens = _int(lb.get("kv_cache_size_tokens"))
+        summed = _int(lb.get("num_gpu_blocks"))
+        if tokens is not None and size:
+            blocks: int | None = tokens // size
+        elif summed is not None:
+            blocks = summed // engines_of[(job, instance)]
+            tokens = blocks * size if size else None
+        else:
+            blocks = None
         out.append(
             LiveEngine(
                 job=job,
                 instance=instance,
                 engine=engine,
-                model_name=lb.get("model_name", ""),
+                model_name=models.get((job, instance, engine), lb.get("model_name", "")),
                 num_gpu_blocks=blocks,
                 block_size=size,
                 cache_dtype=lb.get("cache_dtype", ""),
@@ -73,6 +92,20 @@ def live_capacity(
                 users_fit=_fit(blocks, size, context),
             )
         )
+    return out
+
+
+def _models(
+    source: MetricSource, at: float, selector: tuple[str, ...]
+) -> dict[tuple[str, str, str], str]:
+    """Each engine's model, from its running-requests gauge."""
+    sel = "{" + ", ".join(selector) + "}" if selector else ""
+    query = f"max by (job, instance, engine, model_name) ({RUNNING}{sel})"
+    out = {}
+    for s in source.query(query, at):
+        lb = s.labels
+        key = (lb.get("job", ""), lb.get("instance", ""), lb.get("engine", ""))
+        out[key] = lb.get("model_name", "")
     return out
 
 

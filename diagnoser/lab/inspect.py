@@ -39,7 +39,7 @@ DEFAULT = [
     "requests_waiting",
     "kv_cache_usage",
     "preemptions_rate",
-    "tokens_per_step_p99",
+    "long_prefills_rate",
     "api_server_cpu",
     "http_4xx_share",
     "http_5xx_share",

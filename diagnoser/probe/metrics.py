@@ -1,6 +1,6 @@
 """The probe's metric families, shared by ``servediag probe`` and the simulator.
 
-Both write the same names, label names, label values and bucket bounds (those of
+Both write the same names, label names, label values and bucket bounds (the probe's rows of
 ``diagnoser.core.families``), so the signals, recording rules and dashboards read a real probe and a
 simulated one alike:
 
@@ -22,11 +22,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from diagnoser.core import families as M
+from diagnoser.core import families as F
 from diagnoser.core.exposition import Histogram, Recorder, labels_of
 from diagnoser.probe.stream import OUTCOMES
 
-REQUESTS_HELP = "Probe requests by outcome."
 SKIPPED_HELP = "Probe requests not sent, by reason (budget, in_flight)."
 PROMPT_HELP = "Prompt length of the class's latest request, by who counted it."
 
@@ -45,9 +44,9 @@ class ProbeMetrics:
     def bucket(self, label: str) -> None:
         """Create the bucket's series at zero, so a first failure is already a rate."""
         if label not in self.ttft:
-            self.ttft[label] = Histogram(M.TTFT_BUCKETS)
-            self.itl[label] = Histogram(M.ITL_BUCKETS)
-            self.e2e[label] = Histogram(M.REQUEST_LATENCY_BUCKETS)
+            self.ttft[label] = Histogram(F.PROBE_TTFT.bucket_bounds(0))
+            self.itl[label] = Histogram(F.PROBE_ITL.bucket_bounds(0))
+            self.e2e[label] = Histogram(F.PROBE_E2E.bucket_bounds(0))
             for outcome in OUTCOMES:
                 self.outcomes.setdefault((label, outcome), 0.0)
 
@@ -83,15 +82,15 @@ class ProbeMetrics:
             return labels_of(model_name=model_name, target=target, **kw, **extra)
 
         histograms = (
-            ("llm_probe_ttft_seconds", "Client-side time to first token.", self.ttft),
-            ("llm_probe_itl_seconds", "Client-side gap between tokens.", self.itl),
-            ("llm_probe_e2e_seconds", "Client-side request latency.", self.e2e),
+            (F.PROBE_TTFT.name, F.PROBE_TTFT.help, self.ttft),
+            (F.PROBE_ITL.name, F.PROBE_ITL.help, self.itl),
+            (F.PROBE_E2E.name, F.PROBE_E2E.help, self.e2e),
         )
         for label in self.ttft:
             for name, help_, hists in histograms:
                 rec.sample_histogram(name, help_, lb(prompt_bucket=label), t, hists[label])
         series = (
-            ("llm_probe_requests_total", "counter", REQUESTS_HELP, "outcome", self.outcomes),
+            (F.PROBE_REQUESTS.name, "counter", F.PROBE_REQUESTS.help, "outcome", self.outcomes),
             ("llm_probe_skipped_total", "counter", SKIPPED_HELP, "reason", self.skipped),
             ("llm_probe_prompt_tokens", "gauge", PROMPT_HELP, "source", self.prompt_tokens),
         )

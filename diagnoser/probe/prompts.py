@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from diagnoser.core.families import prompt_bucket_label
+from diagnoser.core.buckets import prompt_bucket_label
 from diagnoser.core.tokens import WORDS
 from diagnoser.errors import UserError
 

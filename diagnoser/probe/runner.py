@@ -21,8 +21,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from statistics import median
 from typing import Any
 
+from diagnoser.core.buckets import prompt_bucket_label
 from diagnoser.core.exposition import Recorder, text_exposition
-from diagnoser.core.families import prompt_bucket_label
 from diagnoser.probe.metrics import ProbeMetrics
 from diagnoser.probe.prompts import Approximation, TokenCounter
 from diagnoser.probe.stream import Endpoint, ProbeError, Result, get_json, stream

@@ -13,7 +13,9 @@ ready, a sequence finishes, the phase quantum ends). Step times come from the ha
 
 The KV cache is counted in blocks; capacity follows from GPU memory, weights and overhead.
 When a running sequence needs a block and none is free, the newest sequence is preempted and
-later recomputed, as vLLM V1 does. Everything observable is recorded in ``EngineStats``.
+later recomputed, as vLLM V1 does. Everything observable is recorded in ``EngineStats`` at the
+moment vLLM's own metric code observes it (``vllm/v1/metrics/stats.py`` and ``loggers.py`` of
+0.33; each place names the function it follows).
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from diagnoser.hardware.presets import GB, GpuSpec, ModelSpec, kv_capacity_tokens
+
+CHAT = "/v1/chat/completions"
 
 
 @dataclass
@@ -71,22 +75,40 @@ class Request:
     prefilled: int = 0  # tokens computed so far (this admission)
     to_prefill: int = 0  # tokens this admission must compute
     cached: int = 0  # tokens found in the prefix cache (this admission)
+    first_cached: int = 0  # prefix-cache hits at the first admission (vLLM's PrefillStats)
     preemptions: int = 0
+    unreported_preemptions: int = 0  # preempted since its latest output
     probe: str | None = None  # prompt bucket, for synthetic probe requests
+    handler: str = CHAT  # the API route it arrived on
     outcome: str = ""  # "finished" or "aborted" (a crash) once it has left the engine
+
+
+Observations = list[tuple[np.ndarray, np.ndarray]]  # (values, how many times each)
 
 
 @dataclass
 class EngineStats:
-    """Observations since the last drain, as numpy-friendly lists."""
+    """Observations since the last drain, as numpy-friendly lists.
+
+    One engine step that produces output is one ``EngineCoreOutputs`` message, which the API
+    server turns into one ``IterationStats`` (``AsyncLLM.output_handler``); a step that only
+    ran prompt chunks short of a prompt's end produces no output and no observation.
+    """
 
     finished: list[Request] = field(default_factory=list)
+    ttft: list[float] = field(default_factory=list)  # IterationStats.update_from_output
     itl: list[tuple[float, int]] = field(default_factory=list)  # (seconds, tokens)
-    steps: list[tuple[float, int]] = field(default_factory=list)  # (tokens per step, steps)
-    preemptions: int = 0
+    # vllm:iteration_tokens_total, one value per output message: the tokens generated in it
+    # plus, for the requests whose first token it carries, the prompt tokens computed (vLLM >=
+    # 0.23: prompt_token_stats.computed, cached tokens excluded) or the whole prompt (before).
+    batches: Observations = field(default_factory=list)
+    batches_full_prompt: Observations = field(default_factory=list)
+    preemptions: int = 0  # reported with the preempted request's next output
     usage_at_preemption: list[float] = field(default_factory=list)  # KV in use, 0-1
-    prompt_tokens: int = 0  # prompt tokens of requests admitted for the first time
-    cached_tokens: int = 0
+    prefix_queries: int = 0  # prompt tokens looked up at first admission (scheduler stats)
+    prefix_hits: int = 0
+    prompt_tokens: int = 0  # prompt tokens of requests whose first token was output
+    cached_tokens: int = 0  # of those, found in the prefix cache
     generation_tokens: int = 0
     busy_seconds: float = 0.0
 
@@ -244,9 +266,10 @@ class Engine:
             if req.scheduled < 0:
                 req.scheduled = self.clock
                 hit = cfg.prefix_hit_share if cfg.enable_prefix_caching else 0.0
-                req.cached = min(req.prompt - 1, int(req.prompt * hit))
-                self.stats.prompt_tokens += req.prompt
-                self.stats.cached_tokens += req.cached
+                req.cached = req.first_cached = min(req.prompt - 1, int(req.prompt * hit))
+                # Scheduler: prefix-cache stats are recorded at admission, new requests only.
+                self.stats.prefix_queries += req.prompt
+                self.stats.prefix_hits += req.cached
                 req.to_prefill = req.prompt - req.cached
             else:  # recompute after preemption: the prompt and what was generated
                 req.cached = 0
@@ -271,7 +294,7 @@ class Engine:
             self.stats.usage_at_preemption.append(self.used_blocks() / self.num_blocks)
             victim = self.running.pop()
             victim.preemptions += 1
-            self.stats.preemptions += 1
+            victim.unreported_preemptions += 1
             self.waiting.appendleft(victim)
 
     def run_until(self, t_end: float) -> None:
@@ -308,32 +331,52 @@ class Engine:
         step_time = self.mixed_step_time(n_dec, self.running.context(), chunk, attn / steps)
         start = self.clock
         done_at_step = np.maximum(1, np.ceil(np.cumsum(todo) / budget)).astype(np.int64)
-        self.stats.steps.append((float(chunk + n_dec), steps))
+        decoded = np.zeros(steps)
         if n_dec:
-            self._emit_decode_tokens(steps, step_time)
+            decoded = self._emit_decode_tokens(steps, step_time)
         self.clock = start + steps * step_time
         self.stats.busy_seconds += steps * step_time
+        # Each step's output message: decode tokens, plus a first (or resumed) token and the
+        # prompt of every request whose prefill ends in it.
+        outputs, computed, full = decoded.copy(), np.zeros(steps), np.zeros(steps)
         for req, k in zip(self.prefilling, done_at_step, strict=True):
             t = start + int(k) * step_time
             req.prefilled = req.to_prefill
+            outputs[k - 1] += 1
             if req.generated == 0:
                 req.first_token = t
                 req.generated = 1
                 self.stats.generation_tokens += 1
+                # IterationStats.update_from_output, is_prefilling: TTFT and the prompt.
+                self.stats.ttft.append(t - req.arrival)
+                self.stats.prompt_tokens += req.prompt
+                self.stats.cached_tokens += req.first_cached
+                computed[k - 1] += req.prompt - req.first_cached
+                full[k - 1] += req.prompt
             else:  # resumed after preemption: the stall shows as one long token gap
                 self.stats.itl.append((t - req.last_token, 1))
+                # PREEMPTED events travel with the request's next output.
+                self.stats.preemptions += req.unreported_preemptions
+                req.unreported_preemptions = 0
             req.last_token = t
             if req.generated >= req.target_out:
                 self._finish(req, t)
             else:
                 self.running.add(req)
         self.prefilling = []
+        out = outputs > 0
+        self.stats.batches.append(_counted(outputs[out] + computed[out]))
+        self.stats.batches_full_prompt.append(_counted(outputs[out] + full[out]))
 
-    def _emit_decode_tokens(self, steps: int, step_time: float) -> None:
-        """Every running sequence gets one token per step; finishing ones stop early."""
+    def _emit_decode_tokens(self, steps: int, step_time: float) -> np.ndarray:
+        """Every running sequence gets one token per step; finishing ones stop early.
+
+        Returns the tokens each of the ``steps`` output."""
         run = self.running
         got = np.minimum(run.target - run.generated, steps)
         tokens = int(got.sum())
+        # Step j (1-based) outputs a token for every sequence with at least j left.
+        per_step = len(got) - np.searchsorted(np.sort(got), np.arange(1, steps + 1), side="left")
         self.stats.itl.append((step_time, tokens))
         self.stats.generation_tokens += tokens
         run.grow(got)
@@ -347,6 +390,7 @@ class Engine:
             run.keep(~done)
         # Sequences still running saw their last token at the end of the steps.
         run.last[:] = self.clock + steps * step_time
+        return per_step.astype(np.float64)
 
     def _decode_phase(self, t_end: float) -> None:
         nxt = self.next_ready()
@@ -363,8 +407,10 @@ class Engine:
             return
         if step is None:
             step = self.decode_step_time(len(self.running), self.running.context())
-        self.stats.steps.append((float(len(self.running)), steps))
-        self._emit_decode_tokens(steps, step)
+        per_step = self._emit_decode_tokens(steps, step)
+        observed = _counted(per_step)
+        self.stats.batches.append(observed)
+        self.stats.batches_full_prompt.append(observed)
         self.clock += steps * step
         self.stats.busy_seconds += steps * step
 
@@ -383,3 +429,11 @@ class Engine:
         self.waiting.clear()
         self.prefilling, self.running = [], Batch()
         return lost
+
+
+def _counted(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Distinct values and how often each occurs (histograms take weighted observations)."""
+    if values.size and values[0] == values[-1] and (values == values[0]).all():
+        return values[:1], np.array([float(values.size)])
+    uniq, counts = np.unique(values, return_counts=True)
+    return uniq, counts.astype(np.float64)

@@ -1,6 +1,12 @@
 """``servediag simulate SCENARIO --serve HOST:PORT``: the scenario in real time, over HTTP.
 
-``/metrics`` shows the latest scrape. ``/v1/models``, ``/v1/completions`` and
+Every target the scenario runs has its own ``/metrics``, as the real processes would, with no
+target labels in it: ``/servers/POD/metrics`` for each vLLM server (``503`` while it is
+down, so Prometheus records ``up == 0``), ``/dcgm/NODE/metrics`` for each node's
+dcgm-exporter, ``/probe/MODEL/metrics`` for a probe. ``/targets`` lists them for Prometheus'
+``http_sd_configs`` with the labels Kubernetes service discovery would give them (``job``,
+``instance``, ``namespace``, ``pod``); ``/metrics`` is the server itself when the scenario
+runs only one. ``/v1/models``, ``/v1/completions`` and
 ``/v1/chat/completions`` answer OpenAI-compatible requests (see :mod:`diagnoser.sim.openai`)
 with the timing the model predicts: each request is injected into the simulated engine like
 the scenario's own traffic, so it waits for tokenization, a batch slot and KV blocks, pays for
@@ -22,7 +28,7 @@ from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from diagnoser.core.exposition import Recorder, text_exposition
+from diagnoser.core.exposition import Recorder
 from diagnoser.sim.engine import Request
 from diagnoser.sim.openai import (
     CHAT_PATH,
@@ -71,7 +77,7 @@ class LiveSim:
         self.cond = threading.Condition()
         self.speed, self.proxy = speed, proxy
         self.started = time.time()
-        self.sim = Simulation(sc, self.rec, self.started)
+        self.sim = Simulation(sc, self.rec, self.started, live=True)
         self.models = [m.name for m in sc.models]
         self.ticks = 0
         self.stopped = False
@@ -80,9 +86,32 @@ class LiveSim:
         """The wall time of simulated time ``t``."""
         return self.started + (t - self.started) / self.speed
 
-    def render(self) -> str:
+    def page(self, path: str) -> tuple[int, str]:
+        """A target's ``/metrics`` (status, body); ``/metrics`` is the only server's."""
         with self.cond:  # a scrape never sees a half-written step
-            return text_exposition(self.rec)
+            if path == "/metrics":
+                servers = [p for p in self.sim.pages if p.startswith("/servers/")]
+                if len(servers) != 1:
+                    return 404, (
+                        f"this scenario runs {len(servers)} servers: scrape each target that "
+                        "/targets lists (Prometheus http_sd_configs)\n"
+                    )
+                path = servers[0]
+            if path not in self.sim.pages:
+                return 404, f"{path} is not served here\n"
+            body = self.sim.pages[path]
+            if body is None:
+                return 503, "the server is down\n"
+            return 200, body
+
+    def targets(self, address: str) -> list[dict[str, Any]]:
+        """The scenario's targets as Prometheus HTTP service discovery reads them."""
+        with self.cond:
+            return [
+                {"targets": [address], "labels": {"__metrics_path__": path, **labels}}
+                for run in self.sim.runs
+                for path, labels in run.targets()
+            ]
 
     def run(self, stop: threading.Event) -> None:
         try:
@@ -120,18 +149,20 @@ class LiveSim:
             if run is None:
                 raise ApiError(404, f"The model `{c.model}` does not exist.", "NotFoundError")
             limit = run.m.engine.max_model_len
+            route = CHAT_PATH if c.chat else COMPLETIONS_PATH
             try:
                 check_length(c, limit)
             except ApiError:
                 if run.serving():  # the API server tokenized it before refusing it
-                    run.inject(Request(0, self.sim.t, c.prompt_tokens, 1, 1, True), True)
+                    refused = Request(0, self.sim.t, c.prompt_tokens, 1, 1, True, handler=route)
+                    run.inject(refused, True)
                 raise
             if not run.serving():
                 raise ApiError(503, "the server is restarting", "ServiceUnavailableError")
             cap = min(c.max_tokens or limit, limit - c.prompt_tokens)
             want = int(run.m.workload.output.sample(run.rng, 1)[0])
             target = max(1, min(want, cap))
-            req = Request(0, self.sim.t, c.prompt_tokens, target, cap, length_stop=target >= cap)
+            req = Request(0, self.sim.t, c.prompt_tokens, target, cap, target >= cap, handler=route)
             run.inject(req)
             return run, req
 
@@ -167,8 +198,14 @@ def make_handler(live: LiveSim) -> type[BaseHTTPRequestHandler]:
 
         def do_GET(self) -> None:
             path = self.path.split("?")[0]
-            if path == "/metrics":
-                self._send(200, live.render().encode(), CONTENT_TYPE)
+            if path == "/metrics" or path.endswith("/metrics"):
+                status, body = live.page(path)
+                self._send(status, body.encode(), CONTENT_TYPE if status == 200 else "text/plain")
+            elif path == "/targets":
+                addr = self.server.server_address
+                bound = f"{addr[0]!s}:{addr[1]!s}" if isinstance(addr, tuple) else "localhost"
+                host = self.headers.get("Host") or bound
+                self._json(200, live.targets(host))
             elif path == "/v1/models":
                 self._json(200, live.models_doc())
             elif path == "/health":
@@ -257,7 +294,7 @@ def make_handler(live: LiveSim) -> type[BaseHTTPRequestHandler]:
             self.end_headers()
             self.wfile.write(body)
 
-        def _json(self, status: int, doc: dict[str, Any]) -> None:
+        def _json(self, status: int, doc: dict[str, Any] | list[dict[str, Any]]) -> None:
             import json
 
             self._send(status, json.dumps(doc).encode())

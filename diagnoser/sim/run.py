@@ -5,11 +5,11 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
-from diagnoser.core.exposition import Recorder, labels_of
+from diagnoser.core.exposition import Recorder, labels_of, text_exposition
 from diagnoser.probe.metrics import ProbeMetrics
 from diagnoser.sim.engine import Request
 from diagnoser.sim.scenario import Change, ModelScenario, Probe, Scenario, resolve
@@ -218,17 +218,54 @@ class ModelRun:
 
     # --- scrape ---------------------------------------------------------------------------
 
-    def record(self, rec: Recorder, t: float, interval: float) -> None:
+    PROBE_TARGET: ClassVar[dict[str, str]] = {"job": "llm-probe", "instance": "llm-probe:9464"}
+
+    def _collect(self) -> None:
         for server in self.servers:
             for req in server.collect():
                 if req.probe is not None:
                     self._probe_done(req)
+
+    def record(self, rec: Recorder, t: float, interval: float) -> None:
+        """A scrape of every target, as Prometheus stores it (target labels and ``up``)."""
+        self._collect()
+        for server in self.servers:
             server.record(rec, t, interval)
         if not self.m.probe.enabled:
             return
-        target = {"job": "llm-probe", "instance": "llm-probe:9464"}
+        target = self.PROBE_TARGET
         rec.sample("up", "gauge", "Scrape health.", labels_of(**target), t, 1.0)
         self.probe.record(rec, t, self.m.name, self.m.probe.target, **target)
+
+    def expose(self, t: float, interval: float) -> dict[str, str | None]:
+        """Each target's ``/metrics`` body at a scrape, by path, as the targets themselves
+        serve it: no target labels; ``None`` while the server is down."""
+        self._collect()
+        pages: dict[str, str | None] = {}
+        for server in self.servers:
+            rec = Recorder(history=False)
+            server.record_metrics(rec, t, {})
+            pages[f"/servers/{server.s.pod}/metrics"] = text_exposition(rec) if server.up else None
+            if server.s.dcgm:
+                rec = Recorder(history=False)
+                server.record_dcgm(rec, t, interval, target=False)
+                pages[f"/dcgm/{server.s.node}/metrics"] = text_exposition(rec)
+        if self.m.probe.enabled:
+            rec = Recorder(history=False)
+            self.probe.record(rec, t, self.m.name, self.m.probe.target)
+            pages[f"/probe/{_slug(self.m.name)}/metrics"] = text_exposition(rec)
+        return pages
+
+    def targets(self) -> list[tuple[str, dict[str, str]]]:
+        """Each target's path and the labels service discovery gives it."""
+        out = []
+        for server in self.servers:
+            out.append((f"/servers/{server.s.pod}/metrics", server.target_labels()))
+            if server.s.dcgm:
+                out.append((f"/dcgm/{server.s.node}/metrics", server.dcgm_target()))
+        if self.m.probe.enabled:
+            out.append((f"/probe/{_slug(self.m.name)}/metrics", dict(self.PROBE_TARGET)))
+        return out
 
 
 def _slug(name: str) -> str:
@@ -252,8 +289,10 @@ def run_iter(sc: Scenario, end: float, rec: Recorder) -> Iterator[float]:
 class Simulation:
     """Every model of a scenario, stepped together and recorded at every scrape."""
 
-    def __init__(self, sc: Scenario, rec: Recorder, start: float):
+    def __init__(self, sc: Scenario, rec: Recorder, start: float, live: bool = False):
         self.rec = rec
+        self.live = live
+        self.pages: dict[str, str | None] = {}  # live: each target's latest /metrics
         self.interval = sc.scrape_interval
         rng = np.random.default_rng(sc.seed)
         self.runs = [
@@ -275,7 +314,10 @@ class Simulation:
         while self.t < (end - 1e-9 if exact else end + 1e-9):
             if self.t >= self.next_scrape - 1e-9:
                 for run in self.runs:
-                    run.record(self.rec, self.next_scrape, self.interval)
+                    if self.live:
+                        self.pages.update(run.expose(self.next_scrape, self.interval))
+                    else:
+                        run.record(self.rec, self.next_scrape, self.interval)
                 yield self.next_scrape
                 self.next_scrape += self.interval
             dt = min(TICK, self.next_scrape - self.t)

@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from diagnoser.core.buckets import prompt_bucket_label
 from diagnoser.core.durations import parse_duration
-from diagnoser.core.families import prompt_bucket_label
 from diagnoser.errors import FileFieldError, read_yaml_mapping
 from diagnoser.hardware import presets as hardware
 from diagnoser.sim.engine import EngineConfig

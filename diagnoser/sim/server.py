@@ -2,7 +2,13 @@
 
 The API server tokenizes on a CPU budget (one process saturates near one core), rejects
 prompts longer than ``max_model_len`` with HTTP 400, and hands the rest to the least busy
-data-parallel engine. What the engines do becomes vLLM's metrics, named per version profile.
+data-parallel engine. What the engines do becomes vLLM's metrics, named per version profile
+(:mod:`diagnoser.sim.vllm_metrics`); the API server adds prometheus-fastapi-instrumentator's
+HTTP families and, with one API-server process only, prometheus_client's ``process_*``.
+
+A real server's ``/metrics`` carries no target labels: Prometheus adds ``job`` and
+``instance`` (and service discovery ``namespace`` and ``pod``). The batch simulation writes
+them itself, as Prometheus would have stored them; the live server leaves them out.
 """
 
 from __future__ import annotations
@@ -11,13 +17,15 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from diagnoser.core import families as M
-from diagnoser.core.exposition import Histogram, Labels, Recorder, labels_of
+from diagnoser.core import families as F
+from diagnoser.core.exposition import Histogram, Recorder, labels_of
 from diagnoser.hardware.presets import GB, GpuSpec, ModelSpec
-from diagnoser.sim.engine import Engine, EngineConfig, EngineStats, Request
+from diagnoser.sim.engine import CHAT, Engine, EngineConfig, Request
+from diagnoser.sim.vllm_metrics import PROFILES, EngineMetrics, record_api_server, record_engine
 
-PROFILES = ("0.33", "0.8")
-CHAT = "/v1/chat/completions"
+__all__ = ["PROFILES", "ApiServerConfig", "Fault", "Server", "ServerSpec"]
+REQUEST_BYTES = 200  # JSON around the prompt: model, parameters, message framing
+BYTES_PER_TOKEN = 4
 
 
 @dataclass
@@ -33,74 +41,6 @@ class ApiServerConfig:
 class Fault:
     other_process_gb: float = 0.0  # GPU memory taken by another process
     restart_seconds: float = 60.0  # time to come back after a crash or deploy
-
-
-class EngineMetrics:
-    """vLLM's per-engine histograms and counters, reset when the server restarts."""
-
-    def __init__(self, max_model_len: int):
-        tok = M.request_token_buckets(max_model_len)
-        self.h = {
-            "ttft": Histogram(M.TTFT_BUCKETS),
-            "itl": Histogram(M.ITL_BUCKETS),
-            "tpot": Histogram(M.ITL_BUCKETS),
-            "e2e": Histogram(M.REQUEST_LATENCY_BUCKETS),
-            "queue": Histogram(M.REQUEST_LATENCY_BUCKETS),
-            "inference": Histogram(M.REQUEST_LATENCY_BUCKETS),
-            "prefill": Histogram(M.REQUEST_LATENCY_BUCKETS),
-            "decode": Histogram(M.REQUEST_LATENCY_BUCKETS),
-            "prompt": Histogram(tok),
-            "generation": Histogram(tok),
-            "max_tokens": Histogram(tok),
-            "params_n": Histogram((1.0, 2.0, 5.0, 10.0, 20.0)),
-            "steps": Histogram(M.ITERATION_TOKENS_BUCKETS),
-            "preemptions": Histogram(M.PREEMPTIONS_BUCKETS),
-        }
-        self.finished = {r: 0.0 for r in ("stop", "length", "abort", "error", "repetition")}
-        self.prompt_tokens = 0.0
-        self.generation_tokens = 0.0
-        self.preemptions = 0.0
-        self.prefix_queries = 0.0
-        self.prefix_hits = 0.0
-
-    def absorb(self, st: EngineStats) -> list[Request]:
-        """Fold an engine's observations in; returns the finished requests."""
-        h = self.h
-        fin = st.finished
-        if fin:
-            arrival = np.array([r.arrival for r in fin])
-            ready = np.array([r.ready for r in fin])
-            sched = np.array([r.scheduled for r in fin])
-            first = np.array([r.first_token for r in fin])
-            last = np.array([r.last_token for r in fin])
-            gen = np.array([r.generated for r in fin], dtype=np.float64)
-            h["ttft"].observe(first - arrival)
-            h["e2e"].observe(last - arrival)
-            h["queue"].observe(sched - ready)
-            h["inference"].observe(last - sched)
-            h["prefill"].observe(first - sched)
-            h["decode"].observe(last - first)
-            multi = gen > 1
-            h["tpot"].observe(((last - first)[multi]) / (gen[multi] - 1))
-            h["prompt"].observe([r.prompt for r in fin])
-            h["generation"].observe(gen)
-            h["max_tokens"].observe([r.max_tokens for r in fin])
-            h["params_n"].observe(np.ones(len(fin)))
-            h["preemptions"].observe([r.preemptions for r in fin if r.preemptions])
-            for r in fin:
-                self.finished["length" if r.length_stop else "stop"] += 1
-        if st.itl:
-            v, w = zip(*st.itl, strict=True)
-            h["itl"].observe(np.array(v), np.array(w, dtype=np.float64))
-        if st.steps:
-            v, w = zip(*st.steps, strict=True)
-            h["steps"].observe(np.array(v), np.array(w, dtype=np.float64))
-        self.prompt_tokens += st.prompt_tokens
-        self.generation_tokens += st.generation_tokens
-        self.preemptions += st.preemptions
-        self.prefix_queries += st.prompt_tokens
-        self.prefix_hits += st.cached_tokens
-        return fin
 
 
 @dataclass
@@ -153,10 +93,13 @@ class Server:
         self.engines = [
             Engine(self.s.spec, self.s.gpu, self.s.engine, start=t) for _ in range(self.s.engines)
         ]
-        self.em = [EngineMetrics(self.s.engine.max_model_len) for _ in self.engines]
+        self.em = [EngineMetrics(self.s.engine.max_model_len, self.s.version) for _ in self.engines]
         self.cpu_seconds = 0.0
         self.cpu_free_at = t
         self.http = {}
+        self.http_highr = Histogram(F.HTTP_DURATION_HIGHR.bucket_bounds(0))
+        self.http_duration: dict[str, Histogram] = {}
+        self.http_size: dict[str, list[float]] = {}  # handler -> [count, request bytes]
         self.busy = [0.0] * len(self.engines)
 
     def _oom(self) -> bool:
@@ -198,15 +141,24 @@ class Server:
             self.cpu_free_at = begin + cost / api.processes
             self.cpu_seconds += cost
             if too_long:
-                self._http("4xx")
+                self._http(req, "4xx", self.cpu_free_at - req.arrival)
                 continue
             req.ready = self.cpu_free_at
             engine = min(self.engines, key=lambda e: e.num_running() + len(e.waiting))
             engine.submit(req)
 
-    def _http(self, status: str, n: float = 1.0) -> None:
-        key = (CHAT, status)
-        self.http[key] = self.http.get(key, 0.0) + n
+    def _http(self, req: Request, status: str, seconds: float) -> None:
+        """The instrumentator's middleware, when the response (a whole stream) is done."""
+        key = (req.handler, status)
+        self.http[key] = self.http.get(key, 0.0) + 1
+        self.http_highr.observe([seconds])
+        hist = self.http_duration.get(req.handler)
+        if hist is None:
+            hist = self.http_duration[req.handler] = Histogram(F.HTTP_DURATION.bucket_bounds(0))
+        hist.observe([seconds])
+        size = self.http_size.setdefault(req.handler, [0.0, 0.0])
+        size[0] += 1
+        size[1] += REQUEST_BYTES + BYTES_PER_TOKEN * req.prompt
 
     def advance(self, t_end: float, dt: float) -> None:
         """Run the engines to ``t_end`` (observations wait in them until ``collect``)."""
@@ -226,8 +178,9 @@ class Server:
             st = engine.drain()
             self.busy[i] += st.busy_seconds
             self.cpu_seconds += st.generation_tokens * api.cpu_per_output_token
-            done += em.absorb(st)
-        self._http("2xx", float(len(done)))
+            done += em.absorb(st, engine.cfg.block_size)
+        for req in done:
+            self._http(req, "2xx", req.last_token - req.arrival)
         return done
 
     # --- exposition -----------------------------------------------------------------------
@@ -237,184 +190,70 @@ class Server:
         return {"job": s.job, "instance": s.instance, "namespace": s.namespace, "pod": s.pod}
 
     def record(self, rec: Recorder, t: float, interval: float) -> None:
-        """One scrape at ``t``: ``up`` always, everything else only when the server answers."""
+        """One scrape at ``t`` as Prometheus stores it: ``up`` and the target's labels on
+        every series; the server's own series only while it answers."""
         target = self.target_labels()
-        rec.sample("up", "gauge", "Scrape health.", labels_of(**target), t, 1.0 if self.up else 0.0)
+        rec.sample(F.UP.name, F.UP.type, F.UP.help, labels_of(**target), t, float(self.up))
         if self.s.dcgm:
-            self._record_dcgm(rec, t, interval)
+            self.record_dcgm(rec, t, interval)
+        self.record_metrics(rec, t, target)
+
+    def record_metrics(self, rec: Recorder, t: float, target: dict[str, str]) -> None:
+        """The server's ``/metrics`` at ``t`` (nothing while it is down), each series with
+        ``target``'s labels added (none for a live exposition)."""
         if not self.up:
             return
-        v033 = self.s.version == "0.33"
+        model = labels_of(model_name=self.s.model_name, **target)
         for i, (engine, em) in enumerate(zip(self.engines, self.em, strict=True)):
-            lb = labels_of(model_name=self.s.model_name, engine=str(i), **target)
-            self._record_engine(rec, t, lb, engine, em, v033)
-        if self.s.api.processes == 1:
-            lb = labels_of(**target)
-            rec.sample(
-                "process_cpu_seconds_total",
-                "counter",
-                "Total user and system CPU time spent in seconds.",
-                lb,
-                t,
-                self.cpu_seconds,
-            )
-            rec.sample(
-                "process_start_time_seconds",
-                "gauge",
-                "Start time of the process since unix epoch in seconds.",
-                lb,
-                t,
-                self.started_at,
-            )
-        for status in ("2xx", "4xx", "5xx"):
-            lb = labels_of(handler=CHAT, method="POST", status=status, **target)
-            rec.sample(
-                "http_requests_total",
-                "counter",
-                "Total number of requests by method, status and handler.",
-                lb,
-                t,
-                self.http.get((CHAT, status), 0.0),
-            )
+            record_engine(rec, t, model, i, engine, em, len(self.engines))
+        record_api_server(rec, t, model, self.s.version)
+        lb = labels_of(**target)
+        if self.s.api.processes == 1:  # prometheus_client's default registry
+            for fam, value in (
+                (F.PROCESS_CPU, self.cpu_seconds),
+                (F.PROCESS_START, self.started_at),
+            ):
+                rec.sample(fam.name, fam.type, fam.help, lb, t, value)
+        self._record_http(rec, t, target)
 
-    def _record_engine(
-        self, rec: Recorder, t: float, lb: Labels, engine: Engine, em: EngineMetrics, v033: bool
-    ) -> None:
-        g = "gauge"
-        rec.sample(
-            "vllm:num_requests_running",
-            g,
-            "Number of requests in model execution batches.",
-            lb,
-            t,
-            engine.num_running(),
-        )
-        # Requests still being tokenized are the API server's, not the engine's queue.
-        waiting = float(sum(1 for r in engine.waiting if r.ready <= t))
-        rec.sample(
-            "vllm:num_requests_waiting",
-            g,
-            "Number of requests waiting to be processed.",
-            lb,
-            t,
-            waiting,
-        )
-        kv_name = "vllm:kv_cache_usage_perc" if v033 else "vllm:gpu_cache_usage_perc"
-        rec.sample(
-            kv_name, g, "KV-cache usage. 1 means 100 percent usage.", lb, t, engine.kv_usage()
-        )
-        if v033:
-            for reason, value in (("capacity", waiting), ("deferred", 0.0)):
+    def _record_http(self, rec: Recorder, t: float, target: dict[str, str]) -> None:
+        handlers = sorted({CHAT, *self.http_duration})
+        fam = F.HTTP_REQUESTS
+        for handler in handlers:
+            for status in ("2xx", "4xx", "5xx"):
+                lb = labels_of(handler=handler, method="POST", status=status, **target)
                 rec.sample(
-                    "vllm:num_requests_waiting_by_reason",
-                    g,
-                    "Waiting requests by reason.",
-                    (*lb, ("reason", reason)),
-                    t,
-                    value,
+                    fam.name, fam.type, fam.help, lb, t, self.http.get((handler, status), 0.0)
                 )
-        cfg = engine.cfg
-        info = (
-            *lb,
-            ("block_size", str(cfg.block_size)),
-            ("cache_dtype", "auto" if cfg.kv_cache_dtype_bytes == 2 else "fp8"),
-            ("enable_prefix_caching", str(cfg.enable_prefix_caching)),
-            ("gpu_memory_utilization", str(cfg.gpu_memory_utilization)),
-            ("num_gpu_blocks", str(engine.num_blocks)),
-        )
-        rec.sample(
-            "vllm:cache_config_info",
-            g,
-            "Information of the LLMEngine CacheConfig.",
-            tuple(sorted(info)),
-            t,
-            1.0,
-        )
-        c = "counter"
-        reasons = (
-            ("stop", "length", "abort", "error", "repetition")
-            if v033
-            else ("stop", "length", "abort")
-        )
-        for reason in reasons:
-            rec.sample(
-                "vllm:request_success_total",
-                c,
-                "Count of successfully processed requests.",
-                tuple(sorted((*lb, ("finished_reason", reason)))),
+        for handler in sorted(self.http_duration):
+            lb = labels_of(handler=handler, **target)
+            count, size = self.http_size[handler]
+            rec.sample_summary(
+                F.HTTP_REQUEST_SIZE.name, F.HTTP_REQUEST_SIZE.help, lb, t, count, size
+            )
+            # Streamed responses have no Content-Length; the instrumentator observes 0.
+            rec.sample_summary(
+                F.HTTP_RESPONSE_SIZE.name, F.HTTP_RESPONSE_SIZE.help, lb, t, count, 0.0
+            )
+            lb = labels_of(handler=handler, method="POST", **target)
+            rec.sample_histogram(
+                F.HTTP_DURATION.name, F.HTTP_DURATION.help, lb, t, self.http_duration[handler]
+            )
+        if self.http_duration:
+            rec.sample_histogram(
+                F.HTTP_DURATION_HIGHR.name,
+                F.HTTP_DURATION_HIGHR.help,
+                labels_of(**target),
                 t,
-                em.finished[reason],
+                self.http_highr,
             )
-        rec.sample(
-            "vllm:prompt_tokens_total",
-            c,
-            "Number of prefill tokens processed.",
-            lb,
-            t,
-            em.prompt_tokens,
-        )
-        rec.sample(
-            "vllm:generation_tokens_total",
-            c,
-            "Number of generation tokens processed.",
-            lb,
-            t,
-            em.generation_tokens,
-        )
-        rec.sample(
-            "vllm:num_preemptions_total",
-            c,
-            "Cumulative number of preemption from the engine.",
-            lb,
-            t,
-            em.preemptions,
-        )
-        prefix = "vllm:prefix_cache_" if v033 else "vllm:gpu_prefix_cache_"
-        rec.sample(
-            prefix + "queries_total",
-            c,
-            "Prefix cache queries, in tokens.",
-            lb,
-            t,
-            em.prefix_queries,
-        )
-        rec.sample(prefix + "hits_total", c, "Prefix cache hits, in tokens.", lb, t, em.prefix_hits)
-        h = em.h
-        hist = [
-            ("vllm:time_to_first_token_seconds", "ttft", "Histogram of time to first token."),
-            ("vllm:e2e_request_latency_seconds", "e2e", "Histogram of e2e request latency."),
-            ("vllm:request_queue_time_seconds", "queue", "Time spent in WAITING phase."),
-            ("vllm:request_inference_time_seconds", "inference", "Time spent in RUNNING phase."),
-            ("vllm:request_prefill_time_seconds", "prefill", "Time spent in PREFILL phase."),
-            ("vllm:request_decode_time_seconds", "decode", "Time spent in DECODE phase."),
-            ("vllm:request_prompt_tokens", "prompt", "Number of prefill tokens processed."),
-            ("vllm:request_generation_tokens", "generation", "Number of generation tokens."),
-            ("vllm:request_params_max_tokens", "max_tokens", "The max_tokens request parameter."),
-            ("vllm:request_params_n", "params_n", "The n request parameter."),
-            ("vllm:iteration_tokens_total", "steps", "Number of tokens per engine_step."),
-        ]
-        if v033:
-            hist += [
-                ("vllm:inter_token_latency_seconds", "itl", "Histogram of inter-token latency."),
-                (
-                    "vllm:request_time_per_output_token_seconds",
-                    "tpot",
-                    "Time per output token per request.",
-                ),
-                ("vllm:request_num_preemptions", "preemptions", "Preemptions per request."),
-            ]
-        else:
-            hist.append(
-                (
-                    "vllm:time_per_output_token_seconds",
-                    "itl",
-                    "Histogram of time per output token in seconds. DEPRECATED.",
-                )
-            )
-        for name, key, help_ in hist:
-            rec.sample_histogram(name, help_, lb, t, h[key])
 
-    def _record_dcgm(self, rec: Recorder, t: float, interval: float) -> None:
+    def dcgm_target(self) -> dict[str, str]:
+        return {"job": "dcgm", "instance": f"{self.s.node}:9400"}
+
+    def record_dcgm(self, rec: Recorder, t: float, interval: float, target: bool = True) -> None:
+        """dcgm-exporter on the server's node, with its Kubernetes pod mapping (its own
+        labels); ``target`` adds the scrape's ``job`` and ``instance``."""
         s = self.s
         total_mib = s.gpu.memory_bytes / 2**20
         vllm_mib = (s.gpu.memory_bytes * s.engine.gpu_memory_utilization / 2**20) if self.up else 0
@@ -434,26 +273,12 @@ class Server:
                 namespace=s.namespace,
                 pod=s.pod,
                 container="vllm",
-                job="dcgm",
-                instance=f"{s.node}:9400",
+                **(self.dcgm_target() if target else {}),
             )
-            rec.sample(
-                "DCGM_FI_DEV_GPU_UTIL", "gauge", "GPU utilization (in %).", lb, t, round(util)
-            )
-            rec.sample(
-                "DCGM_FI_DEV_FB_USED",
-                "gauge",
-                "Framebuffer memory used (in MiB).",
-                lb,
-                t,
-                round(used),
-            )
-            rec.sample(
-                "DCGM_FI_DEV_FB_FREE",
-                "gauge",
-                "Framebuffer memory free (in MiB).",
-                lb,
-                t,
-                round(total_mib - used),
-            )
+            for fam, value in (
+                (F.GPU_UTIL, util),
+                (F.GPU_FB_USED, used),
+                (F.GPU_FB_FREE, total_mib - used),
+            ):
+                rec.sample(fam.name, fam.type, fam.help, lb, t, round(value))
         self.busy = [0.0] * len(self.busy)

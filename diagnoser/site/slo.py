@@ -18,12 +18,12 @@ import re
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
-from diagnoser.core import families
+from diagnoser.core import buckets
 from diagnoser.core.durations import parse_duration
 
 MATCHER = re.compile(r'\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*(=~|!~|!=|=)\s*"((?:[^"\\\n]|\\.)*)"\s*')
 OBJECTIVES = ("availability", "ttft", "itl")
-THRESHOLDS = {"ttft_seconds": families.TTFT_BUCKETS, "itl_seconds": families.ITL_BUCKETS}
+THRESHOLDS = {"ttft_seconds": buckets.TTFT_BUCKETS, "itl_seconds": buckets.ITL_BUCKETS}
 
 
 class SloError(ValueError):
@@ -119,7 +119,7 @@ def _objectives(raw: dict[str, Any], base: Objectives, where: str) -> Objectives
         if key in OBJECTIVES and not 0 < value < 1:
             raise SloError(f"{where}.{key}: an objective is a share between 0 and 1, like 0.999")
         if key in THRESHOLDS and float(value) not in THRESHOLDS[key]:
-            bounds = ", ".join(families.le_label(b) for b in THRESHOLDS[key])
+            bounds = ", ".join(buckets.le_label(b) for b in THRESHOLDS[key])
             raise SloError(f"{where}.{key}: {value:g} s is not a bucket boundary ({bounds})")
         values[key] = float(value)
     return replace(base, **values)

@@ -72,7 +72,8 @@ def signals() -> list[Signal]:
             "frontend_time_mean",
             "s",
             "TTFT not spent queued or prefilling in the engine: tokenization and API-server "
-            "overhead, mean.",
+            "overhead, mean. vLLM observes TTFT at the first token and queue and prefill time "
+            "at the finish, so during a sharp change the two lag by a request's decode time.",
             q.difference(q.hist_mean(TTFT), q.total(q.hist_mean(QUEUE), q.hist_mean(PREFILL))),
             ("vllm_frontend_time_seconds", "mean"),
         ),

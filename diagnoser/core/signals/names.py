@@ -1,44 +1,49 @@
 """The metric families each signal reads, by role; renamed families newest name first.
 
-One table: the signals, the dashboards' heatmaps and the diagnoser name families only through
-these constants, so a rename in vLLM is one edit here (and one row in ``core.families``).
+Every name comes from the family table (:mod:`diagnoser.core.families`), which the simulator
+emits from too, so a rename in vLLM is one edit there.
 """
 
 from __future__ import annotations
 
-TTFT = "vllm:time_to_first_token_seconds"
-ITL = ("vllm:inter_token_latency_seconds", "vllm:time_per_output_token_seconds")
-TPOT = ("vllm:request_time_per_output_token_seconds", "vllm:time_per_output_token_seconds")
-E2E = "vllm:e2e_request_latency_seconds"
-QUEUE = "vllm:request_queue_time_seconds"
-PREFILL = "vllm:request_prefill_time_seconds"
-DECODE = "vllm:request_decode_time_seconds"
-PROMPT = "vllm:request_prompt_tokens"
-GENERATION = "vllm:request_generation_tokens"
-MAX_TOKENS = "vllm:request_params_max_tokens"
-STEP_TOKENS = "vllm:iteration_tokens_total"
-SUCCESS = "vllm:request_success_total"
-PROMPT_TOKENS = "vllm:prompt_tokens_total"
-GENERATION_TOKENS = "vllm:generation_tokens_total"
-PREEMPTIONS = "vllm:num_preemptions_total"
-RUNNING = "vllm:num_requests_running"
-WAITING = "vllm:num_requests_waiting"
-WAITING_BY_REASON = "vllm:num_requests_waiting_by_reason"
-KV_USAGE = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")
-PREFIX_HITS = ("vllm:prefix_cache_hits_total", "vllm:gpu_prefix_cache_hits_total")
-PREFIX_QUERIES = ("vllm:prefix_cache_queries_total", "vllm:gpu_prefix_cache_queries_total")
-HTTP_REQUESTS = "http_requests_total"
-PROCESS_CPU = "process_cpu_seconds_total"
-PROCESS_START = "process_start_time_seconds"
-GPU_UTIL = "DCGM_FI_DEV_GPU_UTIL"
-GPU_FB_USED = "DCGM_FI_DEV_FB_USED"
-GPU_FB_FREE = "DCGM_FI_DEV_FB_FREE"
-PROBE_TTFT = "llm_probe_ttft_seconds"
-PROBE_ITL = "llm_probe_itl_seconds"
-PROBE_E2E = "llm_probe_e2e_seconds"
-PROBE_REQUESTS = "llm_probe_requests_total"
+from diagnoser.core import families as F
 
-UP = "up"
+TTFT = F.TTFT.name
+ITL = (F.ITL.name, F.TPOT_OLD.name)
+TPOT = (F.TPOT.name, F.TPOT_OLD.name)
+E2E = F.E2E.name
+QUEUE = F.QUEUE.name
+PREFILL = F.PREFILL.name
+DECODE = F.DECODE.name
+PROMPT = F.PROMPT.name
+PREFILL_COMPUTED = F.PREFILL_COMPUTED.name
+GENERATION = F.GENERATION.name
+MAX_TOKENS = F.MAX_TOKENS.name
+STEP_TOKENS = F.STEP_TOKENS.name
+SUCCESS = F.SUCCESS.name
+PROMPT_TOKENS = F.PROMPT_TOKENS.name
+PROMPT_TOKENS_BY_SOURCE = F.PROMPT_TOKENS_BY_SOURCE.name
+GENERATION_TOKENS = F.GENERATION_TOKENS.name
+PREEMPTIONS = F.PREEMPTIONS.name
+RUNNING = F.RUNNING.name
+WAITING = F.WAITING.name
+WAITING_BY_REASON = F.WAITING_BY_REASON.name
+KV_USAGE = (F.KV_USAGE.name, F.KV_USAGE_OLD.name)
+PREFIX_HITS = (F.PREFIX_HITS.name, F.PREFIX_HITS_OLD.name)
+PREFIX_QUERIES = (F.PREFIX_QUERIES.name, F.PREFIX_QUERIES_OLD.name)
+CACHE_CONFIG = F.CACHE_CONFIG.name
+HTTP_REQUESTS = F.HTTP_REQUESTS.name
+PROCESS_CPU = F.PROCESS_CPU.name
+PROCESS_START = F.PROCESS_START.name
+GPU_UTIL = F.GPU_UTIL.name
+GPU_FB_USED = F.GPU_FB_USED.name
+GPU_FB_FREE = F.GPU_FB_FREE.name
+PROBE_TTFT = F.PROBE_TTFT.name
+PROBE_ITL = F.PROBE_ITL.name
+PROBE_E2E = F.PROBE_E2E.name
+PROBE_REQUESTS = F.PROBE_REQUESTS.name
+
+UP = F.UP.name
 
 # The handlers that carry inference traffic: OpenAI's completions, chat completions and
 # responses APIs, and Anthropic's messages API (vLLM serves all four).

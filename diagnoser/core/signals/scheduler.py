@@ -4,18 +4,26 @@ engine steps."""
 from __future__ import annotations
 
 from diagnoser.core import promql as q
+from diagnoser.core.buckets import le_label
 from diagnoser.core.signals.base import Signal
 from diagnoser.core.signals.names import (
     KV_USAGE,
     PREEMPTIONS,
+    PREFILL_COMPUTED,
     PREFIX_HITS,
     PREFIX_QUERIES,
+    PROMPT,
+    PROMPT_TOKENS,
+    PROMPT_TOKENS_BY_SOURCE,
     RUNNING,
     STEP_TOKENS,
     WAITING,
     WAITING_BY_REASON,
 )
 from diagnoser.core.signals.traffic import REQUEST_RATE
+
+# A prompt this long is a long prefill: the 1-2-5 token buckets' first bound above 4096.
+LONG_PREFILL = le_label(5000)
 
 
 def signals() -> list[Signal]:
@@ -40,7 +48,7 @@ def signals() -> list[Signal]:
         s(
             "requests_waiting_by_reason",
             "requests",
-            "Waiting requests by reason: capacity or deferred (vLLM >= 0.25).",
+            "Waiting requests by reason: capacity or deferred (vLLM >= 0.20).",
             q.gauge_by("sum", WAITING_BY_REASON, "reason"),
             ("vllm_num_requests_waiting_by_reason", "sum"),
         ),
@@ -67,33 +75,51 @@ def signals() -> list[Signal]:
             ("vllm_num_preemptions_per_request", "ratio"),
         ),
         s(
-            "tokens_per_step_mean",
+            "output_batch_tokens_mean",
             "tokens",
-            "Tokens computed per engine step (prefill plus decode), mean.",
+            "Tokens per engine output batch, mean: the tokens generated in it plus the prompts "
+            "of the requests whose first token it carries, uncached tokens only from vLLM 0.23 "
+            "(vllm:iteration_tokens_total). Not a step's size: a chunked prompt counts once, "
+            "whole, in the batch that ends its prefill; steps with no output are not counted.",
             q.hist_mean(STEP_TOKENS),
             ("vllm_iteration_tokens", "mean"),
         ),
         s(
-            "tokens_per_step_p99",
+            "output_batch_tokens_p99",
             "tokens",
-            "Tokens per engine step, 99th percentile (16384 means a larger step).",
+            "Tokens per engine output batch, 99th percentile (16384 means more).",
             q.quantile(0.99, STEP_TOKENS),
             ("vllm_iteration_tokens", "p99"),
         ),
         s(
-            "large_steps_rate",
+            "output_batches_rate",
             "1/s",
-            "Engine steps per second with more than 4096 tokens: whole long prefills in one "
-            "step (possible only when --max-num-batched-tokens is above 4096).",
-            q.rate_above(STEP_TOKENS, "4096.0"),
-            ("vllm_iteration_tokens_over_4096", "rate"),
-        ),
-        s(
-            "engine_steps_rate",
-            "1/s",
-            "Engine steps per second.",
+            "Engine steps per second that produced output (one observation each).",
             q.hist_rate(STEP_TOKENS),
             ("vllm_iteration_steps", "rate"),
+        ),
+        s(
+            "long_prefills_rate",
+            "1/s",
+            "Requests per second whose prefill computed more than 5000 prompt tokens, cached "
+            "ones excluded (vllm:request_prefill_kv_computed_tokens, vLLM >= 0.13; before, "
+            "the prompt length). Observed as each finishes.",
+            q.either(
+                q.rate_above(PREFILL_COMPUTED, LONG_PREFILL),
+                q.rate_above(PROMPT, LONG_PREFILL),
+            ),
+            ("vllm_request_prefill_computed_over_5000", "rate"),
+        ),
+        s(
+            "prompt_tokens_computed_rate",
+            "tokens/s",
+            "Prompt tokens prefilled per second, prefix-cache hits excluded "
+            "(vllm:prompt_tokens_by_source_total, vLLM >= 0.16; before, all prompt tokens).",
+            q.either(
+                q.counter_rate(PROMPT_TOKENS_BY_SOURCE, extra=('source="local_compute"',)),
+                q.counter_rate(PROMPT_TOKENS),
+            ),
+            ("vllm_prompt_tokens_computed", "rate"),
         ),
         s(
             "prefix_cache_hit_rate",

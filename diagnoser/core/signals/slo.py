@@ -3,7 +3,7 @@ stalled streams, and goodput."""
 
 from __future__ import annotations
 
-from diagnoser.core import families
+from diagnoser.core import buckets
 from diagnoser.core import promql as q
 from diagnoser.core.signals.base import ITL_STALL, Signal
 from diagnoser.core.signals.names import ITL, TTFT
@@ -11,22 +11,22 @@ from diagnoser.core.signals.traffic import REQUEST_RATE
 
 
 def slo_attainment(
-    family: str | tuple[str, ...], threshold: float, buckets: tuple[float, ...]
+    family: str | tuple[str, ...], threshold: float, bounds: tuple[float, ...]
 ) -> q.Expr:
     """Share of observations at or below ``threshold``, which must be a bucket bound."""
-    if threshold not in buckets:
-        near = ", ".join(families.le_label(b) for b in buckets)
+    if threshold not in bounds:
+        near = ", ".join(buckets.le_label(b) for b in bounds)
         raise ValueError(f"SLO threshold {threshold:g} s is not a bucket boundary ({near})")
     names = (family,) if isinstance(family, str) else family
-    le = families.le_label(threshold)
+    le = buckets.le_label(threshold)
     return q.either(*(q.bucket_share(n, le) for n in names))
 
 
 def signals(ttft_slo: float, itl_slo: float) -> list[Signal]:
     s = Signal
-    ttft_slo_expr = slo_attainment(TTFT, ttft_slo, families.TTFT_BUCKETS)
-    itl_slo_expr = slo_attainment(ITL, itl_slo, families.ITL_BUCKETS)
-    stall_expr = slo_attainment(ITL, ITL_STALL, families.ITL_BUCKETS)
+    ttft_slo_expr = slo_attainment(TTFT, ttft_slo, buckets.TTFT_BUCKETS)
+    itl_slo_expr = slo_attainment(ITL, itl_slo, buckets.ITL_BUCKETS)
+    stall_expr = slo_attainment(ITL, ITL_STALL, buckets.ITL_BUCKETS)
     return [
         s(
             "ttft_slo_attainment",
@@ -85,10 +85,10 @@ def availability_error_ratio() -> q.Expr:
 
 
 def latency_error_ratio(
-    family: str | tuple[str, ...], threshold: float, buckets: tuple[float, ...]
+    family: str | tuple[str, ...], threshold: float, bounds: tuple[float, ...]
 ) -> q.Expr:
     """The share of observations above ``threshold`` (a bucket bound)."""
-    attainment = slo_attainment(family, threshold, buckets)
+    attainment = slo_attainment(family, threshold, bounds)
     return lambda scope: f"1 - ({attainment(scope)})"
 
 
@@ -97,5 +97,5 @@ def error_ratio(sli: str, ttft_seconds: float, itl_seconds: float) -> q.Expr:
     if sli == "availability":
         return availability_error_ratio()
     if sli == "ttft":
-        return latency_error_ratio(TTFT, ttft_seconds, families.TTFT_BUCKETS)
-    return latency_error_ratio(ITL, itl_seconds, families.ITL_BUCKETS)
+        return latency_error_ratio(TTFT, ttft_seconds, buckets.TTFT_BUCKETS)
+    return latency_error_ratio(ITL, itl_seconds, buckets.ITL_BUCKETS)

@@ -1,13 +1,12 @@
-"""vLLM / KV cache and batching: what binds the batch (memory, slots, the step budget)."""
+"""vLLM / KV cache and batching: what binds the batch (memory, slots, long prefills)."""
 
 from __future__ import annotations
 
-from grafanalib.core import Dashboard, RowPanel, Table, Target, TimeSeries
+from grafanalib.core import Dashboard, RowPanel, Table
 
 from diagnoser.outputs.dashboards.style import (
     DS,
     Board,
-    custom,
     dashboard,
     series,
     stat,
@@ -18,30 +17,22 @@ from diagnoser.site import Site
 UID = "servediag-kv-batching"
 
 
-def budget_series(g: Board) -> TimeSeries:
-    """Tokens per step against the step budget, which vLLM does not export: the
-    ``step_budget`` variable holds the pool's --max-num-batched-tokens."""
-    panel = series(
-        g,
-        "Tokens per engine step against the budget",
-        [("tokens_per_step_mean", "mean"), ("tokens_per_step_p99", "p99")],
-        description="Against --max-num-batched-tokens (set the step_budget variable to the "
-        "pool's value; vLLM does not export it). Steps far above a few hundred tokens carry "
-        "whole prefills and stall everyone's decode; the p99 tops out at 16384, the "
-        "histogram's last bound.",
-    )
-    panel.targets.append(
-        Target(expr="vector($step_budget)", legendFormat="budget", refId="C", datasource=DS)
-    )
-    return panel
+def cache_config_query(g: Board) -> str:
+    """``vllm:cache_config_info`` per engine, with the model it serves.
 
-
-STEP_BUDGET = custom(
-    "step_budget",
-    "Step budget (--max-num-batched-tokens)",
-    ["2048", "4096", "8192", "16384", "32768"],
-    "8192",
-)
+    The info series has CacheConfig's fields and ``engine`` but no ``model_name``, so the
+    model comes from the engine's running gauge, joined on (job, instance, engine)."""
+    info = [m for m in g.fleet if not m.startswith("model_name")]
+    fields = "block_size, cache_dtype, num_gpu_blocks, kv_cache_size_tokens, " + (
+        "gpu_memory_utilization, enable_prefix_caching"
+    )
+    running = f"vllm:num_requests_running{{{', '.join(g.fleet)}}}"
+    model = f"max by (job, instance, engine, model_name) ({running})"
+    info_sel = ", ".join(info)
+    return (
+        f"max by (job, instance, engine, {fields}) (vllm:cache_config_info{{{info_sel}}})"
+        f" * on (job, instance, engine) group_left (model_name) ({model} * 0 + 1)"
+    )
 
 
 def build(site: Site) -> Dashboard:
@@ -71,11 +62,27 @@ def build(site: Site) -> Dashboard:
             "Running and waiting",
             [("requests_running", "running"), ("requests_waiting", "waiting")],
         ),
-        budget_series(g),
-        series(g, "Engine steps over 4096 tokens / s", [("large_steps_rate", "{{model_name}}")]),
         series(
             g,
-            "Waiting by reason (vLLM >= 0.25)",
+            "Tokens per output batch",
+            [("output_batch_tokens_mean", "mean"), ("output_batch_tokens_p99", "p99")],
+            description="vllm:iteration_tokens_total: per engine step that produced output, "
+            "the tokens generated plus the prompts of the requests whose first token it carries "
+            "(uncached tokens only from vLLM 0.23). Not the step's size: a prompt chunked over "
+            "many steps counts once, whole, so the p99 follows long prompts whatever "
+            "--max-num-batched-tokens is; the p99 tops out at 16384, the last bound.",
+        ),
+        series(
+            g,
+            "Long prefills / s (over 5000 uncached tokens)",
+            [("long_prefills_rate", "{{model_name}}")],
+            description="Requests whose prefill computed more than 5000 prompt tokens (cache "
+            "hits excluded; vllm:request_prefill_kv_computed_tokens), counted as they finish. "
+            "With a raised --max-num-batched-tokens each one can stall every decoding stream.",
+        ),
+        series(
+            g,
+            "Waiting by reason (vLLM >= 0.20)",
             [("requests_waiting_by_reason", "{{reason}}")],
             w=24,
             description="capacity: no free slot or KV room; deferred: held back by the scheduler.",
@@ -87,21 +94,16 @@ def build(site: Site) -> Dashboard:
             title="Cache configuration (vllm:cache_config_info)",
             dataSource=DS,
             gridPos=g.place(24, 6),
-            description="One row per engine: block size, KV dtype, GPU blocks, memory share.",
-            targets=[
-                table_target(
-                    f"max by (model_name, instance, engine, block_size, cache_dtype, "
-                    f"num_gpu_blocks, gpu_memory_utilization, enable_prefix_caching) "
-                    f"(vllm:cache_config_info{{{', '.join(g.fleet)}}})"
-                )
-            ],
+            description="One row per engine: block size, KV dtype, memory share, and KV "
+            "capacity (kv_cache_size_tokens, vLLM >= 0.24; num_gpu_blocks is summed over a "
+            "server's data-parallel engines).",
+            targets=[table_target(cache_config_query(g))],
         )
     )
     return dashboard(
         site,
         "KV cache and batching",
         UID,
-        "KV usage, preemptions, running against waiting, tokens per engine step.",
+        "KV usage, preemptions, running against waiting, output batches, long prefills.",
         panels,
-        extra_variables=(STEP_BUDGET,),
     )

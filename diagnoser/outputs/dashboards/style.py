@@ -20,7 +20,7 @@ from grafanalib.core import (
     TimeSeries,
 )
 
-from diagnoser.core import families
+from diagnoser.core import buckets
 from diagnoser.site import Site
 
 DS = "${datasource}"
@@ -219,8 +219,8 @@ def variables(site: Site, extra: tuple[Template, ...] = ()) -> Templating:
             else f"label_values(vllm:num_requests_running, {name})",
         )
 
-    def slo(name: str, label: str, buckets: tuple[float, ...], default: str) -> Template:
-        return custom(name, label, [families.le_label(b) for b in buckets], default)
+    def slo(name: str, label: str, bounds: tuple[float, ...], default: str) -> Template:
+        return custom(name, label, [buckets.le_label(b) for b in bounds], default)
 
     cfg = site.config
     return Templating(
@@ -233,14 +233,14 @@ def variables(site: Site, extra: tuple[Template, ...] = ()) -> Templating:
             slo(
                 "ttft_slo",
                 "TTFT SLO (s)",
-                families.TTFT_BUCKETS,
-                families.le_label(cfg.ttft_slo_seconds),
+                buckets.TTFT_BUCKETS,
+                buckets.le_label(cfg.ttft_slo_seconds),
             ),
             slo(
                 "itl_slo",
                 "ITL SLO (s)",
-                families.ITL_BUCKETS,
-                families.le_label(cfg.itl_slo_seconds),
+                buckets.ITL_BUCKETS,
+                buckets.le_label(cfg.itl_slo_seconds),
             ),
             *extra,
         ]

@@ -1,0 +1,74 @@
+"""Histogram bucket bounds as vLLM and its API server declare them, and how their ``le``
+labels are written.
+
+vLLM's defaults come from ``vllm/v1/metrics/buckets.py``; since 0.33 they can be overridden
+with ``--custom-histogram-buckets``, so the live ``le`` values win over these.
+"""
+
+from __future__ import annotations
+
+from math import inf, isnan
+
+TTFT_BUCKETS = (
+    *(0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0),
+    *(2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0),
+)
+ITL_BUCKETS = (
+    *(0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0),
+    *(2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0),
+)
+REQUEST_LATENCY_BUCKETS = (
+    *(0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0),
+    *(120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0),
+)
+ITERATION_TOKENS_BUCKETS = (
+    *(1.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0, 1024.0, 2048.0, 4096.0, 8192.0),
+    16384.0,
+)
+PREEMPTIONS_BUCKETS = (1.0, 2.0, 3.0, 4.0, 5.0, 10.0, 20.0)
+PARAMS_N_BUCKETS = (1.0, 2.0, 5.0, 10.0, 20.0)
+# prometheus-fastapi-instrumentator's metrics.default(), which vLLM's API server installs.
+HTTP_HIGHR_BUCKETS = (
+    *(0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 2.5, 3.0, 3.5, 4.0),
+    *(4.5, 5.0, 7.5, 10.0, 30.0, 60.0),
+)
+HTTP_BUCKETS = (0.1, 0.5, 1.0)
+# The 1-2-5 token histograms' bounds follow the server's max_model_len.
+REQUEST_TOKENS = "1-2-5 up to max_model_len"
+
+
+def request_token_buckets(max_model_len: int) -> tuple[float, ...]:
+    """vLLM's 1-2-5 series of token buckets, up to and including ``max_model_len``."""
+    out: list[float] = []
+    exp = 0
+    while True:
+        for m in (1, 2, 5):
+            v = m * 10**exp
+            if v > max_model_len:
+                return tuple(out)
+            out.append(float(v))
+        exp += 1
+
+
+def prompt_bucket_label(tokens: int) -> str:
+    """The ``prompt_bucket`` label of a prompt length class: 128 -> ``128``, 4096 -> ``4k``."""
+    return f"{tokens // 1024}k" if tokens >= 1024 and tokens % 1024 == 0 else str(tokens)
+
+
+def le_label(value: float) -> str:
+    """Format a bucket bound as ``prometheus_client`` does (``1.0``, ``2560.0``, ``1e+06``)."""
+    if value == inf:
+        return "+Inf"
+    if isnan(value):
+        return "NaN"
+    s = repr(float(value))
+    dot = s.find(".")
+    if value > 0 and dot > 6:
+        mantissa = f"{s[0]}.{s[1:dot]}{s[dot + 1 :]}".rstrip("0.")
+        return f"{mantissa}e+0{dot - 1}"
+    return s
+
+
+def version_key(version: str) -> tuple[int, ...]:
+    """``"0.10.2"`` -> ``(0, 10, 2)``; a bound ``"0.10"`` covers every 0.10.x."""
+    return tuple(int(p) for p in version.split(".") if p.isdigit())
