@@ -376,7 +376,10 @@ class Engine:
         got = np.minimum(run.target - run.generated, steps)
         tokens = int(got.sum())
         # Step j (1-based) outputs a token for every sequence with at least j left.
-        per_step = len(got) - np.searchsorted(np.sort(got), np.arange(1, steps + 1), side="left")
+        if tokens == len(got) * steps:  # nobody finishes within the steps
+            per_step = np.full(steps, len(got))
+        else:
+            per_step = len(got) - np.searchsorted(np.sort(got), np.arange(1, steps + 1))
         self.stats.itl.append((step_time, tokens))
         self.stats.generation_tokens += tokens
         run.grow(got)

@@ -75,6 +75,7 @@ class Server:
         self.cpu_seconds = 0.0
         self.cpu_free_at = self.start  # when the tokenizer queue drains
         self.http: dict[tuple[str, str], float] = {}
+        self.http_pending: dict[tuple[str, str], list[tuple[float, int]]] = {}
         self.busy: list[float] = []
         self._boot(self.start)
 
@@ -100,6 +101,7 @@ class Server:
         self.http_highr = Histogram(F.HTTP_DURATION_HIGHR.bucket_bounds(0))
         self.http_duration: dict[str, Histogram] = {}
         self.http_size: dict[str, list[float]] = {}  # handler -> [count, request bytes]
+        self.http_pending: dict[tuple[str, str], list[tuple[float, int]]] = {}
         self.busy = [0.0] * len(self.engines)
 
     def _oom(self) -> bool:
@@ -149,16 +151,22 @@ class Server:
 
     def _http(self, req: Request, status: str, seconds: float) -> None:
         """The instrumentator's middleware, when the response (a whole stream) is done."""
-        key = (req.handler, status)
-        self.http[key] = self.http.get(key, 0.0) + 1
-        self.http_highr.observe([seconds])
-        hist = self.http_duration.get(req.handler)
-        if hist is None:
-            hist = self.http_duration[req.handler] = Histogram(F.HTTP_DURATION.bucket_bounds(0))
-        hist.observe([seconds])
-        size = self.http_size.setdefault(req.handler, [0.0, 0.0])
-        size[0] += 1
-        size[1] += REQUEST_BYTES + BYTES_PER_TOKEN * req.prompt
+        self.http_pending.setdefault((req.handler, status), []).append((seconds, req.prompt))
+
+    def _flush_http(self) -> None:
+        for (handler, status), done in self.http_pending.items():
+            seconds, prompts = np.array(done).T
+            key = (handler, status)
+            self.http[key] = self.http.get(key, 0.0) + len(done)
+            self.http_highr.observe(seconds)
+            hist = self.http_duration.get(handler)
+            if hist is None:
+                hist = self.http_duration[handler] = Histogram(F.HTTP_DURATION.bucket_bounds(0))
+            hist.observe(seconds)
+            size = self.http_size.setdefault(handler, [0.0, 0.0])
+            size[0] += len(done)
+            size[1] += float((REQUEST_BYTES + BYTES_PER_TOKEN * prompts).sum())
+        self.http_pending = {}
 
     def advance(self, t_end: float, dt: float) -> None:
         """Run the engines to ``t_end`` (observations wait in them until ``collect``)."""
@@ -181,6 +189,7 @@ class Server:
             done += em.absorb(st, engine.cfg.block_size)
         for req in done:
             self._http(req, "2xx", req.last_token - req.arrival)
+        self._flush_http()
         return done
 
     # --- exposition -----------------------------------------------------------------------
