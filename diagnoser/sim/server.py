@@ -101,7 +101,7 @@ class Server:
         self.http_highr = Histogram(F.HTTP_DURATION_HIGHR.bucket_bounds(0))
         self.http_duration: dict[str, Histogram] = {}
         self.http_size: dict[str, list[float]] = {}  # handler -> [count, request bytes]
-        self.http_pending: dict[tuple[str, str], list[tuple[float, int]]] = {}
+        self.http_pending = {}
         self.busy = [0.0] * len(self.engines)
 
     def _oom(self) -> bool:
