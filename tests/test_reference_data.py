@@ -24,7 +24,13 @@ def _extractor() -> ModuleType:
 
 
 @pytest.mark.parametrize(
-    "name", ["reference-metric-types.json", "design-ids.json", "seed-lines.json"]
+    "name",
+    [
+        "reference-metric-types.json",
+        "design-ids.json",
+        "seed-lines.json",
+        "gpu-step-costs.json",
+    ],
 )
 def test_the_committed_extract_is_current(name, shared_dir):
     fresh = _extractor().render(shared_dir)[name]

@@ -88,7 +88,7 @@ def test_itl_grows_with_batch_size_and_context():
     assert e.decode_step_time(64, 64 * 1000) > e.decode_step_time(8, 8 * 1000)
     assert e.decode_step_time(8, 8 * 20000) > e.decode_step_time(8, 8 * 2000)
     light = _poisson_run(Engine(LLAMA3, H100, EngineConfig()), 2, 300, 500, 200)
-    heavy = _poisson_run(Engine(LLAMA3, H100, EngineConfig()), 16, 300, 500, 200)
+    heavy = _poisson_run(Engine(LLAMA3, H100, EngineConfig()), 32, 300, 500, 200)
     long_ctx = _poisson_run(Engine(LLAMA3, H100, EngineConfig()), 2, 300, 16000, 200)
     assert np.median(heavy["itl"]) > 1.3 * np.median(light["itl"])
     assert np.median(long_ctx["itl"]) > 1.3 * np.median(light["itl"])

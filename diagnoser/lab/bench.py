@@ -1,5 +1,5 @@
-"""``make bench``: the simulator's speed, diagnose's accuracy on the scenario library and its
-variants, diagnose on a fleet, and start-up times."""
+"""``make bench``: the simulator's step costs against GPU measurements, its speed, diagnose's
+accuracy on the scenario library and its variants, diagnose on a fleet, and start-up times."""
 
 from __future__ import annotations
 
@@ -43,6 +43,23 @@ models:
       prompt: {{median: 600, sigma: 0.6}}
       output: {{median: 180, sigma: 0.7}}
 """
+
+
+def bench_step_costs() -> None:
+    """Each measured GPU step (tests/data/gpu-step-costs.json) against the engine's price."""
+    from diagnoser.lab import calibration
+
+    if not calibration.TABLE.is_file():
+        print(f"step costs: no measurements at {calibration.TABLE} (a checkout has them)")
+        return
+    priced = calibration.price(calibration.load())
+    out = sum(not p.within for p in priced)
+    print(
+        f"step costs, simulated vs measured ({calibration.MODEL} on one {calibration.GPU}, "
+        f"{len(priced)} steps, {out} out of bounds):"
+    )
+    for line in calibration.table(priced):
+        print(f"  {line}")
 
 
 def bench_simulator() -> None:
@@ -217,6 +234,7 @@ def bench_fleet() -> None:
 
 
 def main() -> None:
+    bench_step_costs()
     bench_simulator()
     bench_library()
     print("accuracy on the scenario library (what the signatures were tuned on):")

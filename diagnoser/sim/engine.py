@@ -9,7 +9,10 @@ ready, a sequence finishes, the phase quantum ends). Step times come from the ha
 - prefill is compute-bound: 2 x params FLOPs per token, plus attention that grows with the
   square of the prompt (so long prompts cost more than their length);
 - decode is memory-bandwidth-bound: every step reads the weights and the KV cache of every
-  running sequence, so inter-token latency grows with batch size and context.
+  running sequence, so inter-token latency grows with batch size and context;
+- a step carrying both pays for the chunk's compute and the decodes' KV reads.
+
+The cost model and its calibration against measured GPU step times are in ``costs``.
 
 The KV cache is counted in blocks; capacity follows from GPU memory, weights and overhead.
 When a running sequence needs a block and none is free, the newest sequence is preempted and
@@ -26,6 +29,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from diagnoser.hardware.presets import GB, GpuSpec, ModelSpec, kv_capacity_tokens
+from diagnoser.sim import costs
 
 CHAT = "/v1/chat/completions"
 
@@ -42,9 +46,10 @@ class EngineConfig:
     enable_prefix_caching: bool = True
     prefix_hit_share: float = 0.0  # share of prompt tokens found in the prefix cache
     runtime_overhead_gb: float = 2.14
-    mfu: float = 0.4  # share of peak FLOP/s prefill achieves
-    mbu: float = 0.7  # share of peak bandwidth decode achieves
-    step_overhead: float = 0.003  # seconds per engine step (scheduler, sampling, launch)
+    mfu: float = costs.MFU  # share of peak FLOP/s prefill achieves
+    mbu: float = costs.MBU  # share of peak bandwidth decode achieves
+    step_overhead: float = costs.STEP_OVERHEAD  # seconds per step (inter-step gap, sampling)
+    step_overhead_per_seq: float = costs.PER_SEQUENCE  # seconds per decoding sequence per step
     phase_quantum: float = 0.25  # longest decode phase, seconds
 
     def num_gpu_blocks(self, spec: ModelSpec, g: GpuSpec) -> int:
@@ -183,10 +188,16 @@ class Engine:
     def __init__(self, spec: ModelSpec, g: GpuSpec, cfg: EngineConfig, start: float = 0.0):
         self.spec, self.gpu, self.cfg = spec, g, cfg
         self.num_blocks = cfg.num_gpu_blocks(spec, g)
-        self.kvpt = spec.kv_bytes_per_token(cfg.kv_cache_dtype_bytes, cfg.tensor_parallel)
-        self.weights = spec.weight_bytes / cfg.tensor_parallel
-        self.flops = g.flops * cfg.mfu * cfg.tensor_parallel
-        self.bandwidth = g.bandwidth * cfg.mbu
+        self.costs = costs.StepCosts.build(
+            spec,
+            g,
+            mfu=cfg.mfu,
+            mbu=cfg.mbu,
+            overhead=cfg.step_overhead,
+            per_sequence=cfg.step_overhead_per_seq,
+            kv_dtype_bytes=cfg.kv_cache_dtype_bytes,
+            tensor_parallel=cfg.tensor_parallel,
+        )
         self.clock = start
         self.waiting: deque[Request] = deque()
         self.prefilling: list[Request] = []
@@ -217,20 +228,16 @@ class Engine:
     # --- step costs ---------------------------------------------------------------------
 
     def decode_step_time(self, n: int, context_tokens: float) -> float:
-        mem = (self.weights + context_tokens * self.kvpt) / self.bandwidth
-        comp = 2 * self.spec.params * n / self.flops
-        return self.cfg.step_overhead + max(mem, comp)
+        return self.costs.step(n, context_tokens)
 
     def mixed_step_time(
         self, n_dec: int, context_tokens: float, chunk: int, attn_flops_per_step: float
     ) -> float:
-        mem = (self.weights + context_tokens * self.kvpt) / self.bandwidth
-        comp = (2 * self.spec.params * (n_dec + chunk) + attn_flops_per_step) / self.flops
-        return self.cfg.step_overhead + max(mem, comp)
+        return self.costs.step(n_dec, context_tokens, chunk, attn_flops_per_step)
 
     def attention_flops(self, done: int, todo: int) -> float:
         """FLOPs of attention for prefilling ``todo`` tokens after ``done`` cached ones."""
-        return 4.0 * self.spec.layers * self.spec.hidden * todo * (done + todo / 2)
+        return costs.attention_flops(self.spec, done, todo)
 
     # --- scheduling ---------------------------------------------------------------------
 

@@ -120,6 +120,8 @@ LIMITS: dict[str, tuple[float, float]] = {
     "prefix_hit_share": (0, 0.99),
     "mfu": (0.01, 1),
     "mbu": (0.01, 1),
+    "step_overhead": (0, 1),
+    "step_overhead_per_seq": (0, 0.01),
     "processes": (1, 64),
     "other_process_gb": (0, 1e4),
     "network_seconds": (0, 60),
