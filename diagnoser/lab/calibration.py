@@ -1,10 +1,9 @@
 """The simulator's step costs against step times measured on a GPU.
 
-``tests/data/gpu-step-costs.json`` (extracted by ``scripts/extract-reference`` from the
-design material's reference/gpu-step-costs.md) holds prefill, decode and mixed steps of a
-Llama-3.1-8B-shaped model measured on one H200. Each row is priced here through the engine's
-own cost functions, as the engine prices its steps; the test suite bounds the ratios and
-``make bench`` prints them.
+``tests/data/gpu-step-costs.json`` (extracted by ``scripts/extract-reference``) holds
+prefill, decode and mixed steps of a Llama-3.1-8B-shaped model measured on one H200. Each row
+is priced here through the engine's own cost functions, as the engine prices its steps; the
+test suite bounds the ratios and ``make bench`` prints them.
 """
 
 from __future__ import annotations

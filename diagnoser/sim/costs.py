@@ -16,7 +16,7 @@ chunk's compute and its own KV reads: taking max(memory, compute) over the whole
 hide the decodes behind the chunk, which the measurements below do not show.
 
 The efficiencies are fitted to step times measured on an H200 for a Llama-3.1-8B-shaped
-model (tests/data/gpu-step-costs.json, from the design material's reference/gpu-step-costs.md):
+model (tests/data/gpu-step-costs.json, extracted by scripts/extract-reference):
 the simulated step is 1.01x-1.28x every prefill and decode measurement (those are lower
 bounds for a serving engine) and 0.76x-1.16x the mixed steps, whose chunk attention was
 measured with an explicit mask rather than the flash path an engine takes.
