@@ -221,7 +221,7 @@ class HeldSource:
 
 def test_the_queue_is_bounded_and_a_group_runs_one_diagnosis_at_a_time(site, loaded, caplog):
     source = HeldSource(loaded[0])
-    hook, records = make_hook(site, loaded, source=source, workers=2, max_pending=2)
+    hook, records = make_hook(site, loaded, source=source, workers=2, max_pending=3)
     caplog.set_level(logging.WARNING, logger="servediag.webhook")
     with running(hook) as url:
         assert post(url, notification(alert("m-a"), group="A"))[0] == 200
@@ -232,11 +232,11 @@ def test_the_queue_is_bounded_and_a_group_runs_one_diagnosis_at_a_time(site, loa
         wait_for(lambda: hook.dispatcher.depth() == 1)  # B started on the free worker
         assert post(url, notification(alert("m-c"), group="C"))[0] == 200
         assert hook.dispatcher.depth() == 2
+        # A newer notification for a waiting group joins it: one group, one more alert.
+        assert post(url, notification(alert("m-c2"), group="C"))[0] == 200
+        assert hook.dispatcher.depth() == 2 and hook.dispatcher.waiting() == 3
         code, answer = post(url, notification(alert("m-d"), group="D"))
         assert code == 503 and "queue full" in answer["error"]
-        # A newer notification for a waiting group joins it instead of taking a place.
-        assert post(url, notification(alert("m-c2"), group="C"))[0] == 200
-        assert hook.dispatcher.depth() == 2
         assert sorted(source.started) == ["m-a", "m-b"]
         source.release.set()
         wait_for(lambda: len(records) == 5)

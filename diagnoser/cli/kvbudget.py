@@ -167,9 +167,12 @@ def kv_budget_cmd(
         when = at if at is not None else time.time()
         longest_live = budget.max_model_len if budget else max_model_len
         selector = load_site(config_path).config.selector
+        prometheus = source.connect().operation()  # one deadline for every read
         live = read_live(
-            source.connect(), when, longest_live, budget.context if budget else context, selector
+            prometheus, when, longest_live, budget.context if budget else context, selector
         )
+        for warning in prometheus.warnings:
+            click.echo(f"servediag: warning: partial answer: {warning}", err=True)
     doc = kvbudget_report.to_json(budget, live)
     if fmt == "json":
         click.echo(json.dumps(doc, indent=2))

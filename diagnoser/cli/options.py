@@ -23,7 +23,6 @@ if TYPE_CHECKING:
 EXIT_FOUND = 1
 EXIT_USAGE = 2
 EXIT_SOURCE = 3
-MAX_TOKEN_BYTES = 64 * 1024  # a bearer token is a line, not a file of any size
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -134,20 +133,13 @@ def playbook(catalog: Catalog, pid: str) -> Playbook:
 
 def read_token(path: Path, option: str) -> str:
     """A token file's first line; a file too big, binary or of several lines is refused."""
+    from diagnoser.core.source import read_token as read_one
+    from diagnoser.errors import UserError
+
     try:
-        with path.open("rb") as fh:
-            raw = fh.read(MAX_TOKEN_BYTES + 1)
-    except OSError as exc:
-        fail(f"cannot read {option} {path}: {exc.strerror or exc}")
-    if len(raw) > MAX_TOKEN_BYTES:
-        fail(f"{option} {path}: larger than {MAX_TOKEN_BYTES // 1024} KiB; is it a token?")
-    try:
-        text = raw.decode("utf-8").strip()
-    except UnicodeDecodeError:
-        fail(f"{option} {path}: not UTF-8 text")
-    if "\n" in text or "\r" in text:
-        fail(f"{option} {path}: holds more than one line")
-    return text
+        return read_one(path, option)
+    except UserError as exc:
+        fail(str(exc))
 
 
 @dataclass(frozen=True)
@@ -161,21 +153,22 @@ class SourceOptions:
     ca_file: str | None
     insecure: bool
     timeout: float
+    max_response_mb: int = 64
 
     def connect(self) -> PrometheusSource:
         """The source, or exit 2 on an unreadable token file or a malformed option."""
         from urllib.parse import urlsplit
 
-        from diagnoser.core.source import Auth, PrometheusSource
+        from diagnoser.core.source import Auth, PrometheusSource, redact_url
 
         url = (self.url or "").strip()
         try:
             parts = urlsplit(url)
             parts.port  # noqa: B018  (raises on a port out of range)
         except ValueError as exc:
-            fail(f"--prometheus-url {url!r}: {exc}")
+            fail(f"--prometheus-url {redact_url(url)!r}: {exc}")
         if parts.scheme not in ("http", "https") or not parts.hostname:
-            fail(f"--prometheus-url {url!r} is not an http:// or https:// URL")
+            fail(f"--prometheus-url {redact_url(url)!r} is not an http:// or https:// URL")
         token = os.environ.get("PROMETHEUS_BEARER_TOKEN")
         if self.bearer_token_file is not None:
             token = read_token(self.bearer_token_file, "--bearer-token-file")
@@ -192,7 +185,9 @@ class SourceOptions:
             ca_file=self.ca_file,
             insecure=self.insecure,
         )
-        return PrometheusSource(url, auth, timeout=self.timeout)
+        return PrometheusSource(
+            url, auth, timeout=self.timeout, max_bytes=self.max_response_mb * (1 << 20)
+        )
 
 
 _SOURCE_PARAMS = (
@@ -203,6 +198,7 @@ _SOURCE_PARAMS = (
     "ca_file",
     "insecure",
     "timeout",
+    "max_response_mb",
 )
 
 
@@ -248,9 +244,18 @@ def source_options(default_url: str | None, url_help: str) -> Callable[[F], F]:
         click.option(
             "--timeout",
             type=FiniteRange(min=1, max=600),
-            default=30.0,
+            default=60.0,
             show_default=True,
-            help="Seconds to wait for each query.",
+            help="Seconds for all the queries of one diagnosis (or kv-budget's reads): "
+            "connections, answers, retries and Retry-After waits.",
+        ),
+        click.option(
+            "--max-response-mb",
+            type=click.IntRange(1, 4096),
+            default=64,
+            show_default=True,
+            help="Largest answer taken from Prometheus, in MiB once decompressed; a larger "
+            "one is a source failure (exit status 3).",
         ),
     ]
 

@@ -78,10 +78,21 @@ from diagnoser.cli.params import DURATION, HOST_PORT, Duration
 )
 @click.option(
     "--queue-size",
-    type=click.IntRange(1, 10_000),
-    default=32,
+    type=click.IntRange(1, 100_000),
+    default=100,
     show_default=True,
-    help="Alert groups that may wait for a diagnosis; beyond it Alertmanager gets 503.",
+    help="Alerts that may wait for a diagnosis; a notification that would go beyond gets "
+    "503 (Alertmanager retries), one with more new alerts than this gets 413 (set "
+    "max_alerts in Alertmanager's webhook_config).",
+)
+@click.option(
+    "--drain-timeout",
+    type=Duration(zero=True),
+    default="20s",
+    show_default=True,
+    metavar="DURATION",
+    help="On SIGTERM or Ctrl-C: time to diagnose the alerts already accepted (new ones get "
+    "503); those left are printed as JSON lines with outcome undone.",
 )
 @click.option(
     "--workers",
@@ -103,6 +114,7 @@ def webhook_cmd(
     slack_url: str | None,
     dedupe_window: float,
     queue_size: int,
+    drain_timeout: float,
     workers: int,
     catalog_dirs: tuple[Path, ...],
     config_path: Path | None,
@@ -113,8 +125,9 @@ def webhook_cmd(
     For every firing alert with a `playbook` label, runs the diagnosis of that alert's model
     over the last --since and prints one JSON line on stdout: the alert, its playbook id and
     runbook_url, the top finding and the whole diagnosis. Logs go to stderr. A bad payload is
-    answered 400, a full queue 503; a failing diagnosis is logged and the receiver goes on.
-    GET /healthz and GET /metrics are served too. Stops on Ctrl-C or SIGTERM.
+    answered 400, a full queue 503; a failing diagnosis is logged, printed with its error,
+    and the receiver goes on. GET /healthz and GET /metrics are served too. Stops on Ctrl-C
+    or SIGTERM, after diagnosing what it accepted (--drain-timeout); exit status 0.
 
     \b
     Examples:
@@ -127,7 +140,7 @@ def webhook_cmd(
 
     from diagnoser.core.source import MAX_POINTS
     from diagnoser.diagnose import MIN_STEP
-    from diagnoser.webhook.http import serve
+    from diagnoser.webhook.http import SafeFormatter, serve
     from diagnoser.webhook.notify import SlackForwarder
     from diagnoser.webhook.receiver import Webhook
 
@@ -137,13 +150,12 @@ def webhook_cmd(
     if step_s is not None and 2 * since_s / step_s > MAX_POINTS:
         fail(f"--step {step_s:g}s is too fine for --since {since_s:g}s: use at least {MIN_STEP:g}s")
     site = load_site(config_path, catalog_dirs)
-    logging.basicConfig(
-        level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(levelname)s %(message)s"
-    )
-    logging.getLogger("urllib3").setLevel(logging.ERROR)  # retries end in one error line
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(SafeFormatter("%(asctime)s %(levelname)s %(message)s"))
+    logging.basicConfig(level=logging.INFO, handlers=[handler])
 
-    if slack_url and not slack_url.startswith(("http://", "https://")):
-        fail("--slack-url must be an http:// or https:// URL")
+    if slack_url is not None:
+        _check_url(slack_url, "--slack-url")
     lock = threading.Lock()
 
     def emit(record: dict[str, Any]) -> None:
@@ -168,8 +180,22 @@ def webhook_cmd(
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     try:
-        serve(hook, host, port, stop=stop)
+        serve(hook, host, port, stop=stop, drain=drain_timeout)
     except OSError as exc:
         fail(f"cannot listen on {host}:{port}: {exc.strerror or exc}")
     except KeyboardInterrupt:
         pass
+
+
+def _check_url(url: str, option: str) -> None:
+    """An http(s) URL with a host and a valid port, or exit 2 (the URL is not shown: a chat
+    webhook's URL is its secret)."""
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018  (raises on a port out of range)
+    except ValueError as exc:
+        fail(f"{option} is not a valid URL: {exc}")
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        fail(f"{option} must be an http:// or https:// URL")

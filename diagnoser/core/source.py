@@ -2,21 +2,45 @@
 
 Only ``/api/v1/query`` and ``/api/v1/query_range`` are used, so Prometheus, Thanos, Mimir,
 Cortex and VictoriaMetrics all work. Failures become ``SourceError`` with a one-line
-message that never contains a credential; the CLI exits 3 on it.
+message that never contains a credential; the CLI exits 3 on it. The HTTP itself is
+``core.http``: one deadline per query or per operation (a whole diagnosis), bounded answers.
 """
 
 from __future__ import annotations
 
-import re
-from dataclasses import dataclass, field
-from datetime import datetime, timezone
+import base64
+import copy
+import json
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any, Protocol
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import unquote, urlencode, urljoin, urlsplit, urlunsplit
 
 import numpy as np
 
+from diagnoser.core import http
+from diagnoser.errors import UserError
+
 # Prometheus refuses range queries of more than 11,000 points per series.
 MAX_POINTS = 11_000
+MIB = 1 << 20
+MAX_ANSWER_BYTES = 64 * MIB  # an answer, decompressed (--max-response-mb)
+MAX_TOKEN_BYTES = 64 * 1024  # a bearer token is a line, not a file of any size
+MIN_SECRET = 4  # shorter secrets are not blanked out of a server's text (see Auth.secrets)
+MAX_WARNINGS = 20
+MAX_REDIRECTS = 5
+RETRIES = 2  # after a refused connection, or a 429, 502, 503 or 504
+RETRY_STATUSES = (429, 502, 503, 504)
+RETRY_PAUSE = 0.2  # doubled at each retry, unless the server says how long (Retry-After)
+MIN_TRY = 0.05  # a retry is not started with less time than this left
+BASE_HEADERS = {
+    "Accept": "application/json",
+    "Accept-Encoding": "gzip",
+    "User-Agent": "servediag",
+}
 
 
 class SourceError(Exception):
@@ -37,13 +61,17 @@ class MetricSource(Protocol):
 
 
 def redact_url(url: str) -> str:
-    """The URL without user:password@ (safe for messages)."""
-    parts = urlsplit(url)
-    if parts.username or parts.password:
-        host = parts.hostname or ""
-        if parts.port:
-            host += f":{parts.port}"
-        parts = parts._replace(netloc=host)
+    """The URL without user:password@ (safe for messages), also when it does not parse."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:  # "http://u:p@[::1": cut the user info out of the text itself
+        scheme, sep, rest = url.partition("://")
+        if not sep:
+            scheme, rest = "", url
+        netloc, slash, path = rest.partition("/")
+        return f"{scheme}{sep}{netloc.rpartition('@')[2]}{slash}{path}"
+    if "@" in parts.netloc:
+        parts = parts._replace(netloc=parts.netloc.rpartition("@")[2])
     return urlunsplit(parts)
 
 
@@ -55,47 +83,78 @@ class Auth:
     ca_file: str | None = None
     insecure: bool = False
 
+    def credentials(self) -> dict[str, str]:
+        """The request headers that carry credentials: ``Authorization`` and every custom
+        header (a tenant id or an API key is as secret as a token)."""
+        out = dict(self.headers)
+        if self.basic:
+            out["Authorization"] = "Basic " + _basic(*self.basic)
+        elif self.bearer_token:
+            out["Authorization"] = f"Bearer {self.bearer_token}"
+        return out
+
     def secrets(self) -> list[str]:
-        out = [v for v in self.headers.values() if v]
+        """What to blank out of any text shown: each secret of at least ``MIN_SECRET``
+        characters (shorter ones would blank out ordinary words; servediag's own messages
+        never contain a credential), and the base64 form of basic credentials."""
+        out = [*self.headers.values()]
         if self.bearer_token:
             out.append(self.bearer_token)
         if self.basic:
-            out.append(self.basic[1])
-        return out
+            out += [self.basic[1], _basic(*self.basic)]
+        return sorted({s for s in out if len(s) >= MIN_SECRET}, key=len, reverse=True)
+
+
+def _basic(user: str, password: str) -> str:
+    return base64.b64encode(f"{user}:{password}".encode()).decode()
+
+
+def one_operation(source: MetricSource) -> MetricSource:
+    """``source`` with one deadline for every query made through it from now on (a
+    Prometheus source's ``timeout``); other sources as they are."""
+    return source.operation() if isinstance(source, PrometheusSource) else source
+
+
+def warnings_of(source: MetricSource) -> list[str]:
+    """The warnings the source's answers carried (a partial answer from Thanos or Mimir)."""
+    return list(source.warnings) if isinstance(source, PrometheusSource) else []
 
 
 class PrometheusSource:
-    """A Prometheus HTTP API, through ``prometheus-api-client``."""
+    """A Prometheus HTTP API over ``core.http``: a deadline per query (``timeout``), or one
+    for a whole operation (``operation()``), covering the connection, the answer, retries
+    and ``Retry-After``; answers at most ``max_bytes`` long once decompressed; credentials
+    sent only to the URL's origin (a redirect elsewhere goes without them)."""
 
-    def __init__(self, url: str, auth: Auth | None = None, timeout: float = 30.0):
-        import requests
-        from prometheus_api_client import PrometheusConnect
-        from urllib3.util.retry import Retry
-
-        self.url = url.rstrip("/")
-        self.shown = redact_url(self.url)
+    def __init__(
+        self,
+        url: str,
+        auth: Auth | None = None,
+        timeout: float = 30.0,
+        max_bytes: int = MAX_ANSWER_BYTES,
+    ):
+        parts = urlsplit(url.rstrip("/"))
         self.auth = auth or Auth()
+        if parts.username is not None and self.auth.basic is None and not self.auth.bearer_token:
+            user_pass = (unquote(parts.username), unquote(parts.password or ""))
+            self.auth = replace(self.auth, basic=user_pass)
+        self.url = url.rstrip("/")
+        self.base = urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2]))
+        self.shown = redact_url(self.url)
         self.timeout = timeout
-        headers = dict(self.auth.headers)
-        if self.auth.bearer_token:
-            headers["Authorization"] = f"Bearer {self.auth.bearer_token}"
-        session = requests.Session()
-        session.verify = self.auth.ca_file or not self.auth.insecure
-        self._client = PrometheusConnect(
-            url=self.url,
-            headers=headers or None,
-            auth=self.auth.basic,
-            session=session,
-            timeout=timeout,
-            retry=Retry(
-                total=2,
-                connect=1,
-                read=0,
-                status=1,
-                backoff_factor=0.2,
-                status_forcelist=(502, 503, 504),
-            ),
-        )
+        self.max_bytes = max_bytes
+        self.deadline: float | None = None
+        self.warnings: list[str] = []
+        self._lock = threading.Lock()
+
+    def operation(self) -> PrometheusSource:
+        """A copy whose queries share one deadline, ``timeout`` seconds from now, and collect
+        their warnings apart."""
+        op = copy.copy(self)
+        op.deadline = time.monotonic() + self.timeout
+        op.warnings = []
+        op._lock = threading.Lock()
+        return op
 
     def query_range(self, expr: str, start: float, end: float, step: float) -> list[Series]:
         points = (end - start) / step
@@ -104,58 +163,107 @@ class PrometheusSource:
                 f"{points:.0f} points per series exceed Prometheus's "
                 f"{MAX_POINTS}; use a larger step"
             )
-        result = self._call(
-            "query_range",
-            self._client.custom_query_range,
-            expr,
-            datetime.fromtimestamp(start, timezone.utc),
-            datetime.fromtimestamp(end, timezone.utc),
-            f"{step:g}s",
-        )
+        params = {"query": expr, "start": round(start), "end": round(end), "step": f"{step:g}s"}
+        result = self._get("query_range", "/api/v1/query_range", params)
         return [_series(r, expr) for r in result]
 
     def query(self, expr: str, at: float) -> list[Series]:
-        result = self._call("query", self._client.custom_query, expr, params={"time": at})
+        result = self._get("query", "/api/v1/query", {"query": expr, "time": at})
         return [_series(r, expr) for r in result]
 
-    def _call(self, what: str, fn: Any, *args: Any, **kwargs: Any) -> list[dict[str, Any]]:
-        import requests
-        from prometheus_api_client.exceptions import PrometheusApiClientException
-
-        try:
-            result = fn(*args, **kwargs)
-        except requests.exceptions.Timeout:
-            raise self._timed_out(what) from None
-        except requests.exceptions.SSLError as exc:
-            raise SourceError(
-                self._clean(f"TLS failed talking to {self.shown}: {_first_line(exc)}")
-            ) from None
-        except requests.exceptions.ConnectionError as exc:
-            if "timed out" in str(exc).lower():  # a read timeout, wrapped by urllib3's retry
-                raise self._timed_out(what) from None
-            reason = "connection refused" if "refused" in str(exc).lower() else _first_line(exc)
-            raise SourceError(self._clean(f"cannot reach {self.shown}: {reason}")) from None
-        except PrometheusApiClientException as exc:
-            m = re.search(r"HTTP Status Code (\d+)", str(exc))
-            code = m.group(1) if m else "?"
-            raise SourceError(
-                self._clean(
-                    f"{self.shown} answered HTTP {code} to a {what}: {_body_hint(str(exc))}"
+    def _get(self, what: str, path: str, params: dict[str, Any]) -> list[Any]:
+        at = self.deadline if self.deadline is not None else time.monotonic() + self.timeout
+        url = f"{self.base}{path}?{urlencode(params)}"
+        credentials = self.auth.credentials()
+        retries = redirects = 0
+        while True:
+            headers = {**BASE_HEADERS, **credentials}
+            try:
+                resp = http.request(
+                    "GET",
+                    url,
+                    at,
+                    headers,
+                    max_bytes=self.max_bytes,
+                    ca_file=self.auth.ca_file,
+                    insecure=self.auth.insecure,
                 )
-            ) from None
-        except (ValueError, KeyError, TypeError):
+            except http.TimedOut:
+                raise self._timed_out(what) from None
+            except http.TooLarge:
+                raise SourceError(
+                    f"{self.shown} answered a {what} with more than "
+                    f"{self.max_bytes / MIB:g} MiB, the limit (--max-response-mb); narrow "
+                    "the query (--since, --model) or raise the limit"
+                ) from None
+            except http.ConnectError as exc:
+                if not exc.tls and retries < RETRIES and http.pause(RETRY_PAUSE, at, MIN_TRY):
+                    retries += 1
+                    continue
+                head = "TLS failed talking to" if exc.tls else "cannot reach"
+                raise SourceError(self._clean(f"{head} {self.shown}: {exc}")) from None
+            except http.HttpError as exc:
+                raise SourceError(self._clean(f"request to {self.shown} failed: {exc}")) from None
+            if resp.status in http.REDIRECTS and resp.headers.get("location"):
+                redirects += 1
+                target = urljoin(url, resp.headers["location"])
+                if redirects > MAX_REDIRECTS or urlsplit(target).scheme not in ("http", "https"):
+                    raise SourceError(
+                        f"{self.shown} answered a {what} with a redirect that was not followed "
+                        f"({'too many' if redirects > MAX_REDIRECTS else 'not to http(s)'})"
+                    )
+                if http.origin(target) != http.origin(url):
+                    credentials = {}  # credentials stay with the origin they were given for
+                url = target
+                continue
+            note = ""
+            if resp.status in RETRY_STATUSES and retries < RETRIES:
+                asked = http.retry_after(resp.headers.get("retry-after"))
+                pause = RETRY_PAUSE * 2**retries if asked is None else asked
+                if http.pause(pause, at, MIN_TRY):
+                    retries += 1
+                    continue
+                if asked is not None:
+                    left = max(0.0, at - time.monotonic())
+                    note = f" (it asked to retry after {asked:g} s; {left:.1f} s were left)"
+            return self._result(what, resp, note)
+
+    def _result(self, what: str, resp: http.Response, note: str) -> list[Any]:
+        try:
+            doc = json.loads(resp.body)
+        except (ValueError, RecursionError):
+            doc = None
+        if resp.status != 200:
+            hint = _error_text(doc, self._clean) or _body_hint(resp.body, self._clean)
+            raise SourceError(
+                self._clean(f"{self.shown} answered HTTP {resp.status} to a {what}: {hint}{note}")
+            )
+        if not isinstance(doc, dict) or doc.get("status") not in ("success", "error"):
             raise SourceError(
                 f"{self.shown} answered a {what} with something that is not Prometheus API JSON"
-            ) from None
-        except requests.exceptions.RequestException as exc:
-            raise SourceError(
-                self._clean(f"request to {self.shown} failed: {_first_line(exc)}")
-            ) from None
+            )
+        if doc["status"] == "error":
+            text = _error_text(doc, self._clean) or "no error text"
+            raise SourceError(self._clean(f"{self.shown} answered a {what} with an error: {text}"))
+        found = doc.get("warnings")
+        if isinstance(found, list) and found:
+            with self._lock:
+                for w in found:
+                    line = _one_line(self._clean(str(w)), 300)
+                    if line not in self.warnings and len(self.warnings) < MAX_WARNINGS:
+                        self.warnings.append(line)
+        data = doc.get("data")
+        result = data.get("result") if isinstance(data, dict) else None
         if not isinstance(result, list):
             raise SourceError(f"{self.shown} answered a {what} without a result list")
         return result
 
     def _timed_out(self, what: str) -> SourceError:
+        if self.deadline is not None:
+            return SourceError(
+                f"{self.shown} did not answer a {what} within {self.timeout:g} s "
+                "(--timeout: the time for all of the operation's queries)"
+            )
         return SourceError(f"{self.shown} did not answer a {what} within {self.timeout:g} s")
 
     def _clean(self, text: str) -> str:
@@ -164,25 +272,55 @@ class PrometheusSource:
         return text.replace(self.url, self.shown)
 
 
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return text[0][:200] if text else type(exc).__name__
+def _one_line(text: str, most: int) -> str:
+    """Text from a server as one printable line."""
+    return " ".join("".join(ch if ch.isprintable() else " " for ch in text).split())[:most]
 
 
-def _body_hint(text: str) -> str:
-    m = re.search(r'"error":\s*"([^"]+)"', text)
-    if m:
-        return m.group(1)[:200]
-    body = re.sub(r"\s+", " ", text.split("(", 1)[-1]).strip(" )'b")
-    return body[:120] or "no body"
+def _error_text(doc: Any, clean: Callable[[str], str]) -> str:
+    """Prometheus's error text (``errorType: error``) from an answer, if it has one, with
+    ``clean`` applied before it is cut short (so no part of a secret is left)."""
+    if not isinstance(doc, dict) or not isinstance(doc.get("error"), str):
+        return ""
+    kind = doc.get("errorType")
+    text = f"{kind}: {doc['error']}" if isinstance(kind, str) and kind else doc["error"]
+    return _one_line(clean(text), 300)
 
 
-def _series(raw: dict[str, Any], expr: str) -> Series:
+def _body_hint(body: bytes, clean: Callable[[str], str]) -> str:
+    return _one_line(clean(body.decode("utf-8", "replace")), 120) or "no body"
+
+
+def _series(raw: Any, expr: str) -> Series:
     try:
-        labels = {str(k): str(v) for k, v in raw["metric"].items()}
+        metric = raw["metric"]
         pts = raw["values"] if "values" in raw else [raw["value"]]
+        if not isinstance(metric, dict) or not isinstance(pts, list):
+            raise TypeError
+        labels = {str(k): str(v) for k, v in metric.items()}
         t = np.array([float(p[0]) for p in pts], dtype=np.float64)
         v = np.array([float(p[1]) for p in pts], dtype=np.float64)
     except (KeyError, TypeError, ValueError, IndexError):
         raise SourceError("the answer's series are not in Prometheus's format") from None
     return Series(labels, t, v)
+
+
+def read_token(path: Path, option: str) -> str:
+    """A token file's first line; a file too big, binary or of several lines is refused
+    with ``UserError`` (bad usage: exit status 2)."""
+    try:
+        with path.open("rb") as fh:
+            raw = fh.read(MAX_TOKEN_BYTES + 1)
+    except OSError as exc:
+        raise UserError(f"cannot read {option} {path}: {exc.strerror or exc}") from None
+    if len(raw) > MAX_TOKEN_BYTES:
+        raise UserError(
+            f"{option} {path}: larger than {MAX_TOKEN_BYTES // 1024} KiB; is it a token?"
+        )
+    try:
+        text = raw.decode("utf-8").strip()
+    except UnicodeDecodeError:
+        raise UserError(f"{option} {path}: not UTF-8 text") from None
+    if "\n" in text or "\r" in text:
+        raise UserError(f"{option} {path}: holds more than one line")
+    return text

@@ -41,6 +41,8 @@ class Diagnosis:
     # The scopes judged again from further back, and how far back the data went.
     looked_back: list[Scope] = field(default_factory=list)
     reach: Reach | None = None
+    # What the source warned about in its answers (a partial answer from Thanos or Mimir).
+    warnings: list[str] = field(default_factory=list)
 
     def data_for(self, m: Match) -> ScopeData | None:
         return self.data.get(tuple(sorted(m.scope.items())))
@@ -228,5 +230,6 @@ def to_json(d: Diagnosis) -> dict[str, Any]:
             "queries": d.queries,
             "query_seconds": round(d.query_seconds, 3),
             "traffic_floor_rps": d.site.config.traffic_floor_rps,
+            "warnings": d.warnings,
         },
     }

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from diagnoser.catalog import Playbook
-from diagnoser.core.source import MetricSource
+from diagnoser.core.source import MetricSource, one_operation, warnings_of
 from diagnoser.diagnose.fetch import fetch, needed_signals
 from diagnoser.diagnose.health import Health, assess, flag
 from diagnoser.diagnose.lookback import fetch_lookback, reassess
@@ -37,7 +37,9 @@ def diagnose(
     workers: int = 8,
     lookback: float = DEFAULT_LOOKBACK,
 ) -> Diagnosis:
-    """``lookback``: how far before the window's end to look for an onset (0: not at all)."""
+    """``lookback``: how far before the window's end to look for an onset (0: not at all).
+    Every query shares one deadline (a Prometheus source's ``timeout``)."""
+    source = one_operation(source)
     catalog = site.catalog
     model_level = [pb for pb in catalog.detectable() if not _target_level(pb, site)]
     fetched = fetch(
@@ -83,6 +85,7 @@ def diagnose(
         result,
         fetched.first_seen,
     )
+    result.warnings = warnings_of(source)
     result.findings = rank(matches, catalog.advisory())
     result.undecided = [m for m in matches if m.status == "undecided"]
     result.checked = [m for m in matches if m.status in ("not_matched", "ruled_out")]

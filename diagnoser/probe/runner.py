@@ -53,12 +53,14 @@ class ProbeConfig:
 
 
 def discover_model(ep: Endpoint, timeout: float) -> str:
-    """The first model of ``/v1/models``."""
+    """The first model of ``/v1/models`` that has an id."""
     doc = get_json(ep, "/v1/models", timeout)
     data = doc.get("data") if isinstance(doc, dict) else None
-    if not isinstance(data, list) or not data or not isinstance(data[0], dict):
-        raise ProbeError(f"{ep.shown}: /v1/models lists no model; pass --model")
-    return str(data[0].get("id"))
+    ids = [m.get("id") for m in data if isinstance(m, dict)] if isinstance(data, list) else []
+    named = [i for i in ids if isinstance(i, str) and i.strip()]
+    if not named:
+        raise ProbeError(f"{ep.shown}: /v1/models lists no model with an id; pass --model")
+    return named[0]
 
 
 class Budget:

@@ -9,8 +9,10 @@ stream back shows as a late first token followed by gaps near zero.
 Outcomes:
 
 - ``ok``: HTTP 200 and the stream ended properly (``data: [DONE]`` or a ``finish_reason``);
-- ``http_error``: any other status, or an error object or invalid JSON inside the stream;
-- ``timeout``: the whole request took longer than its timeout (connect, wait and stream);
+- ``http_error``: any other status, an answer that is not an event stream (an HTML login
+  page with status 200, say), or an error object or invalid JSON inside the stream;
+- ``timeout``: the whole request took longer than its timeout (connect, wait and stream: a
+  deadline, however slowly the server drips its bytes);
 - ``truncated``: the stream was cut before its end (no ``[DONE]``, no ``finish_reason``);
 - ``connection_error``: no connection (refused, DNS, TLS) or no response at all.
 
@@ -31,7 +33,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
-from diagnoser.core.source import redact_url
+from diagnoser.core.http import REAPER
+from diagnoser.core.source import MIN_SECRET, read_token, redact_url
 from diagnoser.errors import UserError
 
 OUTCOMES = ("ok", "http_error", "timeout", "truncated", "connection_error")
@@ -39,6 +42,9 @@ API_PATHS = {"completions": "/v1/completions", "chat": "/v1/chat/completions"}
 USER_AGENT = "servediag-probe"
 MAX_LINE = 1 << 20  # longest server-sent event line read whole
 MAX_ERROR_BODY = 1 << 16
+# Answers with status 200 that are not a stream: a login page, a JSON error from a gateway.
+NOT_A_STREAM = ("text/html", "application/json", "application/xhtml+xml")
+SSE_FIELDS = ("", "event", "id", "retry")  # "" is a comment (":..."), besides "data"
 
 Clock = Callable[[], float]
 
@@ -57,7 +63,10 @@ class Endpoint:
     ca_file: str | None = None
 
     def __post_init__(self) -> None:
-        parts = urlsplit(self.url)
+        try:
+            parts = urlsplit(self.url)
+        except ValueError as exc:  # "http://[::1": an unclosed IPv6 address
+            raise UserError(f"--target {redact_url(self.url)!r}: {exc}") from None
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise UserError(f"--target {redact_url(self.url)!r} is not an http(s):// URL")
         try:
@@ -70,16 +79,17 @@ class Endpoint:
         self.prefix = prefix[: -len("/v1")] if prefix.endswith("/v1") else prefix
         self.query = f"?{parts.query}" if parts.query else ""
         self.shown = redact_url(self.url)
+        self._password = unquote(parts.password or "")
         if parts.username is not None:
-            user_pass = f"{unquote(parts.username)}:{unquote(parts.password or '')}"
+            user_pass = f"{unquote(parts.username)}:{self._password}"
             self.headers.setdefault(
                 "Authorization", "Basic " + base64.b64encode(user_pass.encode()).decode()
             )
         self._token: str | None = None
         if self.bearer_token_file is not None:
-            self._token = self._read_token()
+            self._token = read_token(self.bearer_token_file, "--bearer-token-file") or None
             if self._token is None:
-                raise UserError(f"cannot read --bearer-token-file {self.bearer_token_file}")
+                raise UserError(f"--bearer-token-file {self.bearer_token_file}: empty")
 
     @property
     def netloc(self) -> str:
@@ -92,9 +102,18 @@ class Endpoint:
     def _read_token(self) -> str | None:
         assert self.bearer_token_file is not None
         try:
-            return self.bearer_token_file.read_text(encoding="utf-8").strip() or None
-        except (OSError, UnicodeDecodeError):
+            return read_token(self.bearer_token_file, "--bearer-token-file") or None
+        except UserError:
             return None
+
+    def clean(self, text: str) -> str:
+        """``text`` (from a server: an error body may echo the request) without credentials:
+        header values, the token, the URL's password, each at least ``MIN_SECRET`` long."""
+        values = [*self.headers.values(), self._token or "", self._password]
+        values += [v.split(" ", 1)[1] for v in self.headers.values() if " " in v.strip()]
+        for secret in sorted({v for v in values if len(v) >= MIN_SECRET}, key=len, reverse=True):
+            text = text.replace(secret, "***")
+        return text
 
     def request_headers(self, accept: str) -> dict[str, str]:
         """Headers for one request; a token file is read again each time (tokens rotate)."""
@@ -123,9 +142,10 @@ class Result:
     detail: str = ""
 
 
-def _error_message(body: bytes) -> str:
-    """The ``message`` of an OpenAI-style error body, or the start of the body."""
-    text = body.decode("utf-8", "replace").strip()
+def _error_message(body: bytes, clean: Callable[[str], str]) -> str:
+    """The ``message`` of an OpenAI-style error body, or the start of the body; ``clean``
+    (blanking credentials out) comes before it is cut short."""
+    text = clean(body.decode("utf-8", "replace")).strip()
     try:
         obj = json.loads(text)
     except ValueError:
@@ -164,11 +184,48 @@ def stream(
     clock: Clock = time.monotonic,
 ) -> Result:
     """POST ``body`` (with ``stream: true``) and read the server-sent events to the end."""
+    res = _stream(ep, api, body, timeout, clock)
+    res.detail = ep.clean(res.detail)
+    return res
+
+
+def _stream(ep: Endpoint, api: str, body: dict[str, Any], timeout: float, clock: Clock) -> Result:
     data = json.dumps({**body, "stream": True}).encode()
     headers = {**ep.request_headers("text/event-stream"), "Content-Type": "application/json"}
     t0 = clock()
     deadline = t0 + timeout
     conn = ep.connection(timeout)
+    at = time.monotonic() + timeout
+    try:
+        # The socket is shut down at the deadline, however slowly the server sends: the
+        # connection's while it connects, then the socket itself (the response keeps it).
+        with REAPER.guard(conn, at):
+            try:
+                conn.connect()
+            except TimeoutError:
+                return Result("timeout", detail=f"no response within {timeout:g} s")
+            except OSError as exc:
+                if time.monotonic() >= at:
+                    return Result("timeout", detail=f"no response within {timeout:g} s")
+                return Result("connection_error", detail=_describe(exc))
+            with REAPER.guard(conn.sock, at):
+                return _exchange(conn, ep, api, data, headers, t0, deadline, timeout, clock)
+    finally:
+        conn.close()
+
+
+def _exchange(
+    conn: http.client.HTTPConnection,
+    ep: Endpoint,
+    api: str,
+    data: bytes,
+    headers: dict[str, str],
+    t0: float,
+    deadline: float,
+    timeout: float,
+    clock: Clock,
+) -> Result:
+    sock: object = None
     try:
         try:
             conn.request("POST", ep.path(API_PATHS[api]), body=data, headers=headers)
@@ -179,12 +236,21 @@ def stream(
         except TimeoutError:
             return Result("timeout", detail=f"no response within {timeout:g} s")
         except (OSError, http.client.HTTPException) as exc:
+            if clock() >= deadline:
+                return Result("timeout", detail=f"no response within {timeout:g} s")
             return Result("connection_error", detail=_describe(exc))
+        media = (resp.getheader("Content-Type") or "").split(";")[0].strip().lower()
+        if resp.status == 200 and media in NOT_A_STREAM:
+            try:
+                message = _error_message(resp.read(MAX_ERROR_BODY), ep.clean)
+            except (OSError, http.client.HTTPException):
+                message = "(body not read)"
+            return Result("http_error", detail=f"HTTP 200 with {media}, not a stream: {message}")
         if resp.status != 200:
             try:
                 if isinstance(sock, socket.socket):
                     sock.settimeout(max(0.001, deadline - clock()))
-                message = _error_message(resp.read(MAX_ERROR_BODY))
+                message = _error_message(resp.read(MAX_ERROR_BODY), ep.clean)
             except (OSError, http.client.HTTPException):
                 message = "(body not read)"
             return Result("http_error", detail=f"HTTP {resp.status}: {message}")
@@ -203,6 +269,7 @@ def _read_events(
 ) -> Result:
     res = Result("truncated")
     last = t0
+    events, foreign = 0, ""
     while True:
         remaining = deadline - clock()
         if remaining <= 0:
@@ -214,15 +281,22 @@ def _read_events(
         except TimeoutError:
             return _timed_out(res, timeout)
         except (OSError, http.client.HTTPException) as exc:
+            if clock() >= deadline:
+                return _timed_out(res, timeout)
             res.detail = f"stream cut after {res.tokens} token(s): {_describe(exc)}"
             return res
         now = clock()
+        if now >= deadline:  # the socket was shut at the deadline: the line may be cut
+            return _timed_out(res, timeout)
         if not raw:
             break
         line = raw.decode("utf-8", "replace").rstrip("\r\n")
         name, _, value = line.partition(":")
         if name != "data":
+            if line and name not in SSE_FIELDS and not events:
+                foreign = foreign or line  # not server-sent events at all?
             continue  # blank lines end events; comments and other fields carry no tokens
+        events += 1
         value = value[1:] if value.startswith(" ") else value
         if value.strip() == "[DONE]":
             res.outcome, res.e2e = "ok", now - t0
@@ -256,6 +330,9 @@ def _read_events(
             res.finish_reason = reason
     if res.finish_reason is not None:  # ended properly, without [DONE]
         res.outcome, res.e2e = "ok", clock() - t0
+    elif not events and foreign:
+        res.outcome = "http_error"
+        res.detail = f"the answer is not an event stream: {' '.join(foreign.split())[:120]}"
     else:
         res.detail = f"the stream ended after {res.tokens} token(s) without [DONE]"
     return res
@@ -289,18 +366,26 @@ def get_json(ep: Endpoint, api_path: str, timeout: float) -> Any:
     """GET a JSON document (``/v1/models``); failures raise :class:`ProbeError`."""
     conn = ep.connection(timeout)
     where = f"{ep.shown.rstrip('/')} ({api_path})"
+    at = time.monotonic() + timeout
     try:
-        conn.request("GET", ep.path(api_path), headers=ep.request_headers("application/json"))
-        resp = conn.getresponse()
-        body = resp.read(MAX_ERROR_BODY * 16)
+        with REAPER.guard(conn, at):
+            conn.connect()
+        with REAPER.guard(conn.sock, at):
+            conn.request("GET", ep.path(api_path), headers=ep.request_headers("application/json"))
+            resp = conn.getresponse()
+            body = resp.read(MAX_ERROR_BODY * 16)
+            if time.monotonic() >= at:
+                raise TimeoutError
     except TimeoutError:
         raise ProbeError(f"{where}: no answer within {timeout:g} s") from None
     except (OSError, http.client.HTTPException) as exc:
+        if time.monotonic() >= at:
+            raise ProbeError(f"{where}: no answer within {timeout:g} s") from None
         raise ProbeError(f"{where}: {_describe(exc)}") from None
     finally:
         conn.close()
     if resp.status != 200:
-        raise ProbeError(f"{where}: HTTP {resp.status}: {_error_message(body)}")
+        raise ProbeError(ep.clean(f"{where}: HTTP {resp.status}: {_error_message(body, ep.clean)}"))
     try:
         return json.loads(body)
     except ValueError:

@@ -24,6 +24,8 @@ def message(record: dict[str, Any], d: Diagnosis | None, site: Site) -> str:
         f"{scope_text(record['scope'])}: {record.get('summary') or playbook or record['alert']}"
     ]
     findings = d.findings if d else []
+    if d is not None and d.warnings:  # a partial answer: what is missing may be the cause
+        lines.append("*Partial answer:* " + "; ".join(d.warnings))
     if d is not None:
         lines += [f"*State:* {scope_text(h.scope)}: {health_line(h)}" for h in d.health]
     if record.get("error"):

@@ -91,6 +91,8 @@ def render(d: Diagnosis) -> str:
         f"<p class=meta>Baseline {e(str(iso(w.baseline_start)))} to "
         f"{e(str(iso(w.baseline_end)))}; {d.queries} queries.</p>",
     ]
+    if d.warnings:
+        body.append(f"<p><strong>Partial answer:</strong> {e('; '.join(d.warnings))}</p>")
     if d.health:
         rows = "".join(
             f'<tr><td>{e(scope_text(h.scope))}</td><td class="v-{e(h.verdict)}">'

@@ -9,6 +9,8 @@ from diagnoser.report.format import health_line, scope_text, since
 def markdown(d: Diagnosis) -> str:
     w = d.window
     out = [f"## Diagnosis {iso(w.start)} - {iso(w.end)}", ""]
+    if d.warnings:
+        out += ["**Partial answer:** " + "; ".join(d.warnings), ""]
     if d.health:
         out += ["| Model | State |", "|---|---|"]
         out += [f"| {scope_text(h.scope)} | {health_line(h)} |" for h in d.health]

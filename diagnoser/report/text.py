@@ -25,6 +25,8 @@ def text(d: Diagnosis, colour: bool = False) -> str:
         f"diagnose {clock(w.start)} - {clock(w.end)} ({day(w.start)}), baseline "
         f"{clock(w.baseline_start)} - {clock(w.baseline_end)}"
     ]
+    if d.warnings:  # a partial answer (Thanos, Mimir): what is missing may be the cause
+        out += [c("33", ln) for ln in wrap("PARTIAL ANSWER: " + "; ".join(d.warnings), "")]
     colours = {"unhealthy": "31;1", "healthy": "32", "idle": "33", "unknown": "33"}
     for h in d.health:
         out.append(f"{scope_text(h.scope)}: " + c(colours[h.verdict], health_line(h)))

@@ -1,23 +1,39 @@
 """The HTTP side of ``servediag webhook``: Alertmanager posts here; health and metrics.
 
 ``POST /alerts`` (or ``/``) takes a notification: 200 when it was accepted (queued, or
-nothing in it needed a diagnosis), 400 for a body that is not a notification, 413 for one over
-1 MiB, 503 when the queue is full. ``GET /healthz`` answers ``ok``; ``GET /metrics`` exposes
-the receiver's own counters for Prometheus.
+nothing in it needed a diagnosis), 400 for a body that is not a notification (or JSON nested
+too deeply), 413 for one over 1 MiB or with more new alerts than the queue holds, 503 when
+the queue is full or the receiver is stopping. ``GET /healthz`` answers ``ok`` (503 while
+stopping); ``GET /metrics`` exposes the receiver's own counters for Prometheus.
+
+The edge holds up under load and against slow or hostile clients: a listen backlog of
+``BACKLOG`` connections, ``CLIENT_TIMEOUT`` seconds for each read from a client and
+``CLIENT_DEADLINE`` for a whole request, after which its connection is closed. Log lines
+escape control characters (``SafeFormatter``), so a label value cannot forge one.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
+import re
+import sys
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
 
+from diagnoser.core.http import REAPER
 from diagnoser.webhook.payload import PayloadError, parse_notification
 from diagnoser.webhook.receiver import Webhook
 
 log = logging.getLogger("servediag.webhook")
 
+BACKLOG = 1024  # connections waiting to be accepted (socketserver's default is 5)
+CLIENT_TIMEOUT = 10.0  # seconds for each read from a client
+CLIENT_DEADLINE = 30.0  # seconds for a whole request, however slowly the client sends
+DRAIN_TIMEOUT = 20.0  # on SIGTERM: time to finish the queue (--drain-timeout)
 MAX_BODY = 1 << 20
 DRAIN_LIMIT = 8 * MAX_BODY  # larger bodies are not read at all: the connection is closed
 POST_PATHS = ("/", "/alerts")
@@ -27,6 +43,26 @@ HELP = {
     "diagnoses": "Diagnoses run, by outcome.",
     "forwards": "Messages forwarded to the chat webhook, by outcome.",
 }
+REFUSED = {
+    "queue_full": (503, "queue full, retry later"),
+    "draining": (503, "the receiver is stopping, retry later"),
+    "too_many": (413, "more new alerts than --queue-size; set max_alerts in webhook_config"),
+}
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+
+
+def escape_controls(text: str) -> str:
+    """``text`` with every control character (newlines too) written as an escape."""
+    return _CONTROL.sub(lambda m: m.group().encode("unicode_escape").decode(), text)
+
+
+class SafeFormatter(logging.Formatter):
+    """A formatter whose messages are one line each: control characters in what a client
+    sent (a label value with a newline) are escaped, so no log line can be forged."""
+
+    def formatMessage(self, record: logging.LogRecord) -> str:
+        record.message = escape_controls(record.message)
+        return super().formatMessage(record)
 
 
 def metrics_text(webhook: Webhook) -> str:
@@ -42,6 +78,9 @@ def metrics_text(webhook: Webhook) -> str:
         "# HELP servediag_webhook_queue_groups Alert groups waiting for a diagnosis.",
         "# TYPE servediag_webhook_queue_groups gauge",
         f"servediag_webhook_queue_groups {webhook.dispatcher.depth()}",
+        "# HELP servediag_webhook_queue_alerts Alerts waiting for a diagnosis.",
+        "# TYPE servediag_webhook_queue_alerts gauge",
+        f"servediag_webhook_queue_alerts {webhook.dispatcher.waiting()}",
     ]
     return "\n".join(out) + "\n"
 
@@ -49,6 +88,16 @@ def metrics_text(webhook: Webhook) -> str:
 def make_handler(webhook: Webhook) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         server_version = "servediag-webhook"
+        timeout = CLIENT_TIMEOUT
+
+        def setup(self) -> None:
+            super().setup()
+            self._reaped = REAPER.watch(self.connection, time.monotonic() + CLIENT_DEADLINE)
+
+        def finish(self) -> None:
+            REAPER.forget(self._reaped)
+            with contextlib.suppress(OSError):  # the client went away, or its time ran out
+                super().finish()
 
         def _answer(self, code: int, doc: dict[str, object] | str) -> None:
             text = doc if isinstance(doc, str) else json.dumps(doc) + "\n"
@@ -63,7 +112,10 @@ def make_handler(webhook: Webhook) -> type[BaseHTTPRequestHandler]:
         def do_GET(self) -> None:
             path = self.path.split("?")[0]
             if path == "/healthz":
-                self._answer(200, "ok\n")
+                if webhook.draining:
+                    self._answer(503, "stopping\n")
+                else:
+                    self._answer(200, "ok\n")
             elif path == "/metrics":
                 self._answer(200, metrics_text(webhook))
             else:
@@ -91,7 +143,21 @@ def make_handler(webhook: Webhook) -> type[BaseHTTPRequestHandler]:
                         left -= len(chunk)
                 self._answer(413 if length > MAX_BODY else 400, {"error": "bad body length"})
                 return
+            if webhook.draining:  # before reading: the answer does not depend on the body
+                self.close_connection = True
+                self._refuse("draining")
+                return
             body = self.rfile.read(length)
+            if len(body) < length:
+                webhook.counters.add("notifications", "bad_request")
+                log.warning(
+                    "dropped a notification from %s: %d of %d bytes arrived in time",
+                    self.client_address[0],
+                    len(body),
+                    length,
+                )
+                self.close_connection = True
+                return
             try:
                 notification = parse_notification(body)
             except PayloadError as exc:
@@ -99,12 +165,17 @@ def make_handler(webhook: Webhook) -> type[BaseHTTPRequestHandler]:
                 log.warning("refused a notification from %s: %s", self.client_address[0], exc)
                 self._answer(400, {"error": str(exc)})
                 return
-            if webhook.accept(notification):
+            outcome = webhook.accept(notification)
+            if outcome == "accepted":
                 webhook.counters.add("notifications", "accepted")
                 self._answer(200, {"status": "accepted"})
             else:
-                webhook.counters.add("notifications", "queue_full")
-                self._answer(503, {"error": "queue full, retry later"})
+                self._refuse(outcome)
+
+        def _refuse(self, outcome: str) -> None:
+            webhook.counters.add("notifications", outcome)
+            code, why = REFUSED[outcome]
+            self._answer(code, {"error": why})
 
         def log_message(self, format: str, *args: object) -> None:
             log.debug("%s %s", self.client_address[0], format % args)
@@ -114,6 +185,16 @@ def make_handler(webhook: Webhook) -> type[BaseHTTPRequestHandler]:
 
 class Server(ThreadingHTTPServer):
     daemon_threads = True
+    request_queue_size = BACKLOG
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """One line, not socketserver's traceback on stderr."""
+        exc = sys.exc_info()[1]
+        if isinstance(exc, OSError):  # a client that went away, or whose time ran out
+            log.debug("request from %s ended: %s", client_address[0], exc)
+        else:
+            log.error("request from %s failed: %s: %s", client_address[0], type(exc).__name__, exc)
+            log.debug("its traceback", exc_info=True)
 
 
 def serve(
@@ -122,8 +203,10 @@ def serve(
     port: int,
     ready: threading.Event | None = None,
     stop: threading.Event | None = None,
+    drain: float = DRAIN_TIMEOUT,
 ) -> None:
-    """Serve until ``stop`` is set; then stop taking requests and stop the workers."""
+    """Serve until ``stop`` is set; then drain: notifications are answered 503 while the
+    queue gets up to ``drain`` seconds to finish, and alerts left are emitted as undone."""
     stop = stop or threading.Event()
     server = Server((host, port), make_handler(webhook))
     webhook.start()
@@ -138,7 +221,9 @@ def serve(
         while not stop.wait(0.5):
             pass
     finally:
-        server.shutdown()
-        thread.join()
-        server.server_close()
-        webhook.close()
+        try:
+            webhook.drain(drain)
+        finally:
+            server.shutdown()
+            thread.join()
+            server.server_close()

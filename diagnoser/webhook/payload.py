@@ -37,6 +37,13 @@ def _strings(raw: Any, where: str) -> dict[str, str]:
 def parse_notification(body: bytes) -> Notification:
     """Alertmanager's webhook JSON (version 4) -> ``Notification``; ``PayloadError`` if not."""
     try:
+        return _parse(body)
+    except RecursionError:
+        raise PayloadError("JSON nested too deeply to be a notification") from None
+
+
+def _parse(body: bytes) -> Notification:
+    try:
         raw = json.loads(body)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise PayloadError(f"not JSON: {exc}") from None

@@ -5,11 +5,16 @@ of that alert's model (or target) over the last ``since`` is emitted as one JSON
 the alert's playbook id and ``runbook_url`` beside the diagnosis's findings, and optionally
 forwarded to a Slack-compatible incoming webhook.
 
-The work is bounded: notifications become jobs in a queue of fixed size (a full queue answers
-503, so Alertmanager retries later), one job per alert group runs at a time (a newer
-notification for a queued group replaces the queued one), a small pool of workers runs them,
-and an alert already diagnosed within ``dedupe_window`` is skipped. A failing diagnosis or
-forward is logged and the receiver keeps running. The HTTP side is in ``webhook.http``.
+The work is bounded: notifications become jobs in a queue of at most ``max_pending`` alerts
+(a notification that would go beyond answers 503, so Alertmanager retries later), one job per
+alert group runs at a time (a newer notification for a queued group joins the queued one), a
+small pool of workers runs them, and an alert already diagnosed within ``dedupe_window`` is
+skipped (the dedupe entries are dropped once their window has passed).
+
+Every alert accepted gets a record: diagnosed, failed (the source failed, or the diagnosis
+raised: the record carries the error, the failure is counted, and the alert is not remembered
+as seen, so Alertmanager's next send is diagnosed), or undone (the receiver stopped before
+its diagnosis ended: ``drain``). The HTTP side is in ``webhook.http``.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -89,7 +95,7 @@ class Webhook:
         dedupe_window: float = 3600.0,
         lookback: float = 86400.0,
         workers: int = 2,
-        max_pending: int = 32,
+        max_pending: int = 100,
         clock: Callable[[], float] = time.monotonic,
         now: Callable[[], float] = time.time,
     ):
@@ -101,27 +107,72 @@ class Webhook:
         self.lookback = lookback
         self.clock, self.now = clock, now
         self.playbooks = {pb.id for pb in site.catalog.detectable()}
-        self.seen: dict[tuple[Any, ...], float] = {}
+        # When each alert was last accepted, oldest first (pruned past the dedupe window).
+        self.seen: OrderedDict[tuple[Any, ...], float] = OrderedDict()
         self.seen_lock = threading.Lock()
         self.counters = Counters()
         self.dispatcher = Dispatcher(self.run, workers, max_pending)
+        self.draining = False
+        # Records are emitted under this lock's rule: never after ``drain`` gave up on them.
+        self.delivery = threading.Condition()
+        self.closed = False
+        self.emitting = 0
 
     def start(self) -> None:
         self.dispatcher.start()
 
     def close(self, timeout: float = 5.0) -> None:
-        self.dispatcher.stop(timeout)
+        self.drain(timeout)
+
+    def drain(self, grace: float) -> int:
+        """Stop taking notifications, let the queue run for up to ``grace`` seconds, then
+        emit every accepted alert still without a record as undone. The count of those."""
+        self.draining = True
+        waiting = self.dispatcher.waiting()
+        if waiting or self.dispatcher.running:
+            log.info("stopping: up to %g s to diagnose %d waiting alert(s)", grace, waiting)
+        finished = self.dispatcher.wait_idle(grace)
+        left = self.dispatcher.abandon()
+        with self.delivery:
+            self.closed = True
+            undone = [(job, i) for job in left for i in range(len(job.alerts))]
+            undone = [(job, i) for job, i in undone if i not in job.delivered]
+            for job, i in undone:
+                job.delivered.add(i)
+            while self.emitting:  # a worker writing its record: let it finish the line
+                self.delivery.wait(1.0)
+        why = (
+            f"not diagnosed: the receiver stopped and its {grace:g} s to finish "
+            "(--drain-timeout) ran out"
+        )
+        for job, i in undone:
+            a = job.alerts[i]
+            self._forget(a)
+            record = self.record(a, job.group_key, scope_of(a, self.cfg), None, why)
+            record["outcome"] = "undone"
+            self.emit(record)
+        if undone:
+            self.counters.add("alerts", "undone", len(undone))
+            log.warning("stopped with %d alert(s) not diagnosed (emitted as undone)", len(undone))
+        elif not finished:
+            log.warning("stopped before the last diagnosis ended")
+        return len(undone)
 
     # --- accepting ----------------------------------------------------------------------
 
     def _key(self, a: FiringAlert) -> tuple[Any, ...]:
         return (a.name, a.labels.get("playbook"), tuple(sorted(scope_of(a, self.cfg).items())))
 
-    def accept(self, n: Notification) -> bool:
-        """Queue what needs a diagnosis; False only when the queue is full."""
+    def accept(self, n: Notification) -> str:
+        """Queue what needs a diagnosis: ``accepted`` (also when nothing needed one),
+        ``queue_full``, ``too_many`` (more new alerts than the queue holds at all) or
+        ``draining`` (the receiver is stopping)."""
+        if self.draining:
+            return "draining"
         fresh: list[FiringAlert] = []
         now = self.clock()
         with self.seen_lock:
+            self._prune(now)
             for a in n.alerts:
                 playbook = a.labels.get("playbook")
                 if a.status != "firing":
@@ -134,7 +185,7 @@ class Webhook:
                 elif not scope_of(a, self.cfg):
                     self.counters.add("alerts", "no_scope")
                     log.info("%s: names no model or target, not diagnosed", a.name or "an alert")
-                elif now - self.seen.get(self._key(a), -float("inf")) < self.dedupe_window:
+                elif self._key(a) in self.seen:
                     self.counters.add("alerts", "duplicate")
                     log.info("%s %s: diagnosed recently, skipped", a.name, self._scope_text(a))
                 else:
@@ -143,30 +194,53 @@ class Webhook:
             if fresh and not self.dispatcher.submit(Job(n.group_key, fresh)):
                 for a in fresh:
                     self.seen.pop(self._key(a), None)
-                self.counters.add("alerts", "queue_full", len(fresh))
-                log.warning(
-                    "queue full (%d groups waiting): %d alert(s) of group %s refused",
-                    self.dispatcher.max_pending,
+                limit = self.dispatcher.max_alerts
+                too_many = len(fresh) > limit
+                outcome = "too_many" if too_many else "queue_full"
+                self.counters.add("alerts", outcome, len(fresh))
+                log.log(
+                    logging.ERROR if too_many else logging.WARNING,
+                    "%s: %d alert(s) of group %s refused (%d waiting, --queue-size %d)%s",
+                    "too many alerts" if too_many else "queue full",
                     len(fresh),
                     n.group_key,
+                    self.dispatcher.waiting(),
+                    limit,
+                    "; set max_alerts in Alertmanager's webhook_config" if too_many else "",
                 )
-                return False
+                return outcome
         if fresh:
             self.counters.add("alerts", "queued", len(fresh))
             log.info(
                 "queued %s for diagnosis",
                 ", ".join(f"{a.name} {self._scope_text(a)}" for a in fresh),
             )
-        return True
+        return "accepted"
+
+    def _prune(self, now: float) -> None:
+        """Drop the dedupe entries whose window has passed (the oldest come first)."""
+        while self.seen:
+            key, at = next(iter(self.seen.items()))
+            if now - at < self.dedupe_window:
+                break
+            del self.seen[key]
+
+    def _forget(self, a: FiringAlert) -> None:
+        """Not seen after all: Alertmanager's next send of this alert is diagnosed."""
+        with self.seen_lock:
+            self.seen.pop(self._key(a), None)
 
     # --- diagnosing ---------------------------------------------------------------------
 
     def run(self, job: Job) -> None:
-        by_scope: dict[tuple[tuple[str, str], ...], list[FiringAlert]] = {}
-        for a in job.alerts:
-            by_scope.setdefault(tuple(scope_of(a, self.cfg).items()), []).append(a)
-        for scope_items, alerts in by_scope.items():
+        by_scope: dict[tuple[tuple[str, str], ...], list[int]] = {}
+        for i, a in enumerate(job.alerts):
+            by_scope.setdefault(tuple(scope_of(a, self.cfg).items()), []).append(i)
+        for scope_items, indices in by_scope.items():
+            if self.closed:
+                return
             scope = dict(scope_items)
+            names = ", ".join(job.alerts[i].name for i in indices)
             result, error = None, None
             t0 = time.monotonic()
             try:
@@ -179,14 +253,16 @@ class Webhook:
                 error = str(exc)
                 self.counters.add("diagnoses", "error")
                 log.error("diagnosis of %s failed: %s", _fmt_scope(scope), error)
+            except Exception as exc:  # a bug, or an answer nothing expected: still a record
+                error = f"internal error: {type(exc).__name__}: {exc}"[:500]
+                self.counters.add("diagnoses", "internal_error")
+                log.error("diagnosis of %s failed with an %s", _fmt_scope(scope), error)
+                log.debug("the internal error's traceback", exc_info=True)
             log.info(
-                "diagnosed %s in %.1f s for %s",
-                _fmt_scope(scope),
-                time.monotonic() - t0,
-                ", ".join(a.name for a in alerts),
+                "diagnosed %s in %.1f s for %s", _fmt_scope(scope), time.monotonic() - t0, names
             )
-            for a in alerts:
-                self._deliver(self.record(a, job.group_key, scope, result, error), result)
+            for i in indices:
+                self._deliver(job, i, scope, result, error)
 
     def record(
         self,
@@ -217,10 +293,39 @@ class Webhook:
             "since_seconds": self.since,
             "diagnosis": to_json(result) if result else None,
             "error": error,
+            "outcome": "failed" if error else "diagnosed",
         }
 
-    def _deliver(self, record: dict[str, Any], result: Diagnosis | None) -> None:
-        self.emit(record)
+    def _deliver(
+        self,
+        job: Job,
+        i: int,
+        scope: dict[str, str],
+        result: Diagnosis | None,
+        error: str | None,
+    ) -> None:
+        a = job.alerts[i]
+        try:
+            record = self.record(a, job.group_key, scope, result, error)
+        except Exception as exc:  # the record of a diagnosis that went wrong, without it
+            error = f"internal error: {type(exc).__name__}: {exc}"[:500]
+            self.counters.add("diagnoses", "internal_error")
+            log.error("the record of %s failed with an %s", _fmt_scope(scope), error)
+            result = None
+            record = self.record(a, job.group_key, scope, None, error)
+        if error:
+            self._forget(a)
+        with self.delivery:
+            if self.closed or i in job.delivered:
+                return  # given up on by drain, which emitted it as undone
+            job.delivered.add(i)
+            self.emitting += 1
+        try:
+            self.emit(record)
+        finally:
+            with self.delivery:
+                self.emitting -= 1
+                self.delivery.notify_all()
         if self.forwarder is None:
             return
         try:

@@ -1,0 +1,304 @@
+"""HTTP with a deadline and a size limit, for the clients servediag runs (the Prometheus
+source, the chat webhook, the probe).
+
+The standard library's timeouts are per socket operation: a server that sends a byte every
+0.9 s never trips a 2 s timeout, and a request can last as long as the server likes. Here
+each request has a deadline (a ``time.monotonic()`` instant) that covers the connection, the
+request, the status line, the headers and the body: one reaper thread shuts the connection's
+socket down when it passes, which ends any read blocked on it. Bodies are read up to a number
+of bytes, counted after decompression (a gzip answer that expands a thousandfold stops at the
+limit). Redirects are never followed here: the caller decides where its credentials may go.
+
+Proxies come from the environment (``HTTP_PROXY``, ``HTTPS_PROXY``, ``NO_PROXY``), as
+``urllib`` and ``requests`` read them. Messages never contain the URL: callers add what they
+may show.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import heapq
+import http.client
+import itertools
+import socket
+import ssl
+import threading
+import time
+import urllib.request
+import zlib
+from base64 import b64encode
+from collections.abc import Iterator
+from dataclasses import dataclass
+from email.utils import parsedate_to_datetime
+from typing import Any
+from urllib.parse import SplitResult, unquote, urlsplit
+
+CHUNK = 1 << 16
+REDIRECTS = (301, 302, 303, 307, 308)
+
+
+class HttpError(Exception):
+    """A request that failed: ``str()`` is one line with neither URL nor credentials."""
+
+
+class ConnectError(HttpError):
+    """No answer began: the connection was refused, the host unknown, TLS failed..."""
+
+    def __init__(self, message: str, tls: bool = False):
+        super().__init__(message)
+        self.tls = tls
+
+
+class TimedOut(HttpError):
+    """The deadline passed before the answer was complete."""
+
+
+class TooLarge(HttpError):
+    """The body (decompressed) is longer than the limit."""
+
+
+@dataclass
+class Response:
+    status: int
+    headers: dict[str, str]  # names in lower case
+    body: bytes
+
+
+def origin(url: str) -> tuple[str, str, int]:
+    """(scheme, host, port): where credentials for ``url`` may be sent."""
+    parts = urlsplit(url)
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    return parts.scheme.lower(), (parts.hostname or "").lower(), port
+
+
+def retry_after(value: str | None) -> float | None:
+    """Seconds a ``Retry-After`` header asks for (delta-seconds or an HTTP date)."""
+    if not value:
+        return None
+    text = value.strip()
+    if text.isdigit():
+        return float(text)
+    try:
+        when = parsedate_to_datetime(text)
+    except (TypeError, ValueError, IndexError):
+        return None
+    return max(0.0, when.timestamp() - time.time())
+
+
+def pause(seconds: float, at: float, least: float = 0.05) -> bool:
+    """Sleep ``seconds`` if that leaves at least ``least`` seconds before ``at`` for another
+    try; else return False at once."""
+    if time.monotonic() + seconds + least >= at:
+        return False
+    time.sleep(seconds)
+    return True
+
+
+# --- the reaper ---------------------------------------------------------------------------
+
+
+class Reaper:
+    """One daemon thread that shuts down, at its deadline, each socket (or connection holding
+    one as ``sock``) it watches and has not been told to forget."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._heap: list[tuple[float, int, Any]] = []
+        self._live: set[int] = set()
+        self._seq = itertools.count()
+        self._thread: threading.Thread | None = None
+
+    def watch(self, target: Any, at: float) -> int:
+        with self._cond:
+            key = next(self._seq)
+            heapq.heappush(self._heap, (at, key, target))
+            self._live.add(key)
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="reaper", daemon=True)
+                self._thread.start()
+            self._cond.notify()
+            return key
+
+    def forget(self, key: int) -> None:
+        with self._cond:
+            self._live.discard(key)
+            if len(self._heap) > 2 * len(self._live) + 64:  # drop what was forgotten
+                self._heap = [e for e in self._heap if e[1] in self._live]
+                heapq.heapify(self._heap)
+
+    @contextlib.contextmanager
+    def guard(self, target: Any, at: float) -> Iterator[None]:
+        key = self.watch(target, at)
+        try:
+            yield
+        finally:
+            self.forget(key)
+
+    def _run(self) -> None:
+        with self._cond:
+            while True:
+                now, heap = time.monotonic(), self._heap
+                while heap and (heap[0][0] <= now or heap[0][1] not in self._live):
+                    _, key, target = heapq.heappop(heap)
+                    if key in self._live:
+                        self._live.discard(key)
+                        shut(target)
+                self._cond.wait(heap[0][0] - now if heap else None)
+
+
+def shut(target: Any) -> None:
+    """Shut a socket down (both ways) so that reads blocked on it return at once."""
+    sock = getattr(target, "sock", target)
+    if isinstance(sock, socket.socket):
+        with contextlib.suppress(OSError):
+            # The plain socket's shutdown, also for a TLS socket: it ends a blocked read
+            # without touching the TLS state another thread is using.
+            socket.socket.shutdown(sock, socket.SHUT_RDWR)
+
+
+REAPER = Reaper()
+
+
+# --- connections --------------------------------------------------------------------------
+
+
+def tls_context(ca_file: str | None = None, insecure: bool = False) -> ssl.SSLContext:
+    if insecure:
+        ctx = ssl.create_default_context()
+        ctx.check_hostname = False
+        ctx.verify_mode = ssl.CERT_NONE
+        return ctx
+    return ssl.create_default_context(cafile=ca_file)
+
+
+def _proxy_for(parts: SplitResult) -> SplitResult | None:
+    host = parts.hostname or ""
+    proxy = urllib.request.getproxies().get(parts.scheme)
+    if not proxy or urllib.request.proxy_bypass(host):
+        return None
+    found = urlsplit(proxy if "://" in proxy else f"http://{proxy}")
+    return found if found.hostname else None
+
+
+def connection(
+    url: str, at: float, ca_file: str | None = None, insecure: bool = False
+) -> tuple[http.client.HTTPConnection, str, dict[str, str]]:
+    """A connection for ``url`` (through the environment's proxy, if any), the request
+    target to send and the headers the proxy needs."""
+    parts = urlsplit(url)
+    host, port = parts.hostname or "", parts.port
+    timeout = max(0.001, at - time.monotonic())
+    target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+    proxy = _proxy_for(parts)
+    if proxy is None:
+        if parts.scheme == "https":
+            ctx = tls_context(ca_file, insecure)
+            return http.client.HTTPSConnection(host, port, timeout=timeout, context=ctx), target, {}
+        return http.client.HTTPConnection(host, port, timeout=timeout), target, {}
+    extra = {}
+    if proxy.username is not None:
+        pair = f"{unquote(proxy.username)}:{unquote(proxy.password or '')}"
+        extra["Proxy-Authorization"] = "Basic " + b64encode(pair.encode()).decode()
+    phost, pport = proxy.hostname or "", proxy.port or 80
+    if parts.scheme == "https":  # a CONNECT tunnel, then TLS with the host itself
+        ctx = tls_context(ca_file, insecure)
+        conn = http.client.HTTPSConnection(phost, pport, timeout=timeout, context=ctx)
+        conn.set_tunnel(host, port or 443, headers=extra)
+        return conn, target, {}
+    absolute = parts._replace(netloc=parts.netloc.rpartition("@")[2], fragment="").geturl()
+    return http.client.HTTPConnection(phost, pport, timeout=timeout), absolute, extra
+
+
+def describe(exc: BaseException) -> str:
+    """A connection failure in a few words, without the host's name."""
+    if isinstance(exc, ConnectionRefusedError):
+        return "connection refused"
+    if isinstance(exc, socket.gaierror):
+        return f"cannot resolve the host ({exc.strerror or exc})"
+    if isinstance(exc, ssl.SSLCertVerificationError):
+        return f"TLS: {exc.verify_message or exc.reason or 'certificate not trusted'}"
+    if isinstance(exc, ssl.SSLError):
+        return f"TLS: {exc.reason or exc}"
+    if isinstance(exc, http.client.RemoteDisconnected):
+        return "the server closed the connection without a response"
+    if isinstance(exc, http.client.IncompleteRead):
+        return "the answer was cut short"
+    text = getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
+    return " ".join(str(text).split())[:200]
+
+
+def request(
+    method: str,
+    url: str,
+    at: float,
+    headers: dict[str, str] | None = None,
+    body: bytes | None = None,
+    max_bytes: int = 1 << 20,
+    ca_file: str | None = None,
+    insecure: bool = False,
+) -> Response:
+    """One request, finished by ``at`` (monotonic) or ``TimedOut``; no redirect followed.
+    The body is decompressed (gzip) and at most ``max_bytes`` long, or ``TooLarge``."""
+    if time.monotonic() >= at:
+        raise TimedOut("no time left")
+    conn, target, extra = connection(url, at, ca_file, insecure)
+    started = False
+    try:
+        with contextlib.ExitStack() as guards:
+            # The connection while it connects; then its socket, which the response keeps
+            # when http.client lets go of it (an answer that closes the connection).
+            guards.enter_context(REAPER.guard(conn, at))
+            try:
+                conn.connect()
+                guards.enter_context(REAPER.guard(conn.sock, at))
+                if time.monotonic() >= at:
+                    raise TimedOut("no answer in time")
+                conn.request(method, target, body=body, headers={**(headers or {}), **extra})
+                resp = conn.getresponse()
+                started = True
+                got = {k.lower(): v for k, v in resp.getheaders()}
+                data = read_body(resp, got, max_bytes)
+                if time.monotonic() >= at:  # the reaper may have cut the body short
+                    raise TimedOut("no complete answer in time")
+            except (TimedOut, TooLarge):
+                raise
+            except (OSError, http.client.HTTPException, ValueError) as exc:
+                if time.monotonic() >= at or isinstance(exc, TimeoutError):
+                    raise TimedOut("no complete answer in time") from None
+                if started:
+                    raise HttpError(describe(exc)) from None
+                raise ConnectError(describe(exc), isinstance(exc, ssl.SSLError)) from None
+            finally:
+                if started:
+                    resp.close()
+    finally:
+        conn.close()
+    return Response(resp.status, got, data)
+
+
+def read_body(resp: http.client.HTTPResponse, headers: dict[str, str], max_bytes: int) -> bytes:
+    length = headers.get("content-length", "").strip()
+    encoding = headers.get("content-encoding", "identity").strip().lower()
+    if encoding in ("", "identity") and length.isdigit() and int(length) > max_bytes:
+        raise TooLarge(f"{int(length)} bytes")
+    if encoding not in ("", "identity", "gzip", "x-gzip", "deflate"):
+        raise HttpError(f"the answer is encoded as {encoding!r}, which was not asked for")
+    inflate = zlib.decompressobj(wbits=47) if encoding not in ("", "identity") else None
+    out = bytearray()
+    try:
+        while chunk := resp.read(CHUNK):
+            if inflate is None:
+                out += chunk
+            else:
+                out += inflate.decompress(chunk, max_bytes + 1 - len(out))
+                while inflate.unconsumed_tail and len(out) <= max_bytes:
+                    out += inflate.decompress(inflate.unconsumed_tail, max_bytes + 1 - len(out))
+            if len(out) > max_bytes:
+                raise TooLarge(f"more than {max_bytes} bytes")
+        if inflate is not None:
+            out += inflate.flush()
+    except zlib.error:
+        raise HttpError("the answer's gzip encoding is corrupt") from None
+    if len(out) > max_bytes:
+        raise TooLarge(f"more than {max_bytes} bytes")
+    return bytes(out)

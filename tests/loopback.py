@@ -1,0 +1,116 @@
+"""Real servers on loopback that misbehave on purpose: each request runs a function of the
+test's, which may drip bytes, redirect, echo the request, or answer a gzip bomb."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+
+@dataclass
+class Seen:
+    method: str
+    path: str
+    headers: dict[str, str]
+    body: bytes
+
+
+@dataclass
+class Faulty:
+    url: str
+    seen: list[Seen] = field(default_factory=list)
+    release: threading.Event = field(default_factory=threading.Event)
+
+
+Respond = Callable[[BaseHTTPRequestHandler, Faulty], None]
+
+
+@contextlib.contextmanager
+def serve(respond: Respond, host: str = "127.0.0.1") -> Iterator[Faulty]:
+    """A threading HTTP/1.0 server on a free port of ``host``; every request runs
+    ``respond(handler, faulty)``. At exit, ``faulty.release`` is set (dripping handlers
+    stop) and the server shuts down."""
+    box: list[Faulty] = []
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.0"
+
+        def _any(self) -> None:
+            length = int(self.headers.get("Content-Length") or 0)
+            body = self.rfile.read(length) if length else b""
+            box[0].seen.append(Seen(self.command, self.path, dict(self.headers), body))
+            with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+                respond(self, box[0])
+
+        do_GET = do_POST = _any
+
+        def log_message(self, format: str, *args: object) -> None:
+            return
+
+    server = ThreadingHTTPServer((host, 0), Handler)
+    server.daemon_threads = True
+    box.append(Faulty(f"http://{host}:{server.server_address[1]}"))
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05})
+    thread.daemon = True
+    thread.start()
+    try:
+        yield box[0]
+    finally:
+        box[0].release.set()
+        server.shutdown()
+        server.server_close()
+
+
+def answer(
+    h: BaseHTTPRequestHandler,
+    body: bytes | dict[str, Any],
+    status: int = 200,
+    headers: dict[str, str] | None = None,
+) -> None:
+    data = json.dumps(body).encode() if isinstance(body, dict) else body
+    h.send_response(status)
+    extra = {"Content-Type": "application/json", **(headers or {})}
+    for k, v in extra.items():
+        h.send_header(k, v)
+    h.send_header("Content-Length", str(len(data)))
+    h.end_headers()
+    h.wfile.write(data)
+
+
+def drip(
+    h: BaseHTTPRequestHandler,
+    f: Faulty,
+    data: bytes,
+    every: float,
+    content_type: str = "application/json",
+) -> None:
+    """Status and headers at once, then ``data`` a byte at a time, one every ``every``."""
+    h.send_response(200)
+    h.send_header("Content-Type", content_type)
+    h.send_header("Content-Length", str(len(data)))
+    h.end_headers()
+    h.wfile.flush()
+    for i in range(len(data)):
+        if f.release.wait(every):
+            return
+        h.wfile.write(data[i : i + 1])
+        h.wfile.flush()
+
+
+EMPTY = {"status": "success", "data": {"resultType": "matrix", "result": []}}
+
+
+def elapsed(fn: Callable[[], Any]) -> tuple[float, Any]:
+    """(seconds, what ``fn`` returned or raised)."""
+    t0 = time.monotonic()
+    try:
+        out: Any = fn()
+    except Exception as exc:
+        out = exc
+    return time.monotonic() - t0, out

@@ -1,0 +1,124 @@
+"""The probe against targets that misbehave, on real loopback sockets: a stream dripped a
+byte at a time ends at --timeout, a login page answered 200 is an HTTP error, a model list
+without ids and a token file that is not a token are said in one line."""
+
+from __future__ import annotations
+
+from click.testing import CliRunner
+from loopback import answer, drip, elapsed, serve
+
+from diagnoser.cli import main
+from diagnoser.probe.stream import Endpoint, stream
+
+
+def _probe(url: str, timeout: float = 5.0):
+    return stream(Endpoint(url), "completions", {"model": "m", "prompt": "hi"}, timeout)
+
+
+def test_a_dripped_stream_ends_at_the_timeout():
+    event = b'data: {"choices":[{"index":0,"text":" hello","finish_reason":null}]}\n\n' * 2
+    with serve(lambda h, f: drip(h, f, event, 0.25, "text/event-stream")) as target:
+        took, res = elapsed(lambda: _probe(target.url, timeout=2))
+    assert res.outcome == "timeout", res.detail
+    assert "not finished within 2 s" in res.detail
+    assert took < 10  # the whole drip (~35 s) before
+
+
+def test_headers_dripped_before_any_status_end_at_the_timeout():
+    def slow_status(h, f):
+        for ch in b"HTTP/1.0 200 OK\r\nX-Slow: " + b"y" * 60:
+            if f.release.wait(0.25):
+                return
+            h.wfile.write(bytes([ch]))
+            h.wfile.flush()
+
+    with serve(slow_status) as target:
+        took, res = elapsed(lambda: _probe(target.url, timeout=2))
+    assert res.outcome == "timeout", res.detail
+    assert took < 10
+
+
+def test_a_login_page_answered_200_is_an_http_error():
+    page = b"<html><body>Sign in to continue</body></html>"
+    with serve(lambda h, f: answer(h, page, headers={"Content-Type": "text/html"})) as target:
+        res = _probe(target.url)
+    assert res.outcome == "http_error", res.detail
+    assert "HTTP 200 with text/html, not a stream: <html><body>Sign in" in res.detail
+
+
+def test_a_body_that_is_not_an_event_stream_is_an_http_error():
+    with serve(lambda h, f: answer(h, b"Service paused\n", headers={"Content-Type": ""})) as t:
+        res = _probe(t.url)
+    assert res.outcome == "http_error" and "not an event stream: Service paused" in res.detail
+
+
+def test_a_model_list_without_ids_is_one_line_and_exit_3():
+    listing = {"object": "list", "data": [{"object": "model"}, {"id": None}]}
+    with serve(lambda h, f: answer(h, listing)) as target:
+        res = CliRunner().invoke(main, ["probe", "--target", target.url, "--once"])
+    assert res.exit_code == 3, res.output
+    assert "lists no model with an id; pass --model" in res.stderr
+    assert res.stderr.count("\n") == 1
+
+
+def test_the_first_model_with_an_id_is_probed():
+    from diagnoser.probe.runner import discover_model
+
+    listing = {"data": [{"object": "model"}, {"id": "tiny"}]}
+    with serve(lambda h, f: answer(h, listing)) as target:
+        assert discover_model(Endpoint(target.url), 5.0) == "tiny"
+
+
+def test_a_token_file_that_is_not_a_token_is_exit_2(tmp_path):
+    big = tmp_path / "big"
+    big.write_bytes(b"x" * (200 * 1024))
+    lines = tmp_path / "lines"
+    lines.write_text("one\ntwo\n")
+    for path, says in ((big, "larger than 64 KiB"), (lines, "holds more than one line")):
+        args = ["probe", "--target", "http://127.0.0.1:1", "--bearer-token-file", str(path)]
+        res = CliRunner().invoke(main, [*args, "--once"])
+        assert res.exit_code == 2, res.output
+        assert says in res.stderr and res.stderr.count("\n") == 1
+
+
+def test_a_target_that_is_not_a_url_is_one_line_and_exit_2():
+    for target, says in (
+        ("http://bob:pw-77@[::1", "--target 'http://[::1': Invalid IPv6 URL"),
+        ("ftp://host", "is not an http(s):// URL"),
+        ("http://host:99999", "has a bad port"),
+    ):
+        res = CliRunner().invoke(main, ["probe", "--target", target, "--once"])
+        assert res.exit_code == 2, res.output
+        assert says in res.stderr and res.stderr.count("\n") == 1 and "pw-77" not in res.stderr
+
+
+def test_an_error_body_that_echoes_the_request_shows_no_credential(tmp_path):
+    def echo(h, f):  # as some gateways do: the request's headers in the error
+        answer(h, f"denied: {dict(h.headers)}".encode(), 401, {"Content-Type": "text/plain"})
+
+    token = tmp_path / "token"
+    token.write_text("tok-secret-1234\n")
+    with serve(echo) as target:
+        url = target.url.replace("http://", "http://bob:pw-5678@")
+        ep = Endpoint(url, {"X-Api-Key": "key-9876"}, bearer_token_file=token)
+        res = stream(ep, "completions", {"model": "m", "prompt": "hi"}, 5.0)
+        ep_basic = Endpoint(url, {"X-Api-Key": "key-9876"})
+        res_basic = stream(ep_basic, "completions", {"model": "m", "prompt": "hi"}, 5.0)
+    assert res.outcome == res_basic.outcome == "http_error"
+    assert "HTTP 401: denied:" in res.detail and "***" in res.detail
+    for secret in ("tok-secret-1234", "key-9876", "pw-5678", "Ym9iOnB3LTU2Nzg="):
+        assert secret not in res.detail and secret not in res_basic.detail
+
+
+def test_no_part_of_a_token_is_left_where_an_error_body_is_cut_short(tmp_path):
+    def echo(h, f):  # padding moves the token across the cut, one request at a time
+        pad = "." * (170 + 3 * len(f.seen))
+        answer(h, f"no {pad} {h.headers.get('Authorization')}".encode(), 401)
+
+    token = tmp_path / "token"
+    token.write_text("tok-secret-1234\n")
+    with serve(echo) as target:
+        ep = Endpoint(target.url, bearer_token_file=token)
+        for _ in range(15):
+            res = stream(ep, "completions", {"model": "m", "prompt": "hi"}, 5.0)
+            assert res.outcome == "http_error" and "tok-s" not in res.detail, res.detail

@@ -1,0 +1,248 @@
+"""The Prometheus source against servers that misbehave, on real loopback sockets: a deadline
+that holds however the server stalls, answers bounded once decompressed, credentials that
+stay with their origin and out of every message, and Prometheus's own words on errors and
+partial answers."""
+
+from __future__ import annotations
+
+import base64
+import gzip
+import json
+import subprocess
+import sys
+
+import pytest
+from loopback import EMPTY, answer, drip, elapsed, serve
+
+from diagnoser.core.source import Auth, PrometheusSource, SourceError
+
+
+def _range(source: PrometheusSource) -> list:
+    return source.query_range("up", 1_700_000_000, 1_700_003_600, 15)
+
+
+def _cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "diagnoser", *args],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=timeout,
+    )
+
+
+# --- one deadline -----------------------------------------------------------------------
+
+
+def test_a_server_that_drips_its_answer_is_cut_at_the_deadline():
+    body = json.dumps(EMPTY).encode() + b" " * 40  # ~110 bytes: ~30 s at 0.25 s a byte
+    with serve(lambda h, f: drip(h, f, body, 0.25)) as api:
+        took, out = elapsed(lambda: _range(PrometheusSource(api.url, timeout=2)))
+    assert isinstance(out, SourceError), out
+    assert "did not answer a query_range within 2 s" in str(out)
+    assert took < 10  # it took as long as the drip (~30 s) before
+
+
+def test_retry_after_longer_than_the_time_left_is_not_waited_for():
+    with serve(lambda h, f: answer(h, b"busy", 503, {"Retry-After": "40"})) as api:
+        took, out = elapsed(lambda: _range(PrometheusSource(api.url, timeout=2)))
+    assert isinstance(out, SourceError), out
+    assert "HTTP 503" in str(out) and "asked to retry after 40 s" in str(out)
+    assert took < 10  # 40 s (or 80 s with two retries) before
+    assert len(api.seen) == 1
+
+
+def test_a_short_retry_after_is_honoured_within_the_deadline():
+    def respond(h, f):
+        if len(f.seen) == 1:
+            answer(h, b"busy", 503, {"Retry-After": "1"})
+        else:
+            answer(h, EMPTY)
+
+    with serve(respond) as api:
+        took, out = elapsed(lambda: _range(PrometheusSource(api.url, timeout=5)))
+    assert out == [] and len(api.seen) == 2 and took >= 1
+
+
+def test_a_diagnosis_has_one_deadline_for_all_its_queries():
+    """Each query answers in 1.5 s, within --timeout 2; the ~60 queries of a diagnosis do not."""
+
+    def slow(h, f):
+        if not f.release.wait(1.5):
+            answer(h, EMPTY)
+
+    with serve(slow) as api:
+        took, proc = elapsed(
+            lambda: _cli("diagnose", "--since", "1h", "--timeout", "2", "--prometheus-url", api.url)
+        )
+    assert proc.returncode == 3, proc.stderr
+    assert "did not answer" in proc.stderr and "within 2 s" in proc.stderr
+    assert proc.stderr.count("\n") == 1
+    assert took < 30  # the run itself; before, every query got its own 2 s
+
+
+# --- bounded answers --------------------------------------------------------------------
+
+
+def _bomb(size: int) -> bytes:
+    head = b'{"status":"success","data":{"resultType":"matrix","result":[]}}'
+    return gzip.compress(head + b" " * size, compresslevel=9)
+
+
+def test_a_gzip_bomb_stops_at_the_limit():
+    bomb = _bomb(40 << 20)  # 40 MiB of spaces in ~40 KB
+    assert len(bomb) < 100_000
+    with serve(lambda h, f: answer(h, bomb, headers={"Content-Encoding": "gzip"})) as api:
+        out = elapsed(lambda: _range(PrometheusSource(api.url, max_bytes=1 << 20)))[1]
+        assert isinstance(out, SourceError), out
+        assert "more than 1 MiB" in str(out) and "--max-response-mb" in str(out)
+        assert api.seen[0].headers.get("Accept-Encoding") == "gzip"
+        proc = _cli("diagnose", "--max-response-mb", "1", "--prometheus-url", api.url)
+    assert proc.returncode == 3 and "more than 1 MiB" in proc.stderr, proc.stderr
+    assert proc.stderr.count("\n") == 1
+
+
+def test_a_compressed_answer_under_the_limit_is_read():
+    small = gzip.compress(json.dumps(EMPTY).encode())
+    with serve(lambda h, f: answer(h, small, headers={"Content-Encoding": "gzip"})) as api:
+        assert _range(PrometheusSource(api.url)) == []
+
+
+# --- credentials ------------------------------------------------------------------------
+
+
+def test_credentials_stay_with_their_origin_across_a_redirect():
+    """Same origin: every header follows. Another origin (localhost is another host than
+    127.0.0.1): neither Authorization nor any --header does."""
+    with serve(lambda h, f: answer(h, EMPTY), host="127.0.0.1") as other:
+        port = other.url.rsplit(":", 1)[1]
+        elsewhere = f"http://localhost:{port}/api/v1/query_range"
+
+        def respond(h, f):
+            if h.path.startswith("/moved"):
+                answer(h, b"", 302, {"Location": elsewhere})
+            elif len(f.seen) == 1:
+                answer(h, b"", 307, {"Location": "/moved" + h.path})
+            else:
+                answer(h, b"", 302, {"Location": elsewhere})
+
+        with serve(respond) as first:
+            auth = Auth(bearer_token="tok-1234", headers={"X-Scope-OrgID": "tenant-secret"})
+            assert _range(PrometheusSource(first.url, auth=auth)) == []
+            auth = Auth(basic=("bob", "pw-5678"), headers={"X-Api-Key": "key-secret"})
+            assert _range(PrometheusSource(first.url, auth=auth)) == []
+    moved = first.seen[1]
+    assert moved.path.startswith("/moved/api/v1/query_range")
+    assert moved.headers["Authorization"] == "Bearer tok-1234"
+    assert moved.headers["X-Scope-OrgID"] == "tenant-secret"
+    assert len(other.seen) == 2
+    for arrived in other.seen:
+        assert "Authorization" not in arrived.headers
+        assert "X-Scope-OrgID" not in arrived.headers and "X-Api-Key" not in arrived.headers
+
+
+def test_a_401_that_echoes_the_request_shows_no_credential():
+    def echo(h, f):  # as some proxies do: what was sent, credentials first
+        sent = f"{h.headers.get('Authorization')} {h.headers.get('X-Api-Key')} {dict(h.headers)}"
+        answer(h, f"unauthorized: {sent}".encode(), 401, {"Content-Type": "text/plain"})
+
+    with serve(echo) as api:
+        auth = Auth(basic=("bob", "hunter22"), headers={"X-Api-Key": "key-9876"})
+        out = elapsed(lambda: _range(PrometheusSource(api.url, auth=auth)))[1]
+    text = str(out)
+    assert isinstance(out, SourceError) and "HTTP 401" in text
+    assert base64.b64encode(b"bob:hunter22").decode() not in text
+    assert "hunter22" not in text and "key-9876" not in text
+
+
+def test_no_part_of_a_credential_is_left_where_an_error_text_is_cut_short():
+    def echo(h, f):  # padding moves the credential across the cut, one request at a time
+        pad = "." * (80 + 3 * len(f.seen))
+        answer(h, f"no {pad} {h.headers.get('Authorization')}".encode(), 401)
+
+    b64 = base64.b64encode(b"bob:hunter22").decode()
+    with serve(echo) as api:
+        for _ in range(20):
+            out = elapsed(
+                lambda: _range(PrometheusSource(api.url, auth=Auth(basic=("bob", "hunter22"))))
+            )[1]
+            assert isinstance(out, SourceError) and "HTTP 401" in str(out)
+            assert b64[:6] not in str(out), str(out)
+
+
+@pytest.mark.parametrize("auth", [Auth(basic=("bob", "")), Auth(headers={"X-Org": "a"})])
+def test_short_secrets_do_not_garble_messages(auth):
+    body = b'{"status":"error","errorType":"bad_data","error":"parse error at char 5"}'
+    with serve(lambda h, f: answer(h, body, 400)) as api:
+        out = elapsed(lambda: _range(PrometheusSource(api.url, auth=auth)))[1]
+    assert isinstance(out, SourceError)
+    assert "answered HTTP 400 to a query_range: bad_data: parse error at char 5" in str(out)
+
+
+# --- Prometheus's own words -------------------------------------------------------------
+
+
+def test_an_error_answered_with_status_200_shows_prometheus_error_text():
+    body = {"status": "error", "errorType": "execution", "error": "query timed out in eval"}
+    with serve(lambda h, f: answer(h, body)) as api:
+        out = elapsed(lambda: _range(PrometheusSource(api.url)))[1]
+    assert isinstance(out, SourceError)
+    assert "with an error: execution: query timed out in eval" in str(out)
+
+
+def test_a_series_with_a_null_metric_is_a_source_error():
+    body = {"status": "success", "data": {"result": [{"metric": None, "values": [[1, "1"]]}]}}
+    with serve(lambda h, f: answer(h, body)) as api:
+        out = elapsed(lambda: _range(PrometheusSource(api.url)))[1]
+    assert isinstance(out, SourceError) and "not in Prometheus's format" in str(out)
+
+
+def test_a_partial_answer_is_said_in_the_report_and_the_json():
+    warned = {**EMPTY, "warnings": ["partial response: store eu-1 unreachable\nforged"]}
+    with serve(lambda h, f: answer(h, warned)) as api:
+        text = _cli("diagnose", "--prometheus-url", api.url)
+        doc = _cli("diagnose", "--format", "json", "--prometheus-url", api.url)
+    assert text.returncode == 0, text.stderr
+    assert "PARTIAL ANSWER: partial response: store eu-1 unreachable forged" in text.stdout
+    stats = json.loads(doc.stdout)["stats"]
+    assert stats["warnings"] == ["partial response: store eu-1 unreachable forged"]
+    assert {"queries", "query_seconds", "traffic_floor_rps"} <= set(stats)
+
+
+# --- local option errors ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["--prometheus-url", "http://[::1"], "--prometheus-url 'http://[::1'"),
+        (["--prometheus-url", "http://bob:pw-77@[::1"], "--prometheus-url 'http://[::1'"),
+        (["--prometheus-url", ""], "is not an http:// or https:// URL"),
+        (["--prometheus-url", "prometheus:9090"], "is not an http:// or https:// URL"),
+        (["--prometheus-url", "ftp://prometheus"], "is not an http:// or https:// URL"),
+        (["--prometheus-url", "http://prometheus:99999"], "Port out of range"),
+        (["--timeout", "nan"], "--timeout: 'nan' is not a finite number"),
+        (["--header", "X-Org: a\rb"], "holds a line break"),
+        (["--max-response-mb", "0"], "--max-response-mb"),
+    ],
+)
+@pytest.mark.parametrize("command", ["diagnose", "webhook", "kv-budget"])
+def test_bad_source_options_are_one_line_and_exit_2(command, args, says):
+    extra = {"webhook": ["--listen", "127.0.0.1:9"], "kv-budget": []}.get(command, [])
+    if command == "kv-budget" and "--prometheus-url" not in args:
+        args = [*args, "--prometheus-url", "http://127.0.0.1:9"]
+    proc = _cli(command, *extra, *args, timeout=60)
+    assert proc.returncode == 2, proc.stderr
+    assert says in proc.stderr and proc.stderr.count("\n") == 1, proc.stderr
+    assert "pw-77" not in proc.stderr
+
+
+def test_a_token_file_of_several_lines_or_too_large_is_exit_2(tmp_path):
+    lines = tmp_path / "lines"
+    lines.write_text("a\nb\n")
+    big = tmp_path / "big"
+    big.write_bytes(b"x" * (200 * 1024))
+    for path, says in ((lines, "holds more than one line"), (big, "larger than 64 KiB")):
+        proc = _cli("diagnose", "--bearer-token-file", str(path), timeout=60)
+        assert proc.returncode == 2 and says in proc.stderr, proc.stderr
+        assert proc.stderr.count("\n") == 1
