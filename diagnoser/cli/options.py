@@ -6,7 +6,7 @@ from __future__ import annotations
 import functools
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
@@ -120,6 +120,24 @@ def load_catalog(dirs: tuple[Path, ...]) -> Catalog:
     from diagnoser.catalog import load_catalog
 
     return load_catalog(*dirs)
+
+
+def check_alert_rules(site: Site, playbooks: Iterable[Playbook]) -> bool:
+    """Run the playbooks' rendered alerts through promtool: each problem is one line naming
+    the playbook's file and field, then exit 2. Without promtool, one line says that nothing
+    was parsed, and False is returned (True when the alerts were checked)."""
+    from diagnoser.outputs.promcheck import PromtoolMissing, check_alerts
+
+    try:
+        problems = check_alerts(site, playbooks)
+    except PromtoolMissing as exc:
+        click.echo(f"servediag: warning: {exc}: alert expressions were not parsed", err=True)
+        return False
+    for problem in problems:
+        click.echo(f"servediag: error: {problem}", err=True)
+    if problems:
+        sys.exit(EXIT_USAGE)
+    return True
 
 
 def playbook(catalog: Catalog, pid: str) -> Playbook:

@@ -9,6 +9,7 @@ import time
 from dataclasses import asdict
 from typing import Any
 
+from diagnoser.core.printable import printable
 from diagnoser.hardware.presets import ModelSpec
 from diagnoser.kvbudget import budget as kvbudget
 from diagnoser.kvbudget.budget import Budget
@@ -202,15 +203,15 @@ def _live(live: dict[str, Any]) -> list[str]:
     header += ["util", full, users]
     rows = [
         [
-            e["job"] or "-",
-            e["instance"] or "-",
-            e["engine"] or "-",
-            e["model_name"] or "-",
+            printable(e["job"]) or "-",
+            printable(e["instance"]) or "-",
+            printable(e["engine"]) or "-",
+            printable(e["model_name"]) or "-",
             _count(e["num_gpu_blocks"]),
             _count(e["block_size"]),
             _count(e["capacity_tokens"]),
-            e["cache_dtype"] or "-",
-            e["gpu_memory_utilization"] or "-",
+            printable(e["cache_dtype"]) or "-",
+            printable(e["gpu_memory_utilization"]) or "-",
             _count(e["full_length_sequences"]),
             _count(e["users_fit"]),
         ]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from diagnoser.core.printable import printable
 from diagnoser.diagnose.model import Diagnosis
 from diagnoser.report.format import evidence_lines, health_line, scope_text, since
 from diagnoser.site import Site
@@ -17,7 +18,10 @@ MAX_EVIDENCE = 5
 
 
 def message(record: dict[str, Any], d: Diagnosis | None, site: Site) -> str:
-    """``record`` is the webhook's record of the alert (its JSON line); ``d`` its diagnosis."""
+    """``record`` is the webhook's record of the alert (its JSON line); ``d`` its diagnosis.
+    What the alert brought (its name, severity, summary, playbook, runbook URL, labels) is
+    printed with its control characters escaped (``core.printable``)."""
+    record = {k: printable(v) if isinstance(v, str) else v for k, v in record.items()}
     playbook = record.get("playbook")
     lines = [
         f"*{record['alert']}* ({record.get('severity') or 'no severity'}) on "

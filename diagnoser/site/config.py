@@ -13,9 +13,7 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from diagnoser.errors import UserError
+from diagnoser.errors import UserError, load_yaml
 from diagnoser.site.slo import SloConfig, SloError
 from diagnoser.site.slo import parse as parse_slo
 
@@ -74,15 +72,14 @@ class SiteConfig:
         return self.runbook_url.format(id=playbook_id)
 
 
+def _error(path: Path, where: str, message: str) -> ConfigError:
+    return ConfigError(f"{path}: {where}: {message}" if where else f"{path}: {message}")
+
+
 def load_config(path: Path | None) -> SiteConfig:
     if path is None:
         return SiteConfig()
-    try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read: {exc.strerror or exc}") from None
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: not valid YAML: {str(exc).splitlines()[0]}") from None
+    raw = load_yaml(path, _error) or {}
     if not isinstance(raw, dict):
         raise ConfigError(f"{path}: must be a YAML mapping")
     known = {f.name for f in fields(SiteConfig)}
