@@ -132,11 +132,11 @@ def summary(pb: Playbook) -> str:
 def catalog_validate(directory: Path) -> None:
     """Check a directory of your own playbooks against the schema and the built-in catalog.
 
-    Each alert is rendered and run through promtool, as Prometheus will load it: an
-    expression that does not parse or a description that is not a valid template is an
-    error too. Prints one line when all is well; a problem in a file's schema or references
-    is one line naming the file and the field, every problem promtool finds is a line of
-    its own, and the exit status is 2.
+    Each alert is rendered and parsed as Prometheus will load it (promtool, or without it the
+    promql-parser library and a template check): an expression that does not parse or a
+    description that is not a valid template is an error too. Prints one line when all is
+    well; a problem in a file's schema or references is one line naming the file and the
+    field, every problem in an alert is a line of its own, and the exit status is 2.
 
     Example: servediag catalog validate ./my-playbooks
     """
@@ -149,9 +149,9 @@ def catalog_validate(directory: Path) -> None:
     site = Site.build(SiteConfig(), cat)
     render_files(site)  # alert expressions resolve and render
     mine = [pb for pb in cat if pb.path.parent.resolve() == directory.resolve()]
-    parsed = check_alert_rules(site, mine)
-    unparsed = "" if parsed else " (their alert expressions not parsed: no promtool)"
-    click.echo(f"ok: {len(mine)} playbook(s) in {directory} are valid{unparsed}")
+    parser = check_alert_rules(site, mine)
+    how = f"alerts parsed with {parser}" if parser else "alert expressions not parsed: no parser"
+    click.echo(f"ok: {len(mine)} playbook(s) in {directory} are valid ({how})")
 
 
 @catalog.command("schema")

@@ -212,9 +212,10 @@ def diagnose_cmd(
         playbook(site.catalog, explain)
     result = diagnose(prometheus, site, Window.plan(since, end, offset), scope, lookback=lookback)
     if explain is not None:
+        from diagnoser.core.printable import inert
         from diagnoser.report.explain import explain as explain_text
 
-        click.echo(explain_text(result, explain), nl=False)
+        click.echo(inert(explain_text(result, explain)), nl=False)
         return
     colour = output is None and sys.stdout.isatty() and os.environ.get("NO_COLOR") is None
     rendered = report.render(result, fmt, colour=colour)

@@ -177,10 +177,13 @@ def _body_hint(text: str) -> str:
     return body[:120] or "no body"
 
 
-def _series(raw: dict[str, Any], expr: str) -> Series:
+def _series(raw: Any, expr: str) -> Series:
     try:
-        labels = {str(k): str(v) for k, v in raw["metric"].items()}
+        metric = raw["metric"]
         pts = raw["values"] if "values" in raw else [raw["value"]]
+        if not isinstance(metric, dict) or not isinstance(pts, list):
+            raise TypeError
+        labels = {str(k): str(v) for k, v in metric.items()}
         t = np.array([float(p[0]) for p in pts], dtype=np.float64)
         v = np.array([float(p[1]) for p in pts], dtype=np.float64)
     except (KeyError, TypeError, ValueError, IndexError):

@@ -9,7 +9,7 @@ import time
 from dataclasses import asdict
 from typing import Any
 
-from diagnoser.core.printable import printable
+from diagnoser.core.printable import inert, printable
 from diagnoser.hardware.presets import ModelSpec
 from diagnoser.kvbudget import budget as kvbudget
 from diagnoser.kvbudget.budget import Budget
@@ -106,7 +106,7 @@ def text(doc: dict[str, Any]) -> str:
         if lines:
             lines.append("")
         lines += _live(doc["live"])
-    return "\n".join(lines) + "\n"
+    return inert("\n".join(lines)) + "\n"
 
 
 def _per_token(doc: dict[str, Any], p: dict[str, Any]) -> str:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from diagnoser.core.printable import printable
+from diagnoser.core.printable import inert, printable
 from diagnoser.diagnose.model import Diagnosis
 from diagnoser.report.format import evidence_lines, health_line, scope_text, since
 from diagnoser.site import Site
@@ -62,7 +62,7 @@ def message(record: dict[str, Any], d: Diagnosis | None, site: Site) -> str:
     if playbook is None:
         if record.get("runbook_url") and top is None:
             lines.append(f"*Runbook:* <{record['runbook_url']}|{record['alert']}>")
-        return "\n".join(lines)
+        return inert("\n".join(lines))
     if top is None or top.playbook.id != playbook:
         rank = record.get("playbook_rank")
         state = f"ranked {rank} in the diagnosis" if rank else "not confirmed by the diagnosis"
@@ -70,4 +70,4 @@ def message(record: dict[str, Any], d: Diagnosis | None, site: Site) -> str:
         if playbook in site.catalog:
             lines.append(f"*Cause:* {' '.join(site.catalog[playbook].cause.split())}")
         lines.append(f"*Runbook:* <{record['runbook_url']}|{playbook}>")
-    return "\n".join(lines)
+    return inert("\n".join(lines))
