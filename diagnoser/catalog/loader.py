@@ -236,7 +236,7 @@ def _alert(path: Path, raw: dict[str, Any], severity: str, sig: Signature) -> Al
         raise CatalogError(
             path,
             "alert.description",
-            f"the template action at character {unclosed + 1} is not closed with }}}}",
+            f"not a valid template: the action at character {unclosed + 1} is not closed with }}}}",
         )
     if "fallback" in raw and not OFFSET.search(raw["expr"]):
         raise CatalogError(path, "alert.fallback", "the expression compares with no offset")

@@ -120,8 +120,9 @@ _PAIRS = {"(": ")", "[": "]", "{": "}"}
 
 
 def balance_problem(expr: str) -> str | None:
-    """What no PromQL parser accepts, found without one: a string that is not closed, or a
-    bracket, parenthesis or brace that is not closed or closes nothing."""
+    """What no PromQL parser accepts, found without one: a string that is not closed (a
+    quoted one on its line), or a bracket, parenthesis or brace that is not closed or closes
+    nothing."""
     stack: list[str] = []
     quote = None
     i = 0
@@ -132,6 +133,8 @@ def balance_problem(expr: str) -> str | None:
                 i += 1
             elif ch == quote:
                 quote = None
+            elif ch == "\n" and quote != "`":
+                return f"a string opened with {quote} is not closed on its line"
         elif ch in "\"'`":
             quote = ch
         elif ch == "#":  # a comment, to the end of the line
