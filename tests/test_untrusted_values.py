@@ -203,3 +203,102 @@ def test_a_window_ending_in_the_future_gets_a_note():
     assert "in the future" in note and "connection refused" in error
     res = run("diagnose", "--prometheus-url", url, "--until", "2024-01-01T00:00:00Z")
     assert "note" not in res.stderr
+
+
+# --- every path to the terminal -------------------------------------------------------------
+
+
+def test_printable_writes_every_control_and_direction_character_as_an_escape():
+    from diagnoser.core.printable import printable
+
+    assert printable("a\x1b]0;t\x07b\nc\td\r\x00\x9b\u202e\u2028") == (
+        "a\\x1b]0;t\\x07b\\nc\\td\\r\\x00\\x9b\\u202e\\u2028"
+    )
+    assert printable("llama-3.1-8b é 模型") == "llama-3.1-8b é 模型"
+
+
+def test_inert_keeps_the_layout_and_only_the_reports_own_colours():
+    from diagnoser.core.printable import inert
+
+    text = "\x1b[31;1mUNHEALTHY\x1b[0m\tm\x1b]0;x\x07\n\x1b[2J next"
+    assert inert(text) == "\\x1b[31;1mUNHEALTHY\\x1b[0m\tm\\x1b]0;x\\x07\n\\x1b[2J next"
+    assert inert(text, sgr=True) == "\x1b[31;1mUNHEALTHY\x1b[0m\tm\\x1b]0;x\\x07\n\\x1b[2J next"
+
+
+def test_the_chat_message_prints_an_alerts_values_inert(site):
+    from diagnoser.report.chat import message
+
+    record = {
+        "alert": "VllmKvCachePressure\x1b]0;pwned\x07",
+        "severity": "warning",
+        "summary": "full\nFORGED: line",
+        "playbook": "kv-cache-pressure",
+        "runbook_url": "https://rb/kv\x1b[2J",
+        "scope": {"model_name": EVIL},
+        "since_seconds": 3600.0,
+        "playbook_rank": None,
+        "diagnosis": {"findings": []},
+        "error": "boom\x1b[2J",
+    }
+    text = message(record, None, site)
+    assert "\x1b" not in text and "\x07" not in text
+    assert "\nFORGED" not in text and "full\\nFORGED: line" in text
+    assert "evil\\x1b]0;pwned\\x07\\nFORGED LINE" in text
+
+
+def test_an_error_quoting_what_a_server_said_is_one_inert_line(tmp_path):
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    body = b"upstream says no\x1b]0;pwned\x07\nFORGED: line"  # not even JSON
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(400)
+            self.send_header("Content-Type", "text/plain")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        do_POST = do_GET
+
+        def log_message(self, format: str, *args: object) -> None:
+            return
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}"
+        res = run("diagnose", "--prometheus-url", url, "--until", "1700000000")
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert res.exit_code == 3
+    assert len(res.stderr.splitlines()) == 1, res.stderr
+    assert "\x1b" not in res.stderr and "\x07" not in res.stderr
+
+
+def test_explain_prints_label_values_inert(prom):
+    res = run(
+        "diagnose",
+        "--prometheus-url",
+        prom.url,
+        "--until",
+        str(END),
+        "--explain",
+        "kv-cache-pressure",
+    )
+    assert res.exit_code == 0, res.output
+    assert "\x1b" not in res.stdout and "evil\\x1b]0;pwned\\x07\\nFORGED LINE" in res.stdout
+
+
+def test_a_scope_value_is_quoted_by_the_one_promql_helper():
+    from diagnoser.cli.diagnose import matchers
+    from diagnoser.site.slo import Matcher
+
+    assert matchers('x"} or vector(1) or {a="', "i\\", "j\nk", ()) == (
+        'model_name="x\\"} or vector(1) or {a=\\""',
+        'instance="i\\\\"',
+        'job="j\\nk"',
+    )
+    assert str(Matcher("model_name", "=", 'a"b')) == 'model_name="a\\"b"'
