@@ -227,6 +227,13 @@ def scenario(tmp_path, old: str = "", new: str = "", name: str = "s"):
         ("scrape_interval: 15s", "scrape_interval: 0s", "scrape_interval: must be at least 1 s"),
         ("scrape_interval: 15s", "scrape_interval: 1ms", "scrape_interval: must be at least 1 s"),
         ("duration: 20m", "duration: 400d", "duration: 400 d is 2,304,000 scrapes"),
+        ("duration: 20m", "duration: " + "9" * 400 + "d", "duration: '999"),
+        ("window: 10m", "window: " + "9" * 400 + "d", "labels.window: '999"),
+        (
+            "      output: {median: 100, sigma: 0.4}\n",
+            "      output: {median: 100, sigma: 0.4}\n    timeline: x\n",
+            "models[0].timeline: must be a list of changes",
+        ),
         ("rate: {mean: 1}", "rate: {mean: .nan}", "rate.mean: must be a finite number"),
         ("window: 10m", "window: 0s", "labels.window: must be at least 1 s"),
         ("expect: []", "expect: kv-cache-pressure", "labels.expect: must be a list"),

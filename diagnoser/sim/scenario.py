@@ -294,10 +294,10 @@ def _model(raw: Any, path: Path, where: str) -> ModelScenario:
         version=version,
         dcgm=bool(raw.get("dcgm", True)),
     )
-    m.timeline = [
-        _change(c, path, f"{where}.timeline[{i}]", m)
-        for i, c in enumerate(raw.get("timeline") or [])
-    ]
+    timeline = raw.get("timeline") or []
+    if not isinstance(timeline, list):
+        raise ScenarioError(path, f"{where}.timeline", "must be a list of changes")
+    m.timeline = [_change(c, path, f"{where}.timeline[{i}]", m) for i, c in enumerate(timeline)]
     return m
 
 
