@@ -356,6 +356,15 @@ def test_a_site_config_that_is_not_yaml_is_one_line(tmp_path, content, says):
     one_line(res, 2, str(cfg), says)
 
 
+@pytest.mark.parametrize("value", ['"', 'job="vllm"} or vector(1) or up{a="', "job=vllm"])
+def test_vllm_targets_must_be_label_matchers(tmp_path, value):
+    cfg = tmp_path / "site.yaml"
+    cfg.write_text(f"vllm_targets: {json.dumps(value)}\n")
+    res = run("generate", "--config", str(cfg), "--out", str(tmp_path / "out"))
+    one_line(res, 2, f"{cfg}: vllm_targets:", "is not label matchers")
+    assert not (tmp_path / "out").exists()
+
+
 def test_generate_into_an_unwritable_out_is_one_line(tmp_path):
     (tmp_path / "a-file").write_text("")
     res = run("generate", "--out", str(tmp_path / "a-file" / "deploy"))

@@ -21,6 +21,8 @@ DEFAULT_RUNBOOK_URL = "https://github.com/servediag/servediag/blob/main/runbooks
 MATCHER = re.compile(r'[a-zA-Z_][a-zA-Z0-9_]*\s*(=|!=|=~|!~)\s*"(?:[^"\\\n]|\\.)*"')
 LABEL = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
 FOR = re.compile(r"[0-9]+[smhd]")
+# vllm_targets: one matcher or several, comma-separated, as they go inside {...}.
+MATCHERS = re.compile(rf"{MATCHER.pattern}(?:\s*,\s*{MATCHER.pattern})*")
 
 
 class ConfigError(UserError):
@@ -119,7 +121,9 @@ def load_config(path: Path | None) -> SiteConfig:
         else:
             if not isinstance(value, str):
                 raise ConfigError(f"{path}: {key}: must be a string")
-            kwargs[key] = value
+            if key == "vllm_targets" and not MATCHERS.fullmatch(value.strip()):
+                raise ConfigError(f'{path}: {key}: {value!r} is not label matchers like job="vllm"')
+            kwargs[key] = value.strip() if key == "vllm_targets" else value
     if "{id}" not in kwargs.get("runbook_url", "{id}"):
         raise ConfigError(f"{path}: runbook_url: must contain {{id}}")
     ttft = kwargs.get("ttft_slo_seconds", SiteConfig.ttft_slo_seconds)
