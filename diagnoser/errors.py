@@ -49,6 +49,8 @@ def nesting_problem(data: Any) -> str | None:
     """Why a parsed document cannot be used, or None: nested deeper than ``MAX_DEPTH``,
     holding itself (a YAML alias to its own ancestor), or expanding through aliases to more
     than ``MAX_VALUES`` values. Walks each distinct node once, without recursion."""
+    if not isinstance(data, (dict, list)):
+        return None  # a scalar: nothing nested
     done: dict[int, tuple[int, int]] = {}  # id -> (depth, values it expands to)
     open_: set[int] = set()
     stack: list[tuple[Any, bool]] = [(data, False)]

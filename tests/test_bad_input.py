@@ -173,6 +173,8 @@ CONFIG = {
         ('{"a": ' * 100 + "1" + "}" * 100, "nested deeper than"),
         (json.dumps(CONFIG).replace("4096", "NaN", 1), "NaN is not a JSON number"),
         (json.dumps(CONFIG).replace("4096", "Infinity", 1), "Infinity is not a JSON number"),
+        ("5", "must be a JSON object"),
+        ('"a string"', "must be a JSON object"),
     ],
 )
 def test_kv_budget_refuses_absurd_config_json_in_one_line(tmp_path, content, says):
@@ -268,6 +270,7 @@ def test_simulate_refuses_a_bad_scenario_in_one_line(tmp_path, old, new, says):
     [
         (bytes(range(256)) * 4, "not UTF-8 text"),
         (b"a: " + b"[" * 100_000 + b"]" * 100_000 + b"\n", "nested deeper than"),
+        (b"5\n", "must be a YAML mapping"),
         (b"- " * 5_000 + b"x\n", "nested deeper than"),
         (
             b'a: &a ["x","x","x","x","x","x","x","x","x","x"]\n'
@@ -327,6 +330,7 @@ def test_serve_on_a_busy_port_says_so_without_claiming_to_serve(tmp_path):
     [
         (bytes(range(256)) * 4, "not UTF-8 text"),
         (b"id: x\ntitle: " + b"[" * 100_000 + b"]" * 100_000 + b"\n", "nested deeper than"),
+        (b"5\n", "must be a YAML mapping"),
     ],
 )
 @pytest.mark.parametrize("command", ["validate", "generate"])
@@ -347,6 +351,7 @@ def test_a_playbook_file_that_is_not_yaml_is_one_line(tmp_path, content, says, c
     [
         (b"\xff\xfe selector: x", "not UTF-8 text"),
         (b"selector: " + b"[" * 10_000 + b"]" * 10_000 + b"\n", "nested deeper than"),
+        (b"5\n", "must be a YAML mapping"),
     ],
 )
 def test_a_site_config_that_is_not_yaml_is_one_line(tmp_path, content, says):
