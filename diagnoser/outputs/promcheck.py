@@ -22,7 +22,6 @@ import tempfile
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from diagnoser.catalog import CatalogError, Playbook
 from diagnoser.outputs.gotemplate import template_problem
@@ -152,10 +151,11 @@ def balance_problem(expr: str) -> str | None:
     return None
 
 
-def _promql_parser() -> Callable[[str], Any] | None:
+def _promql_parser() -> Callable[[str], object] | None:
     """``promql_parser.parse`` (a PromQL parser library), or None when it is not installed."""
     try:
-        from promql_parser import parse
+        import promql_parser
     except ImportError:
         return None
-    return parse  # type: ignore[no-any-return]
+    parse: Callable[[str], object] = promql_parser.parse
+    return parse
