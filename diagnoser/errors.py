@@ -1,11 +1,23 @@
-"""Errors a user can fix: each renders as one line, and the CLI exits with status 2."""
+"""Errors a user can fix: each renders as one line, and the CLI exits with status 2.
+
+The files users hand us (playbooks, scenarios, the site config, a model's config.json) are read
+here, so that what is not text, not YAML or JSON, nested absurdly deep or blown up through YAML
+aliases is refused in one line naming the file, before any code walks it.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import yaml
+
+# Deeper than any playbook, scenario or config.json (they nest a handful of levels); far
+# shallower than the recursion of the code that walks them.
+MAX_DEPTH = 64
+# Values a document may expand to through YAML aliases (a "billion laughs" file is refused).
+MAX_VALUES = 1_000_000
 
 
 class UserError(Exception):
@@ -20,17 +32,81 @@ class FileFieldError(UserError):
         super().__init__(f"{self.path}: {where}: {message}" if where else f"{self.path}: {message}")
 
 
-def read_yaml_mapping(path: Path, error: type[FileFieldError], what: str) -> dict[str, Any]:
-    """A YAML file that must hold a mapping; unreadable or malformed files raise ``error``."""
+ErrorFactory = Callable[[Path, str, str], UserError]
+
+
+def read_text(path: Path, error: ErrorFactory) -> str:
+    """A file's text; unreadable or not UTF-8 (a binary file, say) raises ``error``."""
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        return path.read_text(encoding="utf-8")
     except OSError as exc:
         raise error(path, "", f"cannot read: {exc.strerror or exc}") from None
+    except UnicodeDecodeError as exc:
+        raise error(path, "", f"not UTF-8 text (byte {exc.start}); is it a binary file?") from None
+
+
+def nesting_problem(data: Any) -> str | None:
+    """Why a parsed document cannot be used, or None: nested deeper than ``MAX_DEPTH``,
+    holding itself (a YAML alias to its own ancestor), or expanding through aliases to more
+    than ``MAX_VALUES`` values. Walks each distinct node once, without recursion."""
+    if not isinstance(data, (dict, list)):
+        return None  # a scalar: nothing nested
+    done: dict[int, tuple[int, int]] = {}  # id -> (depth, values it expands to)
+    open_: set[int] = set()
+    stack: list[tuple[Any, bool]] = [(data, False)]
+    while stack:
+        node, children_done = stack.pop()
+        key = id(node)
+        kids = [
+            v
+            for v in (node.values() if isinstance(node, dict) else node)
+            if isinstance(v, (dict, list))
+        ]
+        if not children_done:
+            if key in done:
+                continue
+            open_.add(key)
+            stack.append((node, True))
+            for kid in kids:
+                if id(kid) in open_:
+                    return "holds itself (a YAML alias refers to its own ancestor)"
+                if id(kid) not in done:
+                    stack.append((kid, False))
+            if len(open_) > MAX_DEPTH:
+                return f"nested deeper than {MAX_DEPTH} levels"
+            continue
+        open_.discard(key)
+        depth = 1 + max((done[id(k)][0] for k in kids), default=0)
+        values = 1 + len(node) + sum(done[id(k)][1] for k in kids)
+        if depth > MAX_DEPTH:
+            return f"nested deeper than {MAX_DEPTH} levels"
+        if values > MAX_VALUES:
+            return f"expands to more than {MAX_VALUES:,} values (through YAML aliases)"
+        done[key] = (depth, values)
+    return None
+
+
+def load_yaml(path: Path, error: ErrorFactory) -> Any:
+    """A YAML file's data; unreadable, malformed or absurdly nested files raise ``error``."""
+    text = read_text(path, error)
+    try:
+        data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}" if mark is not None else ""
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
         raise error(path, where, f"not valid YAML: {problem}") from None
+    except RecursionError:
+        raise error(path, "", f"nested deeper than {MAX_DEPTH} levels") from None
+    problem = nesting_problem(data)
+    if problem is not None:
+        raise error(path, "", problem)
+    return data
+
+
+def read_yaml_mapping(path: Path, error: ErrorFactory, what: str) -> dict[str, Any]:
+    """A YAML file that must hold a mapping; unreadable or malformed files raise ``error``."""
+    data = load_yaml(path, error)
     if not isinstance(data, dict):
         raise error(path, "", f"{what} must be a YAML mapping")
     return data

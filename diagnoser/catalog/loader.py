@@ -58,12 +58,38 @@ def _field_path(parts: Iterable[object]) -> str:
 
 def _read(path: Path) -> dict[str, Any]:
     data = read_yaml_mapping(path, CatalogError, "a playbook")
+    for parts in _non_finite(data, ()):
+        raise CatalogError(path, _field_path(parts), "must be a finite number")
     errors = sorted(validator().iter_errors(data), key=lambda e: (len(e.path), list(e.path)))
     if errors:
         err = errors[0]
         where = _field_path(err.absolute_path) or "(top level)"
         raise CatalogError(path, where, _schema_message(err))
     return data
+
+
+def _non_finite(data: Any, parts: tuple[object, ...]) -> Iterator[tuple[object, ...]]:
+    """Where a NaN or an infinity sits (YAML's ``.nan``, ``.inf``): no threshold is either."""
+    if isinstance(data, float) and not math.isfinite(data):
+        yield parts
+    items = (
+        data.items()
+        if isinstance(data, dict)
+        else enumerate(data)
+        if isinstance(data, list)
+        else ()
+    )
+    for key, value in items:
+        yield from _non_finite(value, (*parts, key))
+
+
+def _unclosed_action(template: str) -> int | None:
+    """Where a ``{{`` opens a template action that no ``}}`` closes (before the next ``{{``)."""
+    for m in re.finditer(r"\{\{", template):
+        close, again = template.find("}}", m.end()), template.find("{{", m.end())
+        if close < 0 or 0 <= again < close:
+            return m.start()
+    return None
 
 
 def _schema_message(err: Any) -> str:
@@ -205,6 +231,13 @@ def _alert(path: Path, raw: dict[str, Any], severity: str, sig: Signature) -> Al
         raise CatalogError(path, where, f"parameter {name!r} is not used in alert.expr")
     if "{{" in raw["summary"]:
         raise CatalogError(path, "alert.summary", "must be static (no {{ templates }})")
+    unclosed = _unclosed_action(raw["description"])
+    if unclosed is not None:
+        raise CatalogError(
+            path,
+            "alert.description",
+            f"not a valid template: the action at character {unclosed + 1} is not closed with }}}}",
+        )
     if "fallback" in raw and not OFFSET.search(raw["expr"]):
         raise CatalogError(path, "alert.fallback", "the expression compares with no offset")
     return Alert(

@@ -9,7 +9,13 @@ from typing import TYPE_CHECKING
 
 import click
 
-from diagnoser.cli.options import catalog_option, handles_errors, load_catalog, playbook
+from diagnoser.cli.options import (
+    catalog_option,
+    check_alert_rules,
+    handles_errors,
+    load_catalog,
+    playbook,
+)
 
 if TYPE_CHECKING:
     from diagnoser.catalog import Playbook
@@ -126,8 +132,11 @@ def summary(pb: Playbook) -> str:
 def catalog_validate(directory: Path) -> None:
     """Check a directory of your own playbooks against the schema and the built-in catalog.
 
-    Prints one line per problem-free run; the first problem is reported with the file and
-    the field, and the exit status is 2.
+    Each alert is rendered and parsed as Prometheus will load it (promtool, or without it the
+    promql-parser library and a template check): an expression that does not parse or a
+    description that is not a valid template is an error too. Prints one line when all is
+    well; a problem in a file's schema or references is one line naming the file and the
+    field, every problem in an alert is a line of its own, and the exit status is 2.
 
     Example: servediag catalog validate ./my-playbooks
     """
@@ -137,9 +146,12 @@ def catalog_validate(directory: Path) -> None:
 
     builtin = directory.resolve() == builtin_dir().resolve()
     cat = load_catalog(()) if builtin else load_catalog((directory,))
-    render_files(Site.build(SiteConfig(), cat))  # alert expressions resolve and render
+    site = Site.build(SiteConfig(), cat)
+    render_files(site)  # alert expressions resolve and render
     mine = [pb for pb in cat if pb.path.parent.resolve() == directory.resolve()]
-    click.echo(f"ok: {len(mine)} playbook(s) in {directory} are valid")
+    parser = check_alert_rules(site, mine)
+    how = f"alerts parsed with {parser}" if parser else "alert expressions not parsed: no parser"
+    click.echo(f"ok: {len(mine)} playbook(s) in {directory} are valid ({how})")
 
 
 @catalog.command("schema")

@@ -30,16 +30,53 @@ def matchers(
     """The scope's label matchers; values are escaped, so they select and never widen."""
     from diagnoser.core.promql import matcher
 
+    for option, value in (("--model", model), ("--instance", instance), ("--job", job)):
+        if value and not _is_text(value):
+            fail(f"{option}: the value is not valid UTF-8 text")
     out = [
         matcher(label, value)
         for label, value in (("model_name", model), ("instance", instance), ("job", job))
         if value
     ]
     for m in match:
+        if not _is_text(m):
+            fail("--match: the value is not valid UTF-8 text")
         if not _MATCHER.fullmatch(m.strip()):
             fail(f'--match {m!r} is not a label matcher like job="vllm" or pod=~"vllm-.*"')
         out.append(m.strip())
     return tuple(out)
+
+
+def _is_text(value: str) -> bool:
+    """Whether a command-line value is text (bytes that are not UTF-8 reach Python as lone
+    surrogates, which no query can carry)."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _writable(output: Path) -> None:
+    """Refuse an --output that cannot be written before any query is made."""
+    parent = output.parent
+    if not parent.is_dir():
+        fail(f"--output {output}: {parent} is not a directory")
+    if not os.access(output if output.exists() else parent, os.W_OK):
+        fail(f"--output {output}: permission denied")
+
+
+def _note_future(until: float, now: float) -> None:
+    """A window that ends after now has no data there yet: say so (on stderr)."""
+    if until > now + 60:
+        from diagnoser.core.durations import format_duration
+        from diagnoser.diagnose.model import iso
+
+        click.echo(
+            f"servediag: note: --until {iso(until)} is {format_duration(until - now)} in the "
+            "future; the window has no data after now",
+            err=True,
+        )
 
 
 def _baseline(value: str) -> float | None:
@@ -163,17 +200,22 @@ def diagnose_cmd(
     from diagnoser.diagnose import Window, diagnose
 
     offset = _baseline(baseline)
-    end = until if until is not None else time.time()
+    now = time.time()
+    end = until if until is not None else now
     scope = matchers(model, instance, job, match)
+    if output is not None:
+        _writable(output)
+    _note_future(end, now)
     prometheus = source.connect()
     site = load_site(config_path, catalog_dirs)
     if explain is not None:
         playbook(site.catalog, explain)
     result = diagnose(prometheus, site, Window.plan(since, end, offset), scope, lookback=lookback)
     if explain is not None:
+        from diagnoser.core.printable import inert
         from diagnoser.report.explain import explain as explain_text
 
-        click.echo(explain_text(result, explain), nl=False)
+        click.echo(inert(explain_text(result, explain)), nl=False)
         return
     colour = output is None and sys.stdout.isatty() and os.environ.get("NO_COLOR") is None
     rendered = report.render(result, fmt, colour=colour)

@@ -9,6 +9,7 @@ import click
 from diagnoser.cli.options import (
     EXIT_FOUND,
     catalog_option,
+    check_alert_rules,
     config_option,
     fail,
     handles_errors,
@@ -75,7 +76,9 @@ def generate_cmd(
     """
     from diagnoser.outputs import generate
 
-    files = generate.render(load_site(config_path, catalog_dirs))
+    site = load_site(config_path, catalog_dirs)
+    files = generate.render(site)
+    check_alert_rules(site, site.catalog.detectable())
     if check:
         outdated = generate.stale(files, out_root)
         for rel in outdated:
@@ -84,7 +87,10 @@ def generate_cmd(
             fail(f"{len(outdated)} generated file(s) are stale; run 'make generate'", EXIT_FOUND)
         click.echo(f"ok: {len(files)} generated files are up to date")
         return
-    changed = generate.write(files, out_root)
+    try:
+        changed = generate.write(files, out_root)
+    except OSError as exc:
+        fail(f"cannot write under --out {out_root}: {exc.strerror or exc}: {exc.filename}")
     for rel in changed:
         click.echo(f"wrote {rel}")
     click.echo(f"{len(files)} files generated, {len(changed)} changed")

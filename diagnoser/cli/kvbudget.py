@@ -16,7 +16,10 @@ from diagnoser.cli.options import (
     source_options,
 )
 from diagnoser.cli.params import TIMESTAMP, FiniteRange
+from diagnoser.hardware.hfconfig import LARGEST
 from diagnoser.hardware.presets import KV_CACHE_DTYPES, MODEL_ALIASES
+
+MOST_GB = 1e6  # a petabyte: more than any GPU's memory or any model's weights
 
 
 @click.command("kv-budget")
@@ -30,7 +33,7 @@ from diagnoser.hardware.presets import KV_CACHE_DTYPES, MODEL_ALIASES
 @click.option("--gpu", "gpu_name", default="H100-80GB", show_default=True, help="GPU preset.")
 @click.option(
     "--gpu-memory-gb",
-    type=FiniteRange(min=0, min_open=True),
+    type=FiniteRange(min=0, max=MOST_GB, min_open=True),
     help="GPU memory in GB (10^9 bytes), instead of the preset's.",
 )
 @click.option(
@@ -42,32 +45,34 @@ from diagnoser.hardware.presets import KV_CACHE_DTYPES, MODEL_ALIASES
 )
 @click.option(
     "--weights-gb",
-    type=FiniteRange(min=0),
+    type=FiniteRange(min=0, max=MOST_GB),
     help="The weights' size in GB (default: the preset's, or estimated from config.json).",
 )
 @click.option(
     "--overhead-gb",
-    type=FiniteRange(min=0),
+    type=FiniteRange(min=0, max=MOST_GB),
     default=2.14,
     show_default=True,
     help="Runtime overhead per GPU in GB (activations, CUDA graphs).",
 )
 @click.option(
     "--max-model-len",
-    type=click.IntRange(min=1),
+    type=click.IntRange(min=1, max=LARGEST),
     help="Longest sequence (default: the model's max_position_embeddings).",
 )
 @click.option(
     "--context",
-    type=click.IntRange(min=1),
+    type=click.IntRange(min=1, max=LARGEST),
     help="Tokens each user holds, prompt and answer (default: --max-model-len).",
 )
-@click.option("--users", type=click.IntRange(min=1), help="Concurrent users to check against.")
+@click.option(
+    "--users", type=click.IntRange(min=1, max=LARGEST), help="Concurrent users to check against."
+)
 @click.option(
     "--tensor-parallel-size",
     "--tp",
     "tensor_parallel",
-    type=click.IntRange(min=1),
+    type=click.IntRange(min=1, max=4096),
     default=1,
     show_default=True,
     help="GPUs the model is split across.",
@@ -81,7 +86,7 @@ from diagnoser.hardware.presets import KV_CACHE_DTYPES, MODEL_ALIASES
 )
 @click.option(
     "--block-size",
-    type=click.IntRange(min=1),
+    type=click.IntRange(min=1, max=1 << 20),
     default=16,
     show_default=True,
     help="Tokens per KV-cache block, as vLLM's flag.",

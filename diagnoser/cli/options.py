@@ -6,7 +6,7 @@ from __future__ import annotations
 import functools
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
@@ -28,7 +28,12 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 
 def fail(message: str, code: int = EXIT_USAGE) -> NoReturn:
-    click.echo(f"servediag: error: {message}", err=True)
+    """One line on stderr and exit ``code``. The message may quote what a server answered or
+    what a file held: its control characters and line breaks are written as escapes, so it
+    stays one line and cannot drive the terminal."""
+    from diagnoser.core.printable import printable
+
+    click.echo(f"servediag: error: {printable(message)}", err=True)
     sys.exit(code)
 
 
@@ -119,6 +124,29 @@ def load_catalog(dirs: tuple[Path, ...]) -> Catalog:
     from diagnoser.catalog import load_catalog
 
     return load_catalog(*dirs)
+
+
+def check_alert_rules(site: Site, playbooks: Iterable[Playbook]) -> str | None:
+    """Parse the playbooks' rendered alerts as Prometheus will: promtool when it is on PATH,
+    otherwise the promql-parser library if installed, otherwise only their strings and
+    brackets; without promtool the annotations go through ``outputs.gotemplate``.
+    Each problem is one line naming the playbook's file and field, then exit 2. Returns what
+    parsed the expressions, or None after a warning line that nothing could."""
+    from diagnoser.outputs.promcheck import check_alerts
+
+    checked = check_alerts(site, playbooks)
+    for problem in checked.problems:
+        click.echo(f"servediag: error: {problem}", err=True)
+    if checked.problems:
+        sys.exit(EXIT_USAGE)
+    if checked.parser is None:
+        click.echo(
+            "servediag: warning: alert expressions checked for closed strings and brackets "
+            "only: neither promtool (Debian package 'prometheus') nor the promql-parser "
+            "library (pip install 'servediag[promql]') is installed",
+            err=True,
+        )
+    return checked.parser
 
 
 def playbook(catalog: Catalog, pid: str) -> Playbook:

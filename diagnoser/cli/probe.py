@@ -9,6 +9,7 @@ import click
 
 from diagnoser.cli.options import EXIT_SOURCE, fail, handles_errors
 from diagnoser.cli.params import HEADER, HOST_PORT, Duration
+from diagnoser.core.printable import inert, printable
 
 DURATION = Duration(longest=86400)
 
@@ -197,8 +198,8 @@ def probe_cmd(
     )
     prober = runner.Prober(cfg)
     click.echo(
-        f'probing {name} at {ep.shown} ({api}, target="{cfg.target_label}"); prompt tokens: '
-        f"{counter.description}",
+        f"probing {printable(name)} at {printable(ep.shown)} ({api}, "
+        f'target="{printable(cfg.target_label)}"); prompt tokens: {counter.description}',
         err=True,
     )
     if cfg.needed_per_minute() > budget_n + 1e-9:
@@ -210,7 +211,7 @@ def probe_cmd(
         )
     if once:
         attempts = prober.round()
-        click.echo(runner.table(attempts))
+        click.echo(inert(runner.table(attempts)))
         results = [a.result for a in attempts if a.result is not None]
         if results and all(r.outcome == "connection_error" for r in results):
             sys.exit(EXIT_SOURCE)
@@ -224,7 +225,7 @@ def probe_cmd(
 
     def log(line: str) -> None:
         stamp = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-        click.echo(f"{stamp} {line}", err=True)
+        click.echo(f"{stamp} {printable(line)}", err=True)
 
     import signal
 

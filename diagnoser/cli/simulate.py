@@ -9,8 +9,9 @@ from pathlib import Path
 
 import click
 
-from diagnoser.cli.options import fail, handles_errors
+from diagnoser.cli.options import catalog_option, fail, handles_errors, load_catalog
 from diagnoser.cli.params import HOST_PORT, TIMESTAMP, FiniteRange
+from diagnoser.core.durations import format_duration
 
 
 @click.command("simulate")
@@ -54,6 +55,7 @@ from diagnoser.cli.params import HOST_PORT, TIMESTAMP, FiniteRange
 )
 @click.option("--force", is_flag=True, help="Overwrite --out if it exists.")
 @click.option("--list", "list_", is_flag=True, help="List the library's scenarios and exit.")
+@catalog_option
 @handles_errors
 def simulate_cmd(
     scenario: str | None,
@@ -64,6 +66,7 @@ def simulate_cmd(
     proxy_buffer: str | None,
     force: bool,
     list_: bool,
+    catalog_dirs: tuple[Path, ...],
 ) -> None:
     """Simulate a scenario with vLLM's real metric names.
 
@@ -101,18 +104,24 @@ def simulate_cmd(
             proxy = ProxyBuffer.parse(proxy_buffer)
         except ValueError as exc:
             fail(f"--proxy-buffer: {exc}")
+    from diagnoser.sim.scenario import check_labels
+
     sc = library.find(scenario)
+    check_labels(sc, load_catalog(catalog_dirs).ids())
     if listen is not None:
         from diagnoser.sim.live import serve
 
         host, port = listen
-        click.echo(
-            f"serving {sc.name} on http://{host}:{port} (/metrics, /v1/models, /v1/completions,"
-            " /v1/chat/completions; Ctrl-C to stop)",
-            err=True,
-        )
+
+        def listening() -> None:
+            click.echo(
+                f"serving {sc.name} on http://{host}:{port} (/metrics, /v1/models, "
+                "/v1/completions, /v1/chat/completions; Ctrl-C to stop)",
+                err=True,
+            )
+
         try:
-            serve(sc, host, port, speed=speed, proxy=proxy)
+            serve(sc, host, port, speed=speed, proxy=proxy, listening=listening)
         except OSError as exc:
             fail(f"cannot listen on {host}:{port}: {exc.strerror or exc}")
         except KeyboardInterrupt:
@@ -122,19 +131,27 @@ def simulate_cmd(
     if out.exists() and not force:
         fail(f"{out} exists; pass --force to overwrite it")
     end_ts = end if end is not None else time.time()
+    if end_ts - sc.duration < 0:
+        fail(f"--end: the scenario's {format_duration(sc.duration)} would begin before 1970")
     from diagnoser.core.exposition import write_openmetrics
     from diagnoser.sim.run import simulate
 
-    t0 = time.monotonic()
-    rec = simulate(sc, end_ts)
+    # Open the file first: an unwritable --out is said before minutes of simulation.
     tmp = out.with_name(out.name + ".partial")
     try:
-        with tmp.open("w", encoding="utf-8") as fh:
+        fh = tmp.open("w", encoding="utf-8")
+    except OSError as exc:
+        fail(f"cannot write {out}: {exc.strerror or exc}")
+    t0 = time.monotonic()
+    try:
+        with fh:
+            rec = simulate(sc, end_ts)
             write_openmetrics(rec, fh)
         tmp.replace(out)
     except OSError as exc:
-        tmp.unlink(missing_ok=True)
         fail(f"cannot write {out}: {exc.strerror or exc}")
+    finally:
+        tmp.unlink(missing_ok=True)
     click.echo(
         f"{sc.name}: {sc.duration / 3600:g} h simulated in {time.monotonic() - t0:.1f} s,"
         f" {rec.sample_count()} samples -> {out}",

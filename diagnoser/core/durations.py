@@ -28,7 +28,7 @@ def parse_duration(value: object) -> float:
                 break
             total += float(m.group(1)) * _UNITS[m.group(2)]
             rest = rest[m.end() :]
-        if (not rest and total > 0) or value.strip() in ("0s", "0m", "0h"):
+        if (not rest and 0 < total < math.inf) or value.strip() in ("0s", "0m", "0h"):
             return total
     raise ValueError(f"{value!r} is not a duration like 30s, 15m or 2h")
 

@@ -54,5 +54,11 @@ class Window:
 
     @property
     def first(self) -> float:
-        """The earliest time the diagnosis reads (the baseline's or the window's start)."""
-        return min(self.baseline_start, self.start)
+        """The earliest time the diagnosis reads: the baseline's or the window's start, moved
+        back onto the grid of steps that ends at ``end``. A range query is evaluated at
+        ``first``, ``first + step``, ...; on this grid its last point is the window's end,
+        where otherwise (a long window's step of hours) it could fall a step short and miss
+        data that ends there."""
+        earliest = min(self.baseline_start, self.start)
+        steps = math.ceil((self.end - earliest) / self.step - 1e-9)
+        return self.end - steps * self.step

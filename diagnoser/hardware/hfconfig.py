@@ -40,6 +40,10 @@ SERVED_DTYPE = {"bfloat16": "bfloat16", "float16": "float16", "half": "float16"}
 SERVED_DTYPE |= {"float32": "bfloat16", "float": "bfloat16"}
 
 
+# No layer count, head count, width, vocabulary or context length comes near this (10^12).
+LARGEST = 10**12
+
+
 class ConfigFieldError(ValueError):
     """A field of a model config is missing or unusable; ``field`` names it."""
 
@@ -100,6 +104,10 @@ class HfConfig:
             value = int(value)
         if isinstance(value, bool) or not isinstance(value, int):
             raise ConfigFieldError(self.field(key), f"must be a whole number, not {value!r}")
+        if abs(value) > LARGEST:
+            raise ConfigFieldError(
+                self.field(key), f"must be at most {LARGEST:.0e} (no model is larger)"
+            )
         return value
 
     def flag(self, key: str) -> bool:

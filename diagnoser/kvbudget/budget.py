@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from diagnoser.errors import FileFieldError, UserError
+from diagnoser.errors import MAX_DEPTH, FileFieldError, UserError, nesting_problem, read_text
 from diagnoser.hardware import presets as hardware
 from diagnoser.hardware.hfconfig import KV_HEADS, ConfigFieldError, HfConfig
 from diagnoser.hardware.presets import GB, KV_CACHE_DTYPES, GpuSpec, ModelSpec
@@ -81,12 +81,7 @@ def load_model(name_or_path: str) -> Model:
             return Model(hardware.model(name_or_path), "preset")
         except KeyError as exc:
             raise UserError(f"{exc.args[0]}; or give the path of a config.json") from None
-    try:
-        raw = json.loads(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise ModelConfigError(path, "", f"cannot read: {exc.strerror or exc}") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise ModelConfigError(path, "", f"not valid JSON: {str(exc).splitlines()[0]}") from None
+    raw = read_json(path)
     if not isinstance(raw, dict):
         raise ModelConfigError(path, "", "must be a JSON object (a Hugging Face config.json)")
     try:
@@ -94,6 +89,32 @@ def load_model(name_or_path: str) -> Model:
     except ConfigFieldError as exc:
         raise ModelConfigError(path, exc.field, exc.message) from None
     return Model(spec, str(path), raw)
+
+
+class _NotJson(ValueError):
+    pass
+
+
+def _not_json(name: str) -> Any:
+    raise _NotJson(f"{name} is not a JSON number")
+
+
+def read_json(path: Path) -> Any:
+    """A config.json's data; a file that is not text, not JSON (``NaN`` and ``Infinity``
+    included), or nested absurdly deep is refused naming the file."""
+    text = read_text(path, ModelConfigError)
+    try:
+        raw = json.loads(text, parse_constant=_not_json)
+    except RecursionError:
+        raise ModelConfigError(path, "", f"nested deeper than {MAX_DEPTH} levels") from None
+    except (json.JSONDecodeError, _NotJson) as exc:
+        raise ModelConfigError(path, "", f"not valid JSON: {str(exc).splitlines()[0]}") from None
+    except ValueError:  # Python refuses to read integers of thousands of digits
+        raise ModelConfigError(path, "", "holds a number of thousands of digits") from None
+    problem = nesting_problem(raw)
+    if problem is not None:
+        raise ModelConfigError(path, "", problem)
+    return raw
 
 
 def weights(model: Model, weights_gb: float | None) -> tuple[float, str]:

@@ -9,6 +9,7 @@ import time
 from dataclasses import asdict
 from typing import Any
 
+from diagnoser.core.printable import inert, printable
 from diagnoser.hardware.presets import ModelSpec
 from diagnoser.kvbudget import budget as kvbudget
 from diagnoser.kvbudget.budget import Budget
@@ -105,7 +106,7 @@ def text(doc: dict[str, Any]) -> str:
         if lines:
             lines.append("")
         lines += _live(doc["live"])
-    return "\n".join(lines) + "\n"
+    return inert("\n".join(lines)) + "\n"
 
 
 def _per_token(doc: dict[str, Any], p: dict[str, Any]) -> str:
@@ -202,15 +203,15 @@ def _live(live: dict[str, Any]) -> list[str]:
     header += ["util", full, users]
     rows = [
         [
-            e["job"] or "-",
-            e["instance"] or "-",
-            e["engine"] or "-",
-            e["model_name"] or "-",
+            printable(e["job"]) or "-",
+            printable(e["instance"]) or "-",
+            printable(e["engine"]) or "-",
+            printable(e["model_name"]) or "-",
             _count(e["num_gpu_blocks"]),
             _count(e["block_size"]),
             _count(e["capacity_tokens"]),
-            e["cache_dtype"] or "-",
-            e["gpu_memory_utilization"] or "-",
+            printable(e["cache_dtype"]) or "-",
+            printable(e["gpu_memory_utilization"]) or "-",
             _count(e["full_length_sequences"]),
             _count(e["users_fit"]),
         ]

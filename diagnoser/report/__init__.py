@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+from diagnoser.core.printable import inert
 from diagnoser.diagnose.model import Diagnosis, to_json
 
 FORMATS = ("text", "json", "markdown", "html")
@@ -15,16 +16,19 @@ def as_json(d: Diagnosis) -> str:
 
 
 def render(d: Diagnosis, fmt: str, colour: bool = False) -> str:
+    """The report in ``fmt``. Text, Markdown and HTML pass through ``core.printable.inert``:
+    whatever Prometheus put in a value, no control character reaches the reader's terminal
+    (each label value is already written with ``printable`` where it is placed)."""
     if fmt == "json":
         return as_json(d)
     if fmt == "markdown":
         from diagnoser.report.markdown import markdown
 
-        return markdown(d)
+        return inert(markdown(d))
     if fmt == "html":
         from diagnoser.report.html import render as html
 
-        return html(d)
+        return inert(html(d))
     from diagnoser.report.text import text
 
-    return text(d, colour=colour)
+    return inert(text(d, colour=colour), sgr=colour)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from diagnoser.core.printable import inert, printable
 from diagnoser.diagnose.model import Diagnosis
 from diagnoser.report.format import evidence_lines, health_line, scope_text, since
 from diagnoser.site import Site
@@ -17,7 +18,10 @@ MAX_EVIDENCE = 5
 
 
 def message(record: dict[str, Any], d: Diagnosis | None, site: Site) -> str:
-    """``record`` is the webhook's record of the alert (its JSON line); ``d`` its diagnosis."""
+    """``record`` is the webhook's record of the alert (its JSON line); ``d`` its diagnosis.
+    What the alert brought (its name, severity, summary, playbook, runbook URL, labels) is
+    printed with its control characters escaped (``core.printable``)."""
+    record = {k: printable(v) if isinstance(v, str) else v for k, v in record.items()}
     playbook = record.get("playbook")
     lines = [
         f"*{record['alert']}* ({record.get('severity') or 'no severity'}) on "
@@ -60,7 +64,7 @@ def message(record: dict[str, Any], d: Diagnosis | None, site: Site) -> str:
     if playbook is None:
         if record.get("runbook_url") and top is None:
             lines.append(f"*Runbook:* <{record['runbook_url']}|{record['alert']}>")
-        return "\n".join(lines)
+        return inert("\n".join(lines))
     if top is None or top.playbook.id != playbook:
         rank = record.get("playbook_rank")
         state = f"ranked {rank} in the diagnosis" if rank else "not confirmed by the diagnosis"
@@ -68,4 +72,4 @@ def message(record: dict[str, Any], d: Diagnosis | None, site: Site) -> str:
         if playbook in site.catalog:
             lines.append(f"*Cause:* {' '.join(site.catalog[playbook].cause.split())}")
         lines.append(f"*Runbook:* <{record['runbook_url']}|{playbook}>")
-    return "\n".join(lines)
+    return inert("\n".join(lines))

@@ -7,6 +7,7 @@ import textwrap
 import time
 
 from diagnoser.core.durations import format_duration
+from diagnoser.core.printable import printable
 from diagnoser.diagnose.health import Health, Sli
 from diagnoser.diagnose.match import Match
 from diagnoser.diagnose.model import Diagnosis
@@ -24,7 +25,9 @@ def day(t: float) -> str:
 
 
 def scope_text(s: dict[str, str]) -> str:
-    return ", ".join(f"{k}={v}" for k, v in s.items())
+    """``model_name=llama, instance=...``: label values from Prometheus or an alert, with
+    their control characters written as escapes (see ``core.printable``)."""
+    return ", ".join(f"{printable(k)}={printable(v)}" for k, v in s.items())
 
 
 def wrap(text: str, indent: str, width: int = WIDTH) -> list[str]:

@@ -24,7 +24,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -324,11 +324,16 @@ def serve(
     ready: threading.Event | None = None,
     stop: threading.Event | None = None,
     proxy: ProxyBuffer | None = None,
+    listening: Callable[[], None] | None = None,
 ) -> None:
+    """Serve ``sc`` live until ``stop``; ``listening`` is called once the port is bound (a
+    port already in use raises OSError before it)."""
     live = LiveSim(sc, speed, proxy)
     stop = stop or threading.Event()
     server = ThreadingHTTPServer((host, port), make_handler(live))
     server.daemon_threads = True
+    if listening is not None:
+        listening()
     worker = threading.Thread(target=live.run, args=(stop,), daemon=True)
     worker.start()
     if ready is not None:

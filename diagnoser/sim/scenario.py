@@ -9,13 +9,16 @@ problem is reported as one line naming the file and the field.
 from __future__ import annotations
 
 import dataclasses
+import difflib
+import math
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from diagnoser.core.buckets import prompt_bucket_label
-from diagnoser.core.durations import parse_duration
+from diagnoser.core.durations import format_duration, parse_duration
 from diagnoser.errors import FileFieldError, read_yaml_mapping
 from diagnoser.hardware import presets as hardware
 from diagnoser.sim.engine import EngineConfig
@@ -126,7 +129,34 @@ LIMITS: dict[str, tuple[float, float]] = {
     "other_process_gb": (0, 1e4),
     "network_seconds": (0, 60),
 }
-_DURATIONS = {"every", "burst_every", "burst_length", "restart_seconds", "phase_quantum"}
+# Duration fields -> (shortest, longest) in seconds, inclusive.
+_DURATIONS = {
+    "every": (1.0, 86400.0),
+    "burst_every": (0.0, 86400.0),
+    "burst_length": (0.0, 86400.0),
+    "restart_seconds": (0.0, 86400.0),
+    "phase_quantum": (0.001, 60.0),
+}
+# A scrape is a sample of every series: more than this many in one scenario, and the
+# recording outgrows a machine's memory (a week at 15 s is 40,320).
+MIN_SCRAPE_INTERVAL = 1.0
+MAX_SCRAPES = 50_000
+
+
+def _duration(value: Any, path: Path, where: str, lo: float, hi: float = math.inf) -> float:
+    """A duration field within ``[lo, hi]`` seconds, or a ScenarioError naming it."""
+    try:
+        seconds = parse_duration(value)
+    except ValueError as exc:
+        raise ScenarioError(path, where, str(exc)) from None
+    if not lo <= seconds <= hi:
+        what = f"at least {_clock(lo)}" if hi == math.inf else f"{_clock(lo)} to {_clock(hi)}"
+        raise ScenarioError(path, where, f"must be {what} (got {value!r})")
+    return seconds
+
+
+def _clock(seconds: float) -> str:
+    return f"{seconds * 1000:g} ms" if 0 < seconds < 1 else format_duration(seconds)
 
 
 def _build(cls: type, raw: Any, path: Path, where: str, base: Any = None) -> Any:
@@ -159,10 +189,8 @@ def _build(cls: type, raw: Any, path: Path, where: str, base: Any = None) -> Any
 def _coerce(f: dataclasses.Field[Any], value: Any, path: Path, where: str) -> Any:
     name, typ = f.name, str(f.type)
     if name in _DURATIONS:
-        try:
-            return parse_duration(value)
-        except ValueError as exc:
-            raise ScenarioError(path, where, str(exc)) from None
+        lo, hi = _DURATIONS[name]
+        return _duration(value, path, where, lo, hi)
     if typ == "bool":
         if not isinstance(value, bool):
             raise ScenarioError(path, where, "must be true or false")
@@ -170,6 +198,8 @@ def _coerce(f: dataclasses.Field[Any], value: Any, path: Path, where: str) -> An
     if typ in ("int", "float"):
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise ScenarioError(path, where, f"must be a number (got {value!r})")
+        if not math.isfinite(value):
+            raise ScenarioError(path, where, f"must be a finite number (got {value})")
         lo, hi = LIMITS.get(name, (float("-inf"), float("inf")))
         if not lo <= value <= hi:
             raise ScenarioError(path, where, f"must be between {lo:g} and {hi:g} (got {value})")
@@ -266,10 +296,10 @@ def _model(raw: Any, path: Path, where: str) -> ModelScenario:
         version=version,
         dcgm=bool(raw.get("dcgm", True)),
     )
-    m.timeline = [
-        _change(c, path, f"{where}.timeline[{i}]", m)
-        for i, c in enumerate(raw.get("timeline") or [])
-    ]
+    timeline = raw.get("timeline") or []
+    if not isinstance(timeline, list):
+        raise ScenarioError(path, f"{where}.timeline", "must be a list of changes")
+    m.timeline = [_change(c, path, f"{where}.timeline[{i}]", m) for i, c in enumerate(timeline)]
     return m
 
 
@@ -294,11 +324,8 @@ def _change(raw: Any, path: Path, where: str, m: ModelScenario) -> Change:
         raise ScenarioError(
             path, f"{where}.{sorted(unknown)[0]}", "unknown key (known: at, over, restart, set)"
         )
-    try:
-        at = parse_duration(raw["at"]) if raw["at"] not in (0, "0") else 0.0
-        over = parse_duration(raw["over"]) if "over" in raw else 0.0
-    except ValueError as exc:
-        raise ScenarioError(path, where, str(exc)) from None
+    at = _duration(raw["at"], path, f"{where}.at", 0.0) if raw["at"] not in (0, "0") else 0.0
+    over = _duration(raw["over"], path, f"{where}.over", 0.0) if "over" in raw else 0.0
     sets = raw.get("set") or {}
     if not isinstance(sets, dict):
         raise ScenarioError(path, f"{where}.set", "must map knob paths to values")
@@ -346,29 +373,68 @@ def load_scenario(path: Path) -> Scenario:
     for key in ("description", "duration", "models", "labels"):
         if key not in raw:
             raise ScenarioError(path, key, "is required")
-    try:
-        duration = parse_duration(raw["duration"])
-        interval = parse_duration(raw.get("scrape_interval", "15s"))
-    except ValueError as exc:
-        raise ScenarioError(path, "duration", str(exc)) from None
+    interval = _duration(
+        raw.get("scrape_interval", "15s"), path, "scrape_interval", MIN_SCRAPE_INTERVAL
+    )
+    duration = _duration(raw["duration"], path, "duration", interval)
+    if duration / interval > MAX_SCRAPES:
+        raise ScenarioError(
+            path,
+            "duration",
+            f"{format_duration(duration)} is {duration / interval:,.0f} scrapes at "
+            f"{format_duration(interval)}; at most {MAX_SCRAPES:,} (a week at 15 s)",
+        )
+    seed = raw.get("seed", 1)
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 1 << 63:
+        raise ScenarioError(path, "seed", f"must be a whole number from 0 to 2^63 (got {seed!r})")
     if not isinstance(raw["models"], list) or not raw["models"]:
         raise ScenarioError(path, "models", "must be a non-empty list")
     models = [_model(m, path, f"models[{i}]") for i, m in enumerate(raw["models"])]
-    lab = raw["labels"]
-    if not isinstance(lab, dict) or set(lab) - {"window", "expect", "absent"}:
-        raise ScenarioError(path, "labels", "may hold only window, expect and absent")
-    labels = Expectation(
-        window=parse_duration(lab.get("window", "1h")),
-        expect=tuple(lab.get("expect") or ()),
-        absent=tuple(lab.get("absent") or ()),
-    )
+    for i, m in enumerate(models):
+        for j, change in enumerate(m.timeline):
+            if change.at > duration:
+                raise ScenarioError(
+                    path,
+                    f"models[{i}].timeline[{j}].at",
+                    f"{format_duration(change.at)} is after the scenario's end "
+                    f"({format_duration(duration)})",
+                )
     return Scenario(
         name=path.stem,
         description=str(raw["description"]).strip(),
         duration=duration,
         scrape_interval=interval,
-        seed=int(raw.get("seed", 1)),
+        seed=seed,
         models=models,
-        labels=labels,
+        labels=_labels(raw["labels"], path),
         path=path,
     )
+
+
+def _labels(lab: Any, path: Path) -> Expectation:
+    if not isinstance(lab, dict) or set(lab) - {"window", "expect", "absent"}:
+        raise ScenarioError(path, "labels", "may hold only window, expect and absent")
+    ids: dict[str, tuple[str, ...]] = {}
+    for key in ("expect", "absent"):
+        value = lab.get(key) or []
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise ScenarioError(path, f"labels.{key}", "must be a list of playbook ids")
+        ids[key] = tuple(value)
+    return Expectation(
+        window=_duration(lab.get("window", "1h"), path, "labels.window", MIN_SCRAPE_INTERVAL),
+        expect=ids["expect"],
+        absent=ids["absent"],
+    )
+
+
+def check_labels(sc: Scenario, known: Iterable[str]) -> None:
+    """Every playbook a scenario's labels name must exist (in ``known``: the catalog's ids)."""
+    ids = sorted(known)
+    for key in ("expect", "absent"):
+        for i, pid in enumerate(getattr(sc.labels, key)):
+            if pid not in ids:
+                near = difflib.get_close_matches(pid, ids, n=1)
+                hint = f"; did you mean {near[0]!r}?" if near else ""
+                raise ScenarioError(
+                    sc.path or sc.name, f"labels.{key}[{i}]", f"unknown playbook {pid!r}{hint}"
+                )

@@ -13,9 +13,7 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from diagnoser.errors import UserError
+from diagnoser.errors import UserError, load_yaml
 from diagnoser.site.slo import SloConfig, SloError
 from diagnoser.site.slo import parse as parse_slo
 
@@ -23,6 +21,8 @@ DEFAULT_RUNBOOK_URL = "https://github.com/servediag/servediag/blob/main/runbooks
 MATCHER = re.compile(r'[a-zA-Z_][a-zA-Z0-9_]*\s*(=|!=|=~|!~)\s*"(?:[^"\\\n]|\\.)*"')
 LABEL = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
 FOR = re.compile(r"[0-9]+[smhd]")
+# vllm_targets: one matcher or several, comma-separated, as they go inside {...}.
+MATCHERS = re.compile(rf"{MATCHER.pattern}(?:\s*,\s*{MATCHER.pattern})*")
 
 
 class ConfigError(UserError):
@@ -74,15 +74,14 @@ class SiteConfig:
         return self.runbook_url.format(id=playbook_id)
 
 
+def _error(path: Path, where: str, message: str) -> ConfigError:
+    return ConfigError(f"{path}: {where}: {message}" if where else f"{path}: {message}")
+
+
 def load_config(path: Path | None) -> SiteConfig:
     if path is None:
         return SiteConfig()
-    try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read: {exc.strerror or exc}") from None
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: not valid YAML: {str(exc).splitlines()[0]}") from None
+    raw = load_yaml(path, _error) or {}
     if not isinstance(raw, dict):
         raise ConfigError(f"{path}: must be a YAML mapping")
     known = {f.name for f in fields(SiteConfig)}
@@ -122,7 +121,9 @@ def load_config(path: Path | None) -> SiteConfig:
         else:
             if not isinstance(value, str):
                 raise ConfigError(f"{path}: {key}: must be a string")
-            kwargs[key] = value
+            if key == "vllm_targets" and not MATCHERS.fullmatch(value.strip()):
+                raise ConfigError(f'{path}: {key}: {value!r} is not label matchers like job="vllm"')
+            kwargs[key] = value.strip() if key == "vllm_targets" else value
     if "{id}" not in kwargs.get("runbook_url", "{id}"):
         raise ConfigError(f"{path}: runbook_url: must contain {{id}}")
     ttft = kwargs.get("ttft_slo_seconds", SiteConfig.ttft_slo_seconds)

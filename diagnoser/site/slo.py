@@ -20,6 +20,7 @@ from typing import Any
 
 from diagnoser.core import buckets
 from diagnoser.core.durations import parse_duration
+from diagnoser.core.promql import quote
 
 MATCHER = re.compile(r'\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*(=~|!~|!=|=)\s*"((?:[^"\\\n]|\\.)*)"\s*')
 OBJECTIVES = ("availability", "ttft", "itl")
@@ -72,8 +73,7 @@ class Matcher:
         return found if self.op == "=~" else not found
 
     def __str__(self) -> str:
-        escaped = self.value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
-        return f'{self.label}{self.op}"{escaped}"'
+        return f"{self.label}{self.op}{quote(self.value)}"
 
 
 @dataclass(frozen=True)
