@@ -341,6 +341,82 @@ LORA_INFO = _v(
     labels=("max_lora", "waiting_lora_adapters", "running_lora_adapters"),
     requires="--enable-lora",
 )
+# KV offloading (a KV connector that offloads to CPU memory or disk) and KV transfer between
+# instances (disaggregated prefill): registered by the connector, not the stat logger.
+_OFFLOAD = "--kv-transfer-config with OffloadingConnector"
+_NIXL = "--kv-transfer-config with NixlConnector"
+_KV_CONSUMER = "--kv-transfer-config (a KV consumer)"
+KV_OFFLOAD_LOAD_BYTES = _v(
+    "vllm:kv_offload_load_bytes_total",
+    _C,
+    "Total bytes loaded from offload storage to GPU.",
+    since="0.25",
+    requires=_OFFLOAD,
+)
+KV_OFFLOAD_STORE_BYTES = _v(
+    "vllm:kv_offload_store_bytes_total",
+    _C,
+    "Total bytes stored from GPU to offload storage.",
+    since="0.25",
+    requires=_OFFLOAD,
+)
+KV_OFFLOAD_LOAD_TIME = _v(
+    "vllm:kv_offload_load_time_total",
+    _C,
+    "Total load time from offload storage to GPU, in seconds.",
+    since="0.25",
+    requires=_OFFLOAD,
+)
+KV_OFFLOAD_STORE_TIME = _v(
+    "vllm:kv_offload_store_time_total",
+    _C,
+    "Total store time from GPU to offload storage, in seconds.",
+    since="0.25",
+    requires=_OFFLOAD,
+)
+KV_OFFLOAD_CPU_USAGE = _v(
+    "vllm:kv_offload_cpu_cache_usage_perc",
+    _G,
+    "Fraction of CPU KV-cache space currently pinned by active transfers (0.0 = idle, 1.0 = "
+    "saturated). Sustained high values indicate transfers (stores or promotions) may be "
+    "dropped due to insufficient capacity.",
+    since="0.25",
+    requires=_OFFLOAD,
+)
+KV_OFFLOAD_ALLOC_FAILURES = _v(
+    "vllm:kv_offload_allocation_failure_total",
+    _C,
+    "Number of KV offload store allocation attempts that failed.",
+    since="0.25",
+    requires=_OFFLOAD,
+)
+NIXL_XFER_TIME = _v(
+    "vllm:nixl_xfer_time_seconds",
+    _H,
+    "Histogram of transfer duration for NIXL KV Cache transfers.",
+    since="0.12",
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 5.0),
+    requires=_NIXL,
+)
+NIXL_FAILED = _v(
+    "vllm:nixl_num_failed_transfers_total",
+    _C,
+    "Number of failed NIXL KV Cache transfers, including handshake and notification failures. "
+    "NOTE: KV expiry is tracked separately in vllm:nixl_num_kv_expired_reqs.",
+    since="0.12",
+    requires=_NIXL,
+)
+KV_FETCH_BY_STAGE = _v(
+    "vllm:num_requests_kv_fetch_by_stage",
+    _G,
+    "Number of waiting requests by async KV load stage. Stage labels: 'waiting_to_start' = "
+    "needs an async KV load that has not started; 'in_progress' = load started and not yet "
+    "reported finished; 'completed_waiting' = load finished, request not running yet.",
+    since="0.33",
+    labels=("stage",),
+    values=("waiting_to_start", "in_progress", "completed_waiting"),
+    requires=_KV_CONSUMER,
+)
 CORRUPTED = _v(
     "vllm:corrupted_requests_total",
     _C,
@@ -402,9 +478,19 @@ PROCESS_START = _o(
 )
 
 # --- other exporters -------------------------------------------------------------------------
-GPU_UTIL = _o("DCGM_FI_DEV_GPU_UTIL", _G, "dcgm-exporter", "GPU utilization (in %).")
-GPU_FB_USED = _o("DCGM_FI_DEV_FB_USED", _G, "dcgm-exporter", "Framebuffer memory used (in MiB).")
-GPU_FB_FREE = _o("DCGM_FI_DEV_FB_FREE", _G, "dcgm-exporter", "Framebuffer memory free (in MiB).")
+# dcgm-exporter's default counters (etc/default-counters.csv), with its help texts.
+_DCGM = "dcgm-exporter"
+GPU_UTIL = _o("DCGM_FI_DEV_GPU_UTIL", _G, _DCGM, "GPU utilization (in %).")
+GPU_FB_USED = _o("DCGM_FI_DEV_FB_USED", _G, _DCGM, "Framebuffer memory used (in MiB).")
+GPU_FB_FREE = _o("DCGM_FI_DEV_FB_FREE", _G, _DCGM, "Framebuffer memory free (in MiB).")
+GPU_POWER = _o("DCGM_FI_DEV_POWER_USAGE", _G, _DCGM, "Power draw (in W).")
+GPU_TEMP = _o("DCGM_FI_DEV_GPU_TEMP", _G, _DCGM, "GPU temperature (in C).")
+GPU_SM_CLOCK = _o("DCGM_FI_DEV_SM_CLOCK", _G, _DCGM, "SM clock frequency (in MHz).")
+GPU_XID = _o("DCGM_FI_DEV_XID_ERRORS", _G, _DCGM, "Value of the last XID error encountered.")
+# The labels dcgm-exporter puts on every GPU series; namespace, pod and container only in its
+# Kubernetes pod-mapping mode.
+DCGM_LABELS = ("gpu", "UUID", "Hostname", "modelName")
+DCGM_POD_LABELS = ("namespace", "pod", "container")
 _PROBE = ("target", "prompt_bucket")
 PROBE_TTFT = _o(
     "llm_probe_ttft_seconds",
