@@ -31,7 +31,8 @@ MODEL_MAP_METRIC = "vllm:num_requests_running"
 GPU_JOIN_LABELS = ("namespace", "pod")
 GPU_HOST_LABEL = "host"
 _HOST_OF_INSTANCE = '"host", "$1", "instance", "(.+):[0-9]+"'
-_WITH_POD, _WITHOUT_POD = '{pod!=""}', '{pod=""}'
+HAS_POD = 'pod!=""'
+_WITH_POD, _WITHOUT_POD = f"{{{HAS_POD}}}", '{pod=""}'
 
 
 @dataclass(frozen=True)
@@ -147,8 +148,10 @@ def gpu_model_map(scope: Scope, *, by_host: bool = False) -> str:
     A host whose vLLM servers serve several models is left out of the host map: which of its
     GPUs serves which model cannot be told from the host, and a join on it would fail."""
     if not by_host:
+        # Only servers with a pod: those without one all share the empty (namespace, pod),
+        # and Prometheus refuses a join whose one side has duplicates, matched or not.
         labels = _labels(*GPU_JOIN_LABELS, *scope.group_labels(), "model_name")
-        return f"group by ({labels}) ({selector(MODEL_MAP_METRIC, scope.matchers)})"
+        return f"group by ({labels}) ({selector(MODEL_MAP_METRIC, scope.matchers, HAS_POD)})"
     hosts = _labels(GPU_HOST_LABEL, *scope.group_labels())
     served = host_of(selector(MODEL_MAP_METRIC, scope.matchers))
     models = f"group by ({hosts}, model_name) ({served})"
