@@ -140,6 +140,35 @@ def check_file(path: Path, dash_v, dq_v, panel_vs) -> list[tuple[tuple, str]]:
     )
 
 
+def load_validators(
+    schema_path: Path = DATA / "grafana-dashboard.schema.json",
+    panel_schema_dir: Path = DATA,
+    *,
+    panels: bool = True,
+    targets: bool = True,
+):
+    """The validators ``check_file`` takes: the dashboard's, DataQuery's (or None) and one
+    per panel type that has a ``grafana-panel-<type>.schema.json``."""
+    schema = json.loads(schema_path.read_text())
+    dash_v = make_validator(schema)
+    dq_v = None
+    if targets and "DataQuery" in schema.get("definitions", {}):
+        dq_v = make_validator(
+            {
+                "$schema": schema.get("$schema"),
+                "$ref": "#/definitions/DataQuery",
+                "definitions": schema["definitions"],
+            }
+        )
+    panel_vs = {}
+    if panels:
+        for f in sorted(panel_schema_dir.glob("grafana-panel-*.schema.json")):
+            panel_vs[f.name[len("grafana-panel-") : -len(".schema.json")]] = make_validator(
+                json.loads(f.read_text())
+            )
+    return dash_v, dq_v, panel_vs
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -152,23 +181,9 @@ def main(argv=None) -> int:
     ap.add_argument("-q", "--quiet", action="store_true", help="only the per-file counts")
     args = ap.parse_args(argv)
 
-    schema = json.loads(args.schema.read_text())
-    dash_v = make_validator(schema)
-    dq_v = None
-    if not args.no_targets and "DataQuery" in schema.get("definitions", {}):
-        dq_v = make_validator(
-            {
-                "$schema": schema.get("$schema"),
-                "$ref": "#/definitions/DataQuery",
-                "definitions": schema["definitions"],
-            }
-        )
-    panel_vs = {}
-    if not args.no_panels:
-        for f in sorted(args.panel_schema_dir.glob("grafana-panel-*.schema.json")):
-            panel_vs[f.name[len("grafana-panel-") : -len(".schema.json")]] = make_validator(
-                json.loads(f.read_text())
-            )
+    dash_v, dq_v, panel_vs = load_validators(
+        args.schema, args.panel_schema_dir, panels=not args.no_panels, targets=not args.no_targets
+    )
 
     total = 0
     for f in args.files:
