@@ -16,7 +16,9 @@ ROOT = Path(__file__).resolve().parent.parent
 BOARDS = sorted((ROOT / "dashboards").glob("*.json"))
 DS = {"type": "prometheus", "uid": "${datasource}"}
 # A metric family in a query: vLLM's, DCGM's, the API server's, the probe's.
-FAMILY = re.compile(r"(?<![\w:])(vllm:[a-z0-9_]+|DCGM_FI_[A-Z_]+|http_[a-z_]+|llm_probe_[a-z0-9_]+)")
+FAMILY = re.compile(
+    r"(?<![\w:])(vllm:[a-z0-9_]+|DCGM_FI_[A-Z_]+|http_[a-z_]+|llm_probe_[a-z0-9_]+)"
+)
 HEATMAP = re.compile(r"^sum by \(le\) \(rate\(([\w:]+)_bucket\{[^}]*\}\[\$__rate_interval\]\)\)$")
 
 

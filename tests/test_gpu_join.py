@@ -96,3 +96,43 @@ def test_pods_and_hosts_in_one_fleet_and_a_host_shared_by_two_models(tmp_path):
         prom.close()
     watts = {r["metric"]["model_name"]: float(r["value"][1]) for r in result}
     assert watts == {"m1": 450.0, "m3": 100.0}
+
+
+def _documented_bare_metal_scrape() -> list[dict]:
+    """The commented-out bare-metal example next to the scrape config in deploy/prometheus.yml."""
+    import yaml
+
+    blocks, block = [], []
+    text = (HERE.parent / "deploy" / "prometheus.yml").read_text()
+    for line in [*text.splitlines(), ""]:
+        if line.startswith("  # "):
+            block.append(line[4:])
+        elif block:
+            blocks.append("\n".join(block))
+            block = []
+    (example,) = [b for b in blocks if b.startswith("- job_name:") and "relabel_configs" in b]
+    return list(yaml.safe_load(example))
+
+
+def test_the_documented_relabelling_gives_vllm_and_dcgm_one_host(tmp_path):
+    """Prometheus itself applies the example's relabelling: each vLLM server, scraped by IP,
+    gets the instance HOST:PORT of the machine whose dcgm-exporter it shares a host with."""
+    import urllib.request
+
+    configs = _documented_bare_metal_scrape()
+    with Prometheus(tmp_path / "tsdb", scrape_configs=configs) as prom:
+        for _ in range(50):  # the targets appear once discovery has synced
+            with urllib.request.urlopen(f"{prom.url}/api/v1/targets", timeout=10) as resp:
+                active = json.loads(resp.read())["data"]["activeTargets"]
+            if len(active) == 4:
+                break
+            time.sleep(0.2)
+    hosts: dict[str, set[str]] = {}
+    for target in active:
+        labels = target["labels"]
+        hosts.setdefault(labels["job"], set()).add(labels["instance"].rsplit(":", 1)[0])
+        assert not any(k.startswith("__") for k in labels), labels
+    (dcgm,) = [job for job in hosts if "dcgm" in job]
+    (vllm,) = [job for job in hosts if "vllm" in job]
+    assert hosts[vllm] == hosts[dcgm] and len(hosts[vllm]) == 2
+    assert not any(h[0].isdigit() for h in hosts[vllm])  # names, not the IPs scraped

@@ -82,6 +82,16 @@ def signals() -> list[Signal]:
             q.hist_mean(DECODE),
             ("vllm_request_decode_time_seconds", "mean"),
         ),
+        *(
+            s(
+                f"decode_time_p{p}",
+                "s",
+                f"Time from the first to the last token (decode), {p}th percentile.",
+                q.quantile(p / 100, DECODE),
+                ("vllm_request_decode_time_seconds", f"p{p}"),
+            )
+            for p in (50, 95, 99)
+        ),
         s(
             "frontend_time_mean",
             "s",

@@ -90,9 +90,9 @@ def service_level(g: Board) -> list[object]:
 
 
 def latency(g: Board) -> list[object]:
-    def pcts(title: str, prefix: str, what: str) -> object:
+    def pcts(title: str, prefix: str, what: str, w: int = 8) -> object:
         legends = [(f"{prefix}_p{p}", f"p{p} {{{{model_name}}}}") for p in (50, 95, 99)]
-        return series(g, title, legends, description=what)
+        return series(g, title, legends, description=what, w=w)
 
     return [
         g.row("Latency"),
@@ -119,12 +119,22 @@ def latency(g: Board) -> list[object]:
             "tpot",
             "Each finished request's mean gap between tokens (decode time over output tokens): "
             "what a reader of one stream sees on average, without the ITL's spikes.",
+            w=6,
         ),
         pcts(
             "Queue time",
             "queue_time",
             "Time requests wait for a batch slot and KV room. Above a few hundred ms the engine "
             "is at capacity: slots (--max-num-seqs) or KV cache; see Saturation.",
+            w=6,
+        ),
+        pcts(
+            "Decode time",
+            "decode_time",
+            "Time from a request's first token to its last. Grows with output length and with "
+            "the running batch; rising while output length holds steady is decode slowing down "
+            "(a bigger batch, longer contexts, prefills stalling it).",
+            w=6,
         ),
         series(
             g,
@@ -138,6 +148,7 @@ def latency(g: Board) -> list[object]:
             "waiting, computing its prompt, generating. A growing queue share is capacity; a "
             "growing prefill share is longer (or less cached) prompts.",
             stack=True,
+            w=6,
         ),
         heatmap(
             g,

@@ -209,13 +209,13 @@ def stat(
     *,
     window: str = RATE,
 ) -> Stat:
-    """A signal's value now; over ``RANGE`` an instant query counts the events of the whole
-    time range (``window`` is the range of its rate or changes)."""
+    """A signal's value now, one per model; over ``RANGE`` an instant query counts the events
+    of the whole time range (``window`` is the range of its rate or changes)."""
     instant = window == RANGE
     return stat_panel(
         board,
         title,
-        [board.target(signal, title, "A", window=window, instant=instant)],
+        [board.target(signal, "{{model_name}}", "A", window=window, instant=instant)],
         unit=board.unit(signal),
         thresholds=steps("green", *(thresholds or [])),
         description=board.describe(description or board.help(signal), board.families(signal)),
