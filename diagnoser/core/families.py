@@ -9,14 +9,14 @@ signals read these names through :mod:`diagnoser.core.signals.names` and the sim
 from this table, so a rename is one edit here. ``tests/data/vllm-*.json`` (written from the
 wheels by ``scripts/vllm-metrics-reference``) is what the conformance test holds it to.
 
+The families of what is scraped beside vLLM (its API server, dcgm-exporter, the probe) are
+rows of the same table, declared in :mod:`diagnoser.core.exporters` and re-exported here.
 Default histogram buckets are in :mod:`diagnoser.core.buckets`.
 """
 
 from __future__ import annotations
 
 from diagnoser.core.buckets import (
-    HTTP_BUCKETS,
-    HTTP_HIGHR_BUCKETS,
     ITERATION_TOKENS_BUCKETS,
     ITL_BUCKETS,
     PARAMS_N_BUCKETS,
@@ -25,6 +25,7 @@ from diagnoser.core.buckets import (
     REQUEST_TOKENS,
     TTFT_BUCKETS,
 )
+from diagnoser.core.exporters import *  # noqa: F403  (the API server's, DCGM's, the probe's)
 from diagnoser.core.family import FAMILIES as FAMILIES
 from diagnoser.core.family import Family as Family
 from diagnoser.core.family import family as family
@@ -40,10 +41,6 @@ def _v(name: str, type_: str, help_: str, **kw: object) -> Family:
     """A vLLM family, labelled ``model_name`` and ``engine`` unless ``base`` says otherwise."""
     kw.setdefault("base", VLLM_BASE)
     return register(Family(name, type_, "vllm", help_, **kw))  # type: ignore[arg-type]
-
-
-def _o(name: str, type_: str, provider: str, help_: str = "", **kw: object) -> Family:
-    return register(Family(name, type_, provider, help_, **kw))  # type: ignore[arg-type]
 
 
 _H, _C, _G = "histogram", "counter", "gauge"
@@ -424,103 +421,3 @@ CORRUPTED = _v(
     since="0.11.1",
     requires="VLLM_COMPUTE_NANS_IN_LOGITS=1",
 )
-
-# --- the API server (prometheus-fastapi-instrumentator and prometheus_client) -----------------
-_API = "vllm-api-server"
-HTTP_REQUESTS = _o(
-    "http_requests_total",
-    _C,
-    _API,
-    "Total number of requests by method, status and handler.",
-    labels=("method", "status", "handler"),
-)
-HTTP_REQUEST_SIZE = _o(
-    "http_request_size_bytes",
-    "summary",
-    _API,
-    "Content length of incoming requests by handler. Only value of header is respected. "
-    "Otherwise ignored. No percentile calculated. ",
-    labels=("handler",),
-)
-HTTP_RESPONSE_SIZE = _o(
-    "http_response_size_bytes",
-    "summary",
-    _API,
-    "Content length of outgoing responses by handler. Only value of header is respected. "
-    "Otherwise ignored. No percentile calculated. ",
-    labels=("handler",),
-)
-HTTP_DURATION_HIGHR = _o(
-    "http_request_duration_highr_seconds",
-    _H,
-    _API,
-    "Latency with many buckets but no API specific labels. Made for more accurate percentile "
-    "calculations. ",
-    buckets=HTTP_HIGHR_BUCKETS,
-)
-HTTP_DURATION = _o(
-    "http_request_duration_seconds",
-    _H,
-    _API,
-    "Latency with only few buckets by handler. Made to be only used if aggregation by handler "
-    "is important. ",
-    buckets=HTTP_BUCKETS,
-    labels=("method", "handler"),
-)
-PROCESS_CPU = _o(
-    "process_cpu_seconds_total", _C, _API, "Total user and system CPU time spent in seconds."
-)
-PROCESS_START = _o(
-    "process_start_time_seconds",
-    _G,
-    _API,
-    "Start time of the process since unix epoch in seconds.",
-)
-
-# --- other exporters -------------------------------------------------------------------------
-# dcgm-exporter's default counters (etc/default-counters.csv), with its help texts.
-_DCGM = "dcgm-exporter"
-GPU_UTIL = _o("DCGM_FI_DEV_GPU_UTIL", _G, _DCGM, "GPU utilization (in %).")
-GPU_FB_USED = _o("DCGM_FI_DEV_FB_USED", _G, _DCGM, "Framebuffer memory used (in MiB).")
-GPU_FB_FREE = _o("DCGM_FI_DEV_FB_FREE", _G, _DCGM, "Framebuffer memory free (in MiB).")
-GPU_POWER = _o("DCGM_FI_DEV_POWER_USAGE", _G, _DCGM, "Power draw (in W).")
-GPU_TEMP = _o("DCGM_FI_DEV_GPU_TEMP", _G, _DCGM, "GPU temperature (in C).")
-GPU_SM_CLOCK = _o("DCGM_FI_DEV_SM_CLOCK", _G, _DCGM, "SM clock frequency (in MHz).")
-GPU_XID = _o("DCGM_FI_DEV_XID_ERRORS", _G, _DCGM, "Value of the last XID error encountered.")
-# The labels dcgm-exporter puts on every GPU series; namespace, pod and container only in its
-# Kubernetes pod-mapping mode.
-DCGM_LABELS = ("gpu", "UUID", "Hostname", "modelName")
-DCGM_POD_LABELS = ("namespace", "pod", "container")
-_PROBE = ("target", "prompt_bucket")
-PROBE_TTFT = _o(
-    "llm_probe_ttft_seconds",
-    _H,
-    "servediag-probe",
-    "Client-side time to first token.",
-    buckets=TTFT_BUCKETS,
-    labels=_PROBE,
-)
-PROBE_ITL = _o(
-    "llm_probe_itl_seconds",
-    _H,
-    "servediag-probe",
-    "Client-side gap between tokens.",
-    buckets=ITL_BUCKETS,
-    labels=_PROBE,
-)
-PROBE_E2E = _o(
-    "llm_probe_e2e_seconds",
-    _H,
-    "servediag-probe",
-    "Client-side request latency.",
-    buckets=REQUEST_LATENCY_BUCKETS,
-    labels=_PROBE,
-)
-PROBE_REQUESTS = _o(
-    "llm_probe_requests_total",
-    _C,
-    "servediag-probe",
-    "Probe requests by outcome.",
-    labels=(*_PROBE, "outcome"),
-)
-UP = _o("up", _G, "prometheus", "Scrape health.")
