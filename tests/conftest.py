@@ -42,6 +42,28 @@ def data_json(name: str) -> Any:
     return json.loads((DATA / name).read_text(encoding="utf-8"))
 
 
+# Values for the dashboards' variables, as Grafana would put them in a query.
+GRAFANA_VARIABLES = {
+    "$job": ".*",
+    "$model_name": ".*",
+    "$instance": ".*",
+    "$engine": ".*",
+    "$__rate_interval": "5m",
+    "$__range_s": "3600",
+    "$__range": "1h",
+    "$ttft_slo": "1.0",
+    "$itl_slo": "0.1",
+    "$step_budget": "8192",
+}
+
+
+def grafana_substitute(expr: str) -> str:
+    """A dashboard query with its variables filled in (longest names first)."""
+    for var, value in sorted(GRAFANA_VARIABLES.items(), key=lambda kv: -len(kv[0])):
+        expr = expr.replace(var, value)
+    return expr
+
+
 @pytest.fixture(scope="session")
 def promtool_bin() -> str:
     exe = shutil.which("promtool")

@@ -145,12 +145,27 @@ def test_the_family_table_agrees_with_every_reference():
                 continue
             ref = families.get(fam.name)
             if not fam.exposed_in(version) or fam.requires:
-                assert ref is None or ref["hidden"] or ref["conditions"], (fam.name, version)
+                # Optional: absent, hidden, behind a condition, or registered by a connector
+                # (KV offloading, NIXL) or the speculative decoder rather than the stat logger.
+                optional = ref is None or ref["hidden"] or ref["conditions"]
+                assert optional or ref["scope"] != "v1-stat-logger", (fam.name, version)
                 continue
             assert ref is not None and not ref["hidden"], (fam.name, version)
             assert (ref["type"], set(ref["labels"])) == (fam.type, {*fam.base, *fam.labels})
             if fam.type == "histogram":
                 assert bucket_list(ref) == fam.bucket_bounds(MAX_MODEL_LEN), fam.name
+
+
+def test_the_family_tables_help_texts_are_vllms():
+    """Every vLLM family vLLM 0.33 registers, optional ones included, carries vLLM's help text
+    (the speculative decoder's are built at run time and cannot be read from the wheel)."""
+    families = reference(PROFILES["0.33"])["families"]
+    for fam in F.FAMILIES.values():
+        ref = families.get(fam.name)
+        if fam.provider == "vllm" and ref and ref["documentation"] != "<unresolved: doc>":
+            assert fam.help == ref["documentation"], fam.name
+            if fam is not F.CACHE_CONFIG:  # one label per CacheConfig field
+                assert (ref["type"], set(ref["labels"])) == (fam.type, {*fam.base, *fam.labels})
 
 
 def test_cache_config_info_has_no_model_name_and_sums_blocks_over_engines(tmp_path):

@@ -1,4 +1,5 @@
-"""Dashboards: valid Grafana JSON, laid out without overlaps, every query returns data."""
+"""Dashboards: valid Grafana JSON, laid out without overlaps, the house style on every panel,
+every query returns data, and the GPU panels find their GPUs with or without Kubernetes."""
 
 from __future__ import annotations
 
@@ -7,23 +8,33 @@ import re
 from pathlib import Path
 
 import pytest
+from conftest import grafana_substitute as _substitute
+
+from diagnoser.core import families
 
 ROOT = Path(__file__).resolve().parent.parent
 BOARDS = sorted((ROOT / "dashboards").glob("*.json"))
-VARIABLES = {
-    "$job": ".*",
-    "$model_name": ".*",
-    "$instance": ".*",
-    "$engine": ".*",
-    "$__rate_interval": "5m",
-    "$ttft_slo": "1.0",
-    "$itl_slo": "0.1",
-    "$step_budget": "8192",
-}
+DS = {"type": "prometheus", "uid": "${datasource}"}
+# A metric family in a query: vLLM's, DCGM's, the API server's, the probe's.
+FAMILY = re.compile(
+    r"(?<![\w:])(vllm:[a-z0-9_]+|DCGM_FI_[A-Z_]+|http_[a-z_]+|llm_probe_[a-z0-9_]+)"
+)
+HEATMAP = re.compile(r"^sum by \(le\) \(rate\(([\w:]+)_bucket\{[^}]*\}\[\$__rate_interval\]\)\)$")
+
+
+def _load(path: Path) -> dict:
+    return json.loads(path.read_text())
 
 
 def _panels(board: dict) -> list[dict]:
-    return [p for p in board["panels"] if p["type"] != "row"]
+    """Every panel that shows something, those in collapsed rows included."""
+    out = []
+    for p in board["panels"]:
+        if p["type"] == "row":
+            out += p.get("panels", [])
+        else:
+            out.append(p)
+    return out
 
 
 def _exprs(board: dict) -> list[tuple[str, str]]:
@@ -37,43 +48,137 @@ def _exprs(board: dict) -> list[tuple[str, str]]:
     return panels + notes
 
 
-def _substitute(expr: str) -> str:
-    for var, value in sorted(VARIABLES.items(), key=lambda kv: -len(kv[0])):
-        expr = expr.replace(var, value)
-    return expr
+def _families(expr: str) -> set[str]:
+    names = set()
+    for raw in FAMILY.findall(expr):
+        for suffix in ("_bucket", "_sum", "_count"):
+            if raw.endswith(suffix) and raw[: -len(suffix)] in families.FAMILIES:
+                raw = raw[: -len(suffix)]
+        names.add(raw)
+    return names
+
+
+def _cells(panels: list[dict]) -> dict[tuple[int, int], str]:
+    """Grid cells -> the panel in them; fails on an overlap or a panel off the 24 columns."""
+    cells: dict[tuple[int, int], str] = {}
+    for p in panels:
+        g = p["gridPos"]
+        assert g["x"] >= 0 and g["x"] + g["w"] <= 24, p["title"]
+        for x in range(g["x"], g["x"] + g["w"]):
+            for y in range(g["y"], g["y"] + g["h"]):
+                assert (x, y) not in cells, f"{p['title']} overlaps {cells[(x, y)]}"
+                cells[(x, y)] = p["title"]
+    return cells
 
 
 @pytest.mark.parametrize("path", BOARDS, ids=[p.stem for p in BOARDS])
 def test_the_json_is_what_grafana_imports(path):
-    board = json.loads(path.read_text())
+    board = _load(path)
     assert board["uid"].startswith("servediag-") and board["title"]
-    ids = [p["id"] for p in board["panels"]]
+    rows = [p for p in board["panels"] if p["type"] == "row"]
+    ids = [p["id"] for p in rows + _panels(board)]
     assert len(ids) == len(set(ids))
     names = {v["name"] for v in board["templating"]["list"]}
     assert {"datasource", "job", "model_name", "instance", "engine"} <= names
-    cells: set[tuple[int, int]] = set()
-    for p in board["panels"]:
-        g = p["gridPos"]
-        assert g["x"] >= 0 and g["x"] + g["w"] <= 24, p["title"]
-        mine = {
-            (x, y) for x in range(g["x"], g["x"] + g["w"]) for y in range(g["y"], g["y"] + g["h"])
-        }
-        assert not mine & cells, f"{p['title']} overlaps another panel"
-        cells |= mine
-        if p["type"] != "row":
-            assert p["datasource"] == "${datasource}", p["title"]
-            assert p["type"] in ("stat", "timeseries", "table", "heatmap"), p["type"]
-            if p["type"] == "heatmap":  # Grafana plots pre-bucketed series, sorted by le
-                assert p["options"]["calculate"] is False, p["title"]
-                assert all(t["format"] == "heatmap" for t in p["targets"]), p["title"]
+    _cells(board["panels"])
+    for row in (p for p in board["panels"] if p["type"] == "row" and p["collapsed"]):
+        # a collapsed row's panels open right under it, without overlapping each other
+        _cells(row["panels"])
+        assert min(p["gridPos"]["y"] for p in row["panels"]) == row["gridPos"]["y"] + 1
+    for p in _panels(board):
+        assert p["datasource"] == DS, p["title"]
+        assert all(t["datasource"] == DS for t in p["targets"]), p["title"]
+        assert p["type"] in ("stat", "timeseries", "table", "heatmap"), p["type"]
     notes = [a for a in board["annotations"]["list"] if not a.get("builtIn")]
     assert [a["name"] for a in notes] == ["Playbook alerts"]
-    assert notes[0]["datasource"]["uid"] == "${datasource}"
+    assert notes[0]["datasource"] == DS
+
+
+@pytest.mark.parametrize("path", BOARDS, ids=[p.stem for p in BOARDS])
+def test_dashboards_link_to_each_other_and_share_the_crosshair(path):
+    board = _load(path)
+    assert board["graphTooltip"] == 1  # shared crosshair
+    (link,) = board["links"]
+    assert link["type"] == "dashboards" and "servediag" in board["tags"]
+    assert link["tags"] == ["servediag"] and link["keepTime"] and link["includeVars"]
+
+
+@pytest.mark.parametrize("path", BOARDS, ids=[p.stem for p in BOARDS])
+def test_every_panel_is_drawn_at_full_resolution(path, site):
+    for p in _panels(_load(path)):
+        assert "maxDataPoints" not in p, p["title"]  # Grafana: one point per pixel
+        assert p["interval"] == site.config.scrape_interval, p["title"]
+        assert all(t["intervalFactor"] == 1 for t in p["targets"]), p["title"]
+
+
+@pytest.mark.parametrize("path", BOARDS, ids=[p.stem for p in BOARDS])
+def test_time_series_list_every_series_with_its_last_and_largest_value(path):
+    for p in _panels(_load(path)):
+        defaults = p["fieldConfig"]["defaults"]
+        if defaults.get("unit") == "percentunit":
+            assert (defaults["min"], defaults["max"]) == (0, 1), p["title"]
+        if p["type"] != "timeseries":
+            continue
+        assert p["options"]["tooltip"]["mode"] == "multi", p["title"]
+        legend = p["options"]["legend"]
+        assert legend["displayMode"] == "table" and legend["showLegend"], p["title"]
+        assert {"lastNotNull", "max"} <= set(legend["calcs"]), p["title"]
+
+
+def _read(text: str) -> set[str]:
+    """The families, recorded series (the SLOs') and ALERTS that a query or a text names."""
+    recorded = set(re.findall(r"[a-z_]+:slo_[a-z_]+:\w+", text))
+    return _families(text) | recorded | ({"ALERTS", "up"} & set(re.findall(r"\w+", text)))
+
+
+@pytest.mark.parametrize("path", BOARDS, ids=[p.stem for p in BOARDS])
+def test_every_panel_says_what_it_reads_and_every_family_is_in_the_table(path):
+    for p in _panels(_load(path)):
+        for name in set().union(*(_families(t["expr"]) for t in p["targets"])):
+            assert name in families.FAMILIES, f"{p['title']}: {name} is not a known family"
+        read = set().union(*(_read(t["expr"]) for t in p["targets"]))
+        assert _read(p["description"]) & read, f"{p['title']}: its description names no metric"
+
+
+@pytest.mark.parametrize("path", BOARDS, ids=[p.stem for p in BOARDS])
+def test_heatmaps_plot_the_histograms_own_buckets(path):
+    for p in _panels(_load(path)):
+        if p["type"] != "heatmap":
+            continue
+        assert p["options"]["calculate"] is False, p["title"]  # Grafana plots the buckets
+        assert p["options"]["rowsFrame"]["layout"] == "le", p["title"]
+        for t in p["targets"]:
+            assert t["format"] == "heatmap" and t["legendFormat"] == "{{le}}", p["title"]
+            for part in t["expr"].split(" or "):
+                m = HEATMAP.match(part)
+                assert m, (p["title"], part)
+                assert families.family(m.group(1)).type == "histogram", p["title"]
+
+
+def test_the_distributions_of_ttft_itl_and_e2e_are_heatmaps(scenario_library, prometheus_for):
+    board = _load(ROOT / "dashboards" / "overview.json")
+    maps = {p["title"]: p for p in _panels(board) if p["type"] == "heatmap"}
+    assert {"TTFT distribution", "ITL distribution", "End-to-end distribution"} <= set(maps)
+    prom = prometheus_for("healthy-steady")
+    for title, panel in maps.items():
+        (target,) = panel["targets"]
+        result = prom.query(_substitute(target["expr"]), at=scenario_library["healthy-steady"].end)
+        buckets = {r["metric"]["le"] for r in result}
+        assert len(buckets) > 3 and "+Inf" in buckets, title  # one series per bucket
+        assert all(set(r["metric"]) == {"le"} for r in result), title
+
+
+def test_stats_that_count_events_count_them_over_the_time_range():
+    board = _load(ROOT / "dashboards" / "gpu-frontend.json")
+    (restarts,) = [p for p in _panels(board) if p["title"] == "Restarts"]
+    (target,) = restarts["targets"]
+    assert "[$__range]" in target["expr"] and "$__rate_interval" not in target["expr"]
+    assert target["instant"] is True
 
 
 @pytest.mark.parametrize("path", BOARDS, ids=[p.stem for p in BOARDS])
 def test_queries_avoid_the_known_dashboard_bugs(path):
-    for title, expr in _exprs(json.loads(path.read_text())):
+    for title, expr in _exprs(_load(path)):
         for m in re.finditer(r"histogram_quantile\([0-9.]+, (\S+ \S+ \([^)]*\))", expr):
             assert m.group(1).startswith("sum by (le"), title
         assert "gpu_cache_usage_perc" not in expr or "kv_cache_usage_perc" in expr, title
@@ -85,17 +190,42 @@ def _scenario_for(expr: str) -> str:
     return "fast-server-slow-users" if "llm_probe_" in expr else "healthy-steady"
 
 
+def _optional(expr: str) -> bool:
+    """The query reads a family that exists only with an optional feature on (speculative
+    decoding, LoRA, a KV connector), which no library scenario runs."""
+    return any(families.family(f).requires for f in _families(expr))
+
+
 @pytest.mark.parametrize("path", BOARDS, ids=[p.stem for p in BOARDS])
 def test_every_panel_shows_data(path, scenario_library, prometheus_for, prometheus_with_rules):
-    empty = []
-    for title, expr in _exprs(json.loads(path.read_text())):
+    empty, optional = [], 0
+    for title, expr in _exprs(_load(path)):
         name = _scenario_for(expr)
         # Panels on recorded series (the SLOs) need the recording rules evaluated over history.
         prom = prometheus_with_rules(name) if ":slo_" in expr else prometheus_for(name)
         result = prom.query(_substitute(expr), at=scenario_library[name].end)  # parses or raises
-        if not result and not expr.startswith("ALERTS"):  # alerts need live rule evaluation
+        if _optional(expr):
+            optional += 1  # parsed by Prometheus; empty without the feature
+        elif not result and not expr.startswith("ALERTS"):  # alerts need live rule evaluation
             empty.append(f"{title} ({name})")
     assert not empty, f"panels with no data: {empty}"
+    if path.stem in ("overview", "kv-batching"):
+        assert optional, "the optional rows were not checked"
+
+
+def test_optional_feature_rows_start_collapsed():
+    for path, titles in (
+        ("overview", ("Speculative decoding", "LoRA adapters")),
+        ("kv-batching", ("KV offloading", "KV transfer")),
+    ):
+        rows = {p["title"]: p for p in _load(ROOT / "dashboards" / f"{path}.json")["panels"]}
+        for title in titles:
+            (row,) = [r for t, r in rows.items() if t.startswith(title)]
+            assert row["type"] == "row" and row["collapsed"] and row["panels"], title
+            for p in row["panels"]:
+                assert any(_optional(t["expr"]) for t in p["targets"]) or (
+                    "external_kv_transfer" in p["targets"][0]["expr"]
+                ), p["title"]
 
 
 def test_provisioning_and_configmaps_carry_every_dashboard():
@@ -108,13 +238,13 @@ def test_provisioning_and_configmaps_carry_every_dashboard():
     carried = {k: json.loads(v) for m in maps for k, v in m["data"].items()}
     assert set(carried) == {p.name for p in BOARDS}
     for path in BOARDS:
-        assert carried[path.name] == json.loads(path.read_text())
+        assert carried[path.name] == _load(path)
 
 
 def test_the_alerts_table_links_each_playbook_to_its_runbook(catalog):
     from diagnoser.site.config import SiteConfig
 
-    board = json.loads((ROOT / "dashboards" / "overview.json").read_text())
+    board = _load(ROOT / "dashboards" / "overview.json")
     (table,) = [p for p in _panels(board) if p["title"] == "Playbook alerts firing"]
     (override,) = table["fieldConfig"]["overrides"]
     assert override["matcher"] == {"id": "byName", "options": "playbook"}
@@ -141,7 +271,7 @@ def pb_runbook_url(playbook_id: str) -> str:
 def test_every_playbooks_dashboard_link_resolves_to_a_real_panel(catalog):
     from diagnoser.outputs.dashboards.ids import PLAYBOOKS_UID, link
 
-    board = json.loads((ROOT / "dashboards" / "playbooks.json").read_text())
+    board = _load(ROOT / "dashboards" / "playbooks.json")
     assert board["uid"] == PLAYBOOKS_UID
     panels = {p["id"]: p for p in board["panels"]}
     for pb in catalog.detectable():
@@ -151,3 +281,13 @@ def test_every_playbooks_dashboard_link_resolves_to_a_real_panel(catalog):
         assert panel["title"].startswith(f"{pb.id}: "), (pb.id, panel["title"])
         page = (ROOT / "runbooks" / f"{pb.id}.md").read_text()
         assert url in page, pb.id
+
+
+def test_the_site_scrape_interval_is_every_panels_minimum_step(tmp_path, catalog):
+    from diagnoser.outputs import dashboards
+    from diagnoser.site import Site, load_config
+
+    cfg = tmp_path / "site.yaml"
+    cfg.write_text("scrape_interval: 30s\n")
+    board = json.loads(dashboards.render("overview", Site.build(load_config(cfg), catalog)))
+    assert {p["interval"] for p in _panels(board)} == {"30s"}

@@ -238,6 +238,7 @@ def test_config_knobs_reach_every_expression_and_annotation(tmp_path, catalog, p
         ("alerts:\n  VllmNoSuchAlert: {for: 5m}\n", "no alert named 'VllmNoSuchAlert'"),
         ("alerts:\n  VllmPromptLengthShift: {params: {nope: 1}}\n", "unknown parameter 'nope'"),
         ("selector: job=vllm\n", "must be a list of strings"),
+        ("scrape_interval: 15 seconds\n", "scrape_interval: must be a duration like 15s"),
     ],
 )
 def test_a_bad_config_is_one_clear_error(tmp_path, catalog, text, says):

@@ -18,8 +18,13 @@ TYPED = ("counter", "gauge", "histogram", "renamed")
 
 @pytest.fixture(scope="module")
 def reference() -> dict[str, str]:
-    """Metric name -> type from the engine reference (tests/data; scripts/extract-reference)."""
+    """Metric name -> type from the engine reference (tests/data; scripts/extract-reference),
+    and every family vLLM 0.33's own code registers, optional features included (read from
+    the wheel by scripts/vllm-metrics-reference)."""
     types: dict[str, str] = data_json("reference-metric-types.json")
+    for name, fam in data_json("vllm-0.33.0.json")["families"].items():
+        if fam["scope"] != "v0-engine" and fam["type"] in TYPED:
+            types.setdefault(name, fam["type"])
     return types
 
 

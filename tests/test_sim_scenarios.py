@@ -73,6 +73,11 @@ def _write(tmp_path: Path, text: str, name: str = "s.yaml") -> Path:
             "models[0].timeline[0].set.workload.nope",
             "unknown knob",
         ),
+        (
+            ("gpu: H100-80GB", "gpu: H100-80GB\n    platform: openstack"),
+            "models[0].platform",
+            "must be one of kubernetes, bare-metal",
+        ),
     ],
 )
 def test_bad_scenarios_name_the_file_and_the_field(tmp_path, edit, where, says):

@@ -9,14 +9,14 @@ signals read these names through :mod:`diagnoser.core.signals.names` and the sim
 from this table, so a rename is one edit here. ``tests/data/vllm-*.json`` (written from the
 wheels by ``scripts/vllm-metrics-reference``) is what the conformance test holds it to.
 
+The families of what is scraped beside vLLM (its API server, dcgm-exporter, the probe) are
+rows of the same table, declared in :mod:`diagnoser.core.exporters` and re-exported here.
 Default histogram buckets are in :mod:`diagnoser.core.buckets`.
 """
 
 from __future__ import annotations
 
 from diagnoser.core.buckets import (
-    HTTP_BUCKETS,
-    HTTP_HIGHR_BUCKETS,
     ITERATION_TOKENS_BUCKETS,
     ITL_BUCKETS,
     PARAMS_N_BUCKETS,
@@ -25,6 +25,7 @@ from diagnoser.core.buckets import (
     REQUEST_TOKENS,
     TTFT_BUCKETS,
 )
+from diagnoser.core.exporters import *  # noqa: F403  (the API server's, DCGM's, the probe's)
 from diagnoser.core.family import FAMILIES as FAMILIES
 from diagnoser.core.family import Family as Family
 from diagnoser.core.family import family as family
@@ -40,10 +41,6 @@ def _v(name: str, type_: str, help_: str, **kw: object) -> Family:
     """A vLLM family, labelled ``model_name`` and ``engine`` unless ``base`` says otherwise."""
     kw.setdefault("base", VLLM_BASE)
     return register(Family(name, type_, "vllm", help_, **kw))  # type: ignore[arg-type]
-
-
-def _o(name: str, type_: str, provider: str, help_: str = "", **kw: object) -> Family:
-    return register(Family(name, type_, provider, help_, **kw))  # type: ignore[arg-type]
 
 
 _H, _C, _G = "histogram", "counter", "gauge"
@@ -341,6 +338,82 @@ LORA_INFO = _v(
     labels=("max_lora", "waiting_lora_adapters", "running_lora_adapters"),
     requires="--enable-lora",
 )
+# KV offloading (a KV connector that offloads to CPU memory or disk) and KV transfer between
+# instances (disaggregated prefill): registered by the connector, not the stat logger.
+_OFFLOAD = "--kv-transfer-config with OffloadingConnector"
+_NIXL = "--kv-transfer-config with NixlConnector"
+_KV_CONSUMER = "--kv-transfer-config (a KV consumer)"
+KV_OFFLOAD_LOAD_BYTES = _v(
+    "vllm:kv_offload_load_bytes_total",
+    _C,
+    "Total bytes loaded from offload storage to GPU.",
+    since="0.25",
+    requires=_OFFLOAD,
+)
+KV_OFFLOAD_STORE_BYTES = _v(
+    "vllm:kv_offload_store_bytes_total",
+    _C,
+    "Total bytes stored from GPU to offload storage.",
+    since="0.25",
+    requires=_OFFLOAD,
+)
+KV_OFFLOAD_LOAD_TIME = _v(
+    "vllm:kv_offload_load_time_total",
+    _C,
+    "Total load time from offload storage to GPU, in seconds.",
+    since="0.25",
+    requires=_OFFLOAD,
+)
+KV_OFFLOAD_STORE_TIME = _v(
+    "vllm:kv_offload_store_time_total",
+    _C,
+    "Total store time from GPU to offload storage, in seconds.",
+    since="0.25",
+    requires=_OFFLOAD,
+)
+KV_OFFLOAD_CPU_USAGE = _v(
+    "vllm:kv_offload_cpu_cache_usage_perc",
+    _G,
+    "Fraction of CPU KV-cache space currently pinned by active transfers (0.0 = idle, 1.0 = "
+    "saturated). Sustained high values indicate transfers (stores or promotions) may be "
+    "dropped due to insufficient capacity.",
+    since="0.25",
+    requires=_OFFLOAD,
+)
+KV_OFFLOAD_ALLOC_FAILURES = _v(
+    "vllm:kv_offload_allocation_failure_total",
+    _C,
+    "Number of KV offload store allocation attempts that failed.",
+    since="0.25",
+    requires=_OFFLOAD,
+)
+NIXL_XFER_TIME = _v(
+    "vllm:nixl_xfer_time_seconds",
+    _H,
+    "Histogram of transfer duration for NIXL KV Cache transfers.",
+    since="0.12",
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 5.0),
+    requires=_NIXL,
+)
+NIXL_FAILED = _v(
+    "vllm:nixl_num_failed_transfers_total",
+    _C,
+    "Number of failed NIXL KV Cache transfers, including handshake and notification failures. "
+    "NOTE: KV expiry is tracked separately in vllm:nixl_num_kv_expired_reqs.",
+    since="0.12",
+    requires=_NIXL,
+)
+KV_FETCH_BY_STAGE = _v(
+    "vllm:num_requests_kv_fetch_by_stage",
+    _G,
+    "Number of waiting requests by async KV load stage. Stage labels: 'waiting_to_start' = "
+    "needs an async KV load that has not started; 'in_progress' = load started and not yet "
+    "reported finished; 'completed_waiting' = load finished, request not running yet.",
+    since="0.33",
+    labels=("stage",),
+    values=("waiting_to_start", "in_progress", "completed_waiting"),
+    requires=_KV_CONSUMER,
+)
 CORRUPTED = _v(
     "vllm:corrupted_requests_total",
     _C,
@@ -348,93 +421,3 @@ CORRUPTED = _v(
     since="0.11.1",
     requires="VLLM_COMPUTE_NANS_IN_LOGITS=1",
 )
-
-# --- the API server (prometheus-fastapi-instrumentator and prometheus_client) -----------------
-_API = "vllm-api-server"
-HTTP_REQUESTS = _o(
-    "http_requests_total",
-    _C,
-    _API,
-    "Total number of requests by method, status and handler.",
-    labels=("method", "status", "handler"),
-)
-HTTP_REQUEST_SIZE = _o(
-    "http_request_size_bytes",
-    "summary",
-    _API,
-    "Content length of incoming requests by handler. Only value of header is respected. "
-    "Otherwise ignored. No percentile calculated. ",
-    labels=("handler",),
-)
-HTTP_RESPONSE_SIZE = _o(
-    "http_response_size_bytes",
-    "summary",
-    _API,
-    "Content length of outgoing responses by handler. Only value of header is respected. "
-    "Otherwise ignored. No percentile calculated. ",
-    labels=("handler",),
-)
-HTTP_DURATION_HIGHR = _o(
-    "http_request_duration_highr_seconds",
-    _H,
-    _API,
-    "Latency with many buckets but no API specific labels. Made for more accurate percentile "
-    "calculations. ",
-    buckets=HTTP_HIGHR_BUCKETS,
-)
-HTTP_DURATION = _o(
-    "http_request_duration_seconds",
-    _H,
-    _API,
-    "Latency with only few buckets by handler. Made to be only used if aggregation by handler "
-    "is important. ",
-    buckets=HTTP_BUCKETS,
-    labels=("method", "handler"),
-)
-PROCESS_CPU = _o(
-    "process_cpu_seconds_total", _C, _API, "Total user and system CPU time spent in seconds."
-)
-PROCESS_START = _o(
-    "process_start_time_seconds",
-    _G,
-    _API,
-    "Start time of the process since unix epoch in seconds.",
-)
-
-# --- other exporters -------------------------------------------------------------------------
-GPU_UTIL = _o("DCGM_FI_DEV_GPU_UTIL", _G, "dcgm-exporter", "GPU utilization (in %).")
-GPU_FB_USED = _o("DCGM_FI_DEV_FB_USED", _G, "dcgm-exporter", "Framebuffer memory used (in MiB).")
-GPU_FB_FREE = _o("DCGM_FI_DEV_FB_FREE", _G, "dcgm-exporter", "Framebuffer memory free (in MiB).")
-_PROBE = ("target", "prompt_bucket")
-PROBE_TTFT = _o(
-    "llm_probe_ttft_seconds",
-    _H,
-    "servediag-probe",
-    "Client-side time to first token.",
-    buckets=TTFT_BUCKETS,
-    labels=_PROBE,
-)
-PROBE_ITL = _o(
-    "llm_probe_itl_seconds",
-    _H,
-    "servediag-probe",
-    "Client-side gap between tokens.",
-    buckets=ITL_BUCKETS,
-    labels=_PROBE,
-)
-PROBE_E2E = _o(
-    "llm_probe_e2e_seconds",
-    _H,
-    "servediag-probe",
-    "Client-side request latency.",
-    buckets=REQUEST_LATENCY_BUCKETS,
-    labels=_PROBE,
-)
-PROBE_REQUESTS = _o(
-    "llm_probe_requests_total",
-    _C,
-    "servediag-probe",
-    "Probe requests by outcome.",
-    labels=(*_PROBE, "outcome"),
-)
-UP = _o("up", _G, "prometheus", "Scrape health.")

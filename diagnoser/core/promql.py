@@ -23,10 +23,16 @@ ENGINE_ONLY_LABELS = frozenset({"model_name", "engine"})
 # from API-server series (HTTP, process) to the model they serve.
 MODEL_MAP_METRIC = "vllm:num_requests_running"
 
-# Labels on which DCGM exporter series meet vLLM series. DCGM has no model_name and its own
-# instance label, so GPU series are joined through the Kubernetes pod they belong to
-# (dcgm-exporter's pod-mapping mode).
+# How DCGM exporter series meet vLLM series. DCGM has no model_name and its own instance
+# label. In Kubernetes, dcgm-exporter's pod mapping labels each GPU with the pod that uses it:
+# GPU series with a pod label are joined on (namespace, pod). Elsewhere (bare metal, VMs, or
+# no pod mapping) they are joined by host: the host part of the exporter's instance against
+# the host part of the vLLM server's (both exporters run on the machine with the GPUs).
 GPU_JOIN_LABELS = ("namespace", "pod")
+GPU_HOST_LABEL = "host"
+_HOST_OF_INSTANCE = '"host", "$1", "instance", "(.+):[0-9]+"'
+HAS_POD = 'pod!=""'
+_WITH_POD, _WITHOUT_POD = f"{{{HAS_POD}}}", '{pod=""}'
 
 
 @dataclass(frozen=True)
@@ -131,9 +137,27 @@ def _capped(window: str) -> str:
     return MAP_MEMORY_MAX if long else window
 
 
-def gpu_model_map(scope: Scope) -> str:
-    labels = _labels(*GPU_JOIN_LABELS, *scope.group_labels(), "model_name")
-    return f"group by ({labels}) ({selector(MODEL_MAP_METRIC, scope.matchers)})"
+def host_of(expr: str) -> str:
+    """``expr`` with a ``host`` label: the host part of its ``instance`` (host:port)."""
+    return f"label_replace({expr}, {_HOST_OF_INSTANCE})"
+
+
+def gpu_model_map(scope: Scope, *, by_host: bool = False) -> str:
+    """(namespace, pod) -> model_name; or, ``by_host``, host -> model_name.
+
+    A host whose vLLM servers serve several models is left out of the host map: which of its
+    GPUs serves which model cannot be told from the host, and a join on it would fail."""
+    if not by_host:
+        # Only servers with a pod: those without one all share the empty (namespace, pod),
+        # and Prometheus refuses a join whose one side has duplicates, matched or not.
+        labels = _labels(*GPU_JOIN_LABELS, *scope.group_labels(), "model_name")
+        return f"group by ({labels}) ({selector(MODEL_MAP_METRIC, scope.matchers, HAS_POD)})"
+    hosts = _labels(GPU_HOST_LABEL, *scope.group_labels())
+    served = host_of(selector(MODEL_MAP_METRIC, scope.matchers))
+    models = f"group by ({hosts}, model_name) ({served})"
+    every = host_of(selector(MODEL_MAP_METRIC, scope.target_matchers()))
+    shared = f"count by ({hosts}) (group by ({hosts}, model_name) ({every})) > 1"
+    return f"({models} unless on ({hosts}) ({shared}))"
 
 
 # --- counters -------------------------------------------------------------------------------
@@ -343,34 +367,47 @@ def total(a: Expr, b: Expr) -> Expr:
 TargetExpr = Callable[[tuple[str, ...], str, tuple[str, ...]], str]
 
 
-def on_targets(inner: TargetExpr, fn: str = "sum") -> Expr:
+def on_targets(inner: TargetExpr, fn: str = "sum", extra_by: tuple[str, ...] = ()) -> Expr:
     """An API-server series (no model_name) scoped to models through (job, instance).
 
     ``inner(matchers, window, keep)`` returns a per-target vector that keeps the labels
-    ``keep`` (the site's group labels) if it aggregates; it is joined to the models the scope
-    selects on (job, instance and those labels) and aggregated by the scope's labels.
+    ``keep`` (the site's group labels, and ``extra_by``) if it aggregates; it is joined to the
+    models the scope selects on (job, instance and the group labels) and aggregated by the
+    scope's labels and ``extra_by``.
     """
 
     def build(scope: Scope) -> str:
         keep = scope.group_labels()
         joined = (
-            f"{inner(scope.target_matchers(), scope.window, keep)}"
+            f"{inner(scope.target_matchers(), scope.window, (*keep, *extra_by))}"
             f" * on ({_labels('job', 'instance', *keep)}) group_left (model_name)"
             f" {model_map(scope)}"
         )
-        return agg(fn, scope, joined)
+        return agg(fn, scope, joined, *extra_by)
 
     return build
 
 
-def on_gpus(inner: Callable[[str], str], fn: str = "avg") -> Expr:
-    """A DCGM series joined to the models whose pods use the GPU."""
+GpuExpr = Callable[[str], str]
+
+
+def on_gpus(inner: GpuExpr, fn: str = "avg") -> Expr:
+    """DCGM series joined to the models that use the GPUs, ``fn`` by the scope.
+
+    ``inner(matchers)`` is a per-GPU vector over DCGM families, each selected with
+    ``matchers`` (a ``{...}`` block): GPUs with a pod label are joined through their pod, the
+    others through their host, so each GPU is counted once."""
 
     def build(scope: Scope) -> str:
-        keys = _labels(*GPU_JOIN_LABELS, *scope.group_labels())
-        joined = (
-            f"{inner(scope.window)} * on ({keys}) group_left (model_name) {gpu_model_map(scope)}"
+        groups = scope.group_labels()
+        pods = _labels(*GPU_JOIN_LABELS, *groups)
+        by_pod = f"{inner(_WITH_POD)} * on ({pods}) group_left (model_name) " + (
+            gpu_model_map(scope)
         )
-        return agg(fn, scope, joined)
+        hosts = _labels(GPU_HOST_LABEL, *groups)
+        by_host = f"{host_of(inner(_WITHOUT_POD))} * on ({hosts}) group_left (model_name) " + (
+            gpu_model_map(scope, by_host=True)
+        )
+        return agg(fn, scope, f"{by_pod} or {by_host}")
 
     return build

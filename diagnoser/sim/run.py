@@ -33,10 +33,15 @@ class ModelRun:
                     api=m.api,
                     engines=m.engines,
                     version=m.version,
-                    instance=f"{_slug(m.name)}-{i}:8000",
+                    instance=(
+                        f"{_slug(m.name)}-{i}:8000"
+                        if m.platform == "kubernetes"
+                        else f"gpu-node-{_slug(m.name)}-{i}:8000"
+                    ),
                     pod=f"{_slug(m.name)}-{i}",
                     node=f"gpu-node-{_slug(m.name)}-{i}",
                     dcgm=m.dcgm,
+                    kubernetes=m.platform == "kubernetes",
                 ),
                 start=start,
                 fault=m.fault,

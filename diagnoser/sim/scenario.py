@@ -25,6 +25,8 @@ from diagnoser.sim.engine import EngineConfig
 from diagnoser.sim.server import PROFILES, ApiServerConfig, Fault
 from diagnoser.sim.workload import Lengths, Rate, Workload
 
+PLATFORMS = ("kubernetes", "bare-metal")
+
 
 class ScenarioError(FileFieldError):
     """A scenario that cannot be simulated; ``str()`` is one line naming file and field."""
@@ -70,6 +72,8 @@ class ModelScenario:
     engines: int = 1
     version: str = "0.33"
     dcgm: bool = True
+    # kubernetes (namespace and pod labels, dcgm-exporter's pod mapping) or bare-metal
+    platform: str = "kubernetes"
     timeline: list[Change] = field(default_factory=list)
 
 
@@ -236,6 +240,7 @@ def _model(raw: Any, path: Path, where: str) -> ModelScenario:
         "engines",
         "version",
         "dcgm",
+        "platform",
         "timeline",
     }
     for key in raw:
@@ -278,6 +283,9 @@ def _model(raw: Any, path: Path, where: str) -> ModelScenario:
     )
     if workload.rate.shape not in ("steady", "diurnal"):
         raise ScenarioError(path, f"{w}.rate.shape", "must be steady or diurnal")
+    platform = str(raw.get("platform", "kubernetes"))
+    if platform not in PLATFORMS:
+        raise ScenarioError(path, f"{where}.platform", f"must be one of {', '.join(PLATFORMS)}")
     version = str(raw.get("version", "0.33"))
     if version not in PROFILES:
         raise ScenarioError(path, f"{where}.version", f"must be one of {', '.join(PROFILES)}")
@@ -295,6 +303,7 @@ def _model(raw: Any, path: Path, where: str) -> ModelScenario:
         engines=_count(raw.get("engines", 1), path, f"{where}.engines"),
         version=version,
         dcgm=bool(raw.get("dcgm", True)),
+        platform=platform,
     )
     timeline = raw.get("timeline") or []
     if not isinstance(timeline, list):

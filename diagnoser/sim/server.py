@@ -58,6 +58,10 @@ class ServerSpec:
     pod: str = "vllm-0"
     node: str = "gpu-node-0"
     dcgm: bool = True
+    # Kubernetes: service discovery labels the server's series with its namespace and pod, and
+    # dcgm-exporter maps each GPU to its pod. Bare metal: neither, the server is reached on
+    # its node (``instance`` is NODE:8000) and the GPUs meet it by host.
+    kubernetes: bool = True
 
 
 @dataclass
@@ -196,6 +200,8 @@ class Server:
 
     def target_labels(self) -> dict[str, str]:
         s = self.s
+        if not s.kubernetes:
+            return {"job": s.job, "instance": s.instance}
         return {"job": s.job, "instance": s.instance, "namespace": s.namespace, "pod": s.pod}
 
     def record(self, rec: Recorder, t: float, interval: float) -> None:
@@ -261,13 +267,15 @@ class Server:
         return {"job": "dcgm", "instance": f"{self.s.node}:9400"}
 
     def record_dcgm(self, rec: Recorder, t: float, interval: float, target: bool = True) -> None:
-        """dcgm-exporter on the server's node, with its Kubernetes pod mapping (its own
-        labels); ``target`` adds the scrape's ``job`` and ``instance``."""
+        """dcgm-exporter on the server's node, with its Kubernetes pod mapping where there is
+        one (its own labels); ``target`` adds the scrape's ``job`` and ``instance``."""
         s = self.s
         total_mib = s.gpu.memory_bytes / 2**20
         vllm_mib = (s.gpu.memory_bytes * s.engine.gpu_memory_utilization / 2**20) if self.up else 0
         other_mib = self.fault.other_process_gb * GB / 2**20
+        board = BOARDS.get(s.gpu.name, DEFAULT_BOARD)
         gpus = max(1, s.engines) * s.engine.tensor_parallel
+        pods = {"namespace": s.namespace, "pod": s.pod, "container": "vllm"} if s.kubernetes else {}
         for i in range(gpus):
             engine_idx = min(i // s.engine.tensor_parallel, len(self.busy) - 1)
             util = 0.0
@@ -279,15 +287,46 @@ class Server:
                 UUID=f"GPU-{s.pod}-{i}",
                 Hostname=s.node,
                 modelName=s.gpu.name,
-                namespace=s.namespace,
-                pod=s.pod,
-                container="vllm",
+                **pods,
                 **(self.dcgm_target() if target else {}),
             )
             for fam, value in (
                 (F.GPU_UTIL, util),
                 (F.GPU_FB_USED, used),
                 (F.GPU_FB_FREE, total_mib - used),
+                *board.readings(util / 100, loaded=used > 0),
             ):
                 rec.sample(fam.name, fam.type, fam.help, lb, t, round(value))
         self.busy = [0.0] * len(self.busy)
+
+
+@dataclass(frozen=True)
+class Board:
+    """What dcgm-exporter reads from a GPU board besides utilisation and memory: power from
+    idle to the power limit with the share of time kernels run, temperature rising with it,
+    the SM clock at boost while a model is loaded and at its idle clock otherwise; no XID."""
+
+    idle_watts: float
+    limit_watts: float
+    boost_mhz: float
+    idle_mhz: float = 345.0
+    idle_celsius: float = 32.0
+    hot_celsius: float = 72.0
+
+    def readings(self, busy: float, loaded: bool) -> tuple[tuple[F.Family, float], ...]:
+        return (
+            (F.GPU_POWER, self.idle_watts + (self.limit_watts - self.idle_watts) * 0.6 * busy),
+            (F.GPU_TEMP, self.idle_celsius + (self.hot_celsius - self.idle_celsius) * busy),
+            (F.GPU_SM_CLOCK, self.boost_mhz if loaded and busy > 0 else self.idle_mhz),
+            (F.GPU_XID, 0.0),
+        )
+
+
+# Published board power limits and maximum SM clocks.
+BOARDS = {
+    "H100-80GB": Board(idle_watts=70, limit_watts=700, boost_mhz=1980),
+    "H200": Board(idle_watts=75, limit_watts=700, boost_mhz=1980),
+    "A100-80GB": Board(idle_watts=55, limit_watts=400, boost_mhz=1410),
+    "L40S": Board(idle_watts=35, limit_watts=350, boost_mhz=2520, idle_mhz=210),
+}
+DEFAULT_BOARD = BOARDS["H100-80GB"]

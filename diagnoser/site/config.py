@@ -23,6 +23,7 @@ LABEL = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
 FOR = re.compile(r"[0-9]+[smhd]")
 # vllm_targets: one matcher or several, comma-separated, as they go inside {...}.
 MATCHERS = re.compile(rf"{MATCHER.pattern}(?:\s*,\s*{MATCHER.pattern})*")
+INTERVAL = re.compile(r"[1-9][0-9]*(ms|s|m|h)")
 
 
 class ConfigError(UserError):
@@ -56,6 +57,9 @@ class SiteConfig:
     alerts: dict[str, AlertOverride] = field(default_factory=dict)
     # Service-level objectives per model (see site.slo): availability, TTFT and ITL.
     slo: SloConfig = field(default_factory=SloConfig)
+    # Prometheus' scrape interval for vLLM: the dashboards' minimum query step (no panel asks
+    # for points closer together than samples are).
+    scrape_interval: str = "15s"
 
     def __post_init__(self) -> None:
         # The SLO thresholds are the top-level ones unless an override sets its own.
@@ -118,6 +122,10 @@ def load_config(path: Path | None) -> SiteConfig:
             ):
                 raise ConfigError(f"{path}: {key}: must be a non-negative number")
             kwargs[key] = float(value)
+        elif key == "scrape_interval":
+            if not isinstance(value, str) or not INTERVAL.fullmatch(value.strip()):
+                raise ConfigError(f"{path}: {key}: must be a duration like 15s, 30s or 1m")
+            kwargs[key] = value.strip()
         else:
             if not isinstance(value, str):
                 raise ConfigError(f"{path}: {key}: must be a string")

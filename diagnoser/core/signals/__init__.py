@@ -12,7 +12,16 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from diagnoser.core.signals import gpu, latency, probe, scheduler, server, slo, traffic
+from diagnoser.core.signals import (
+    features,
+    gpu,
+    latency,
+    probe,
+    scheduler,
+    server,
+    slo,
+    traffic,
+)
 from diagnoser.core.signals.base import (
     DEFAULT_ITL_SLO,
     DEFAULT_TTFT_SLO,
@@ -48,6 +57,7 @@ def _vocabulary(ttft_slo: float, itl_slo: float) -> list[Signal]:
         *slo.signals(ttft_slo, itl_slo),
         *probe.signals(),
         *server.targets(),
+        *features.signals(),
     ]
 
 

@@ -17,7 +17,7 @@ ITL_STALL = 0.3  # seconds: a gap a reader notices, many times any healthy decod
 
 _FAMILY_RE = re.compile(
     r"(?<![\w:])(vllm:[a-z0-9_]+|llm_probe_[a-z0-9_]+|DCGM_FI_[A-Z_]+|"
-    r"http_requests_total|process_[a-z_]+|up)(?![\w:])(?!\s*\()"
+    r"http_[a-z_]+|process_[a-z_]+|up)(?![\w:])(?!\s*\()"
 )
 # A model-level signal is aggregated by the site's model grouping (model_name and the site's
 # group labels); a target-level one by scrape target.

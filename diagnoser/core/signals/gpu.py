@@ -1,22 +1,37 @@
-"""GPU signals from NVIDIA's dcgm-exporter, joined to the models whose pods use the GPU."""
+"""GPU signals from NVIDIA's dcgm-exporter, joined to the models that use the GPUs: through
+their pod in Kubernetes (dcgm-exporter's pod mapping), through their host elsewhere."""
 
 from __future__ import annotations
 
 from diagnoser.core import promql as q
 from diagnoser.core.signals.base import Signal
-from diagnoser.core.signals.names import GPU_FB_FREE, GPU_FB_USED, GPU_UTIL
+from diagnoser.core.signals.names import (
+    GPU_FB_FREE,
+    GPU_FB_USED,
+    GPU_POWER,
+    GPU_SM_CLOCK,
+    GPU_TEMP,
+    GPU_UTIL,
+    GPU_XID,
+)
 
 
-def _gpu_util(window: str) -> str:
-    return f"{GPU_UTIL} / 100"
+def _gpu_util(sel: str) -> str:
+    return f"{GPU_UTIL}{sel} / 100"
 
 
-def _gpu_fb_used(window: str) -> str:
-    return f"{GPU_FB_USED} * 1048576"
+def _gpu_fb_used(sel: str) -> str:
+    return f"{GPU_FB_USED}{sel} * 1048576"
 
 
-def _gpu_fb_share(window: str) -> str:
-    return f"{GPU_FB_USED} / (({GPU_FB_USED} + {GPU_FB_FREE}) > 0)"
+def _gpu_fb_share(sel: str) -> str:
+    used, free = f"{GPU_FB_USED}{sel}", f"{GPU_FB_FREE}{sel}"
+    return f"{used} / (({used} + {free}) > 0)"
+
+
+def _plain(family: str, factor: str = "") -> q.GpuExpr:
+    """The DCGM gauge as it is (times ``factor``)."""
+    return lambda sel: f"{family}{sel}{factor}"
 
 
 def signals() -> list[Signal]:
@@ -42,5 +57,35 @@ def signals() -> list[Signal]:
             "GPU framebuffer used over total (DCGM), fullest GPU.",
             q.on_gpus(_gpu_fb_share, fn="max"),
             ("dcgm_fb_used", "share"),
+        ),
+        s(
+            "gpu_power_watts",
+            "W",
+            "Power drawn by the model's GPUs (DCGM), summed: near the boards' power limit the "
+            "clocks come down.",
+            q.on_gpus(_plain(GPU_POWER), fn="sum"),
+            ("dcgm_power_usage_watts", "sum"),
+        ),
+        s(
+            "gpu_temperature_max",
+            "celsius",
+            "GPU temperature (DCGM), the hottest of the model's GPUs.",
+            q.on_gpus(_plain(GPU_TEMP), fn="max"),
+            ("dcgm_gpu_temp_celsius", "max"),
+        ),
+        s(
+            "gpu_sm_clock_min",
+            "Hz",
+            "SM clock (DCGM), the slowest of the model's GPUs: a busy GPU below its boost clock "
+            "is throttled (power or heat).",
+            q.on_gpus(_plain(GPU_SM_CLOCK, " * 1000000"), fn="min"),
+            ("dcgm_sm_clock_hertz", "min"),
+        ),
+        s(
+            "gpu_xid_last",
+            "xid",
+            "The last XID error code of the model's GPUs (DCGM), the highest; 0 means none.",
+            q.on_gpus(_plain(GPU_XID), fn="max"),
+            ("dcgm_xid_errors", "max"),
         ),
     ]

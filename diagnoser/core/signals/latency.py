@@ -26,6 +26,17 @@ def signals() -> list[Signal]:
         *latency("e2e", E2E, "End-to-end request latency", "vllm_e2e_request_latency_seconds"),
     ]
     out += [
+        *(
+            s(
+                f"tpot_p{p}",
+                "s",
+                f"Time per output token of finished requests (each request's mean gap), {p}th "
+                "percentile.",
+                q.quantile(p / 100, *TPOT),
+                ("vllm_request_time_per_output_token_seconds", f"p{p}"),
+            )
+            for p in (50, 95, 99)
+        ),
         s(
             "tpot_mean",
             "s",
@@ -40,12 +51,15 @@ def signals() -> list[Signal]:
             q.hist_mean(QUEUE),
             ("vllm_request_queue_time_seconds", "mean"),
         ),
-        s(
-            "queue_time_p95",
-            "s",
-            "Time a request waits in the engine's queue, 95th percentile.",
-            q.quantile(0.95, QUEUE),
-            ("vllm_request_queue_time_seconds", "p95"),
+        *(
+            s(
+                f"queue_time_p{p}",
+                "s",
+                f"Time a request waits in the engine's queue, {p}th percentile.",
+                q.quantile(p / 100, QUEUE),
+                ("vllm_request_queue_time_seconds", f"p{p}"),
+            )
+            for p in (50, 95, 99)
         ),
         s(
             "prefill_time_mean",
@@ -67,6 +81,16 @@ def signals() -> list[Signal]:
             "Time from the first to the last token (decode), mean.",
             q.hist_mean(DECODE),
             ("vllm_request_decode_time_seconds", "mean"),
+        ),
+        *(
+            s(
+                f"decode_time_p{p}",
+                "s",
+                f"Time from the first to the last token (decode), {p}th percentile.",
+                q.quantile(p / 100, DECODE),
+                ("vllm_request_decode_time_seconds", f"p{p}"),
+            )
+            for p in (50, 95, 99)
         ),
         s(
             "frontend_time_mean",

@@ -30,6 +30,13 @@ def signals() -> list[Signal]:
     s = Signal
     return [
         s(
+            "engines",
+            "engines",
+            "Engines reporting (one per data-parallel rank of each server), counted now.",
+            q.gauge("count", RUNNING),
+            ("vllm_engines", "count"),
+        ),
+        s(
             "requests_running",
             "requests",
             "Requests in the running batch, summed over engines.",

@@ -7,6 +7,7 @@ from __future__ import annotations
 from diagnoser.core import promql as q
 from diagnoser.core.signals.base import TARGET, Signal
 from diagnoser.core.signals.names import (
+    HTTP_DURATION,
     HTTP_REQUESTS,
     INFERENCE_HANDLERS,
     PROCESS_CPU,
@@ -25,6 +26,16 @@ def api_requests(status: str | None) -> q.Expr:
         return f"sum by ({', '.join(('job', 'instance', *keep))}) (rate({sel}[{window}]))"
 
     return q.on_targets(inner)
+
+
+def _per_target(family: str) -> q.TargetExpr:
+    """The rate of an API-server counter (or histogram part) per target, keeping ``keep``."""
+
+    def inner(matchers: tuple[str, ...], window: str, keep: tuple[str, ...]) -> str:
+        rate = f"rate({q.selector(family, matchers)}[{window}])"
+        return f"sum by ({', '.join(('job', 'instance', *keep))}) ({rate})"
+
+    return inner
 
 
 def _api_cpu(matchers: tuple[str, ...], window: str, keep: tuple[str, ...]) -> str:
@@ -46,6 +57,10 @@ def restarts() -> list[Signal]:
             per_instance=True,
         )
     ]
+
+
+_BY = ("handler",)
+_BY_STATUS = ("handler", "status")
 
 
 def api_server() -> list[Signal]:
@@ -71,6 +86,24 @@ def api_server() -> list[Signal]:
             "Share of completion requests answered 5xx.",
             q.ratio(api_requests("5xx"), api_requests(None)),
             ("vllm_http_requests_5xx", "share"),
+        ),
+        s(
+            "http_requests_by_handler_status",
+            "req/s",
+            "HTTP requests per second by handler and status class, every handler (the API "
+            "server's /metrics, /health and /ping are not counted).",
+            q.on_targets(_per_target(HTTP_REQUESTS), extra_by=_BY_STATUS),
+            ("vllm_http_requests_by_handler_status", "rate"),
+        ),
+        s(
+            "http_duration_mean_by_handler",
+            "s",
+            "HTTP request duration by handler, mean: for a streamed answer, the whole stream.",
+            q.ratio(
+                q.on_targets(_per_target(f"{HTTP_DURATION}_sum"), extra_by=_BY),
+                q.on_targets(_per_target(f"{HTTP_DURATION}_count"), extra_by=_BY),
+            ),
+            ("vllm_http_request_duration_seconds_by_handler", "mean"),
         ),
         s(
             "api_server_cpu",

@@ -14,6 +14,7 @@ from diagnoser.core.signals.names import (
 )
 
 REQUEST_RATE = q.counter_rate(SUCCESS)
+_NTH = {50: "median", 95: "95th percentile", 99: "99th percentile"}
 
 
 def signals() -> list[Signal]:
@@ -110,6 +111,16 @@ def signals() -> list[Signal]:
             "Output tokens per finished request, mean.",
             q.hist_mean(GENERATION),
             ("vllm_request_generation_tokens", "mean"),
+        ),
+        *(
+            s(
+                f"generation_tokens_p{p}",
+                "tokens",
+                f"Output tokens per finished request, {_NTH[p]}.",
+                q.quantile(p / 100, GENERATION),
+                ("vllm_request_generation_tokens", f"p{p}"),
+            )
+            for p in (50, 95, 99)
         ),
         s(
             "max_tokens_per_request",

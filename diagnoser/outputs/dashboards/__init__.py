@@ -21,12 +21,14 @@ DASHBOARDS = {
 
 def render(name: str, site: Site) -> str:
     """The dashboard as Grafana's JSON model (stable key order), for the site's selector,
-    grouping, SLOs and runbook links."""
+    grouping, SLOs and runbook links, clean against Grafana's published schema."""
     from grafanalib._gen import DashboardEncoder
 
+    from diagnoser.outputs.dashboards.clean import schema_clean
+
     dashboard = importlib.import_module(DASHBOARDS[name]).build(site)
-    data: dict[str, Any] = dashboard.to_json_data()
-    return json.dumps(data, cls=DashboardEncoder, indent=2, sort_keys=True) + "\n"
+    data: dict[str, Any] = json.loads(json.dumps(dashboard.to_json_data(), cls=DashboardEncoder))
+    return json.dumps(schema_clean(data), indent=2, sort_keys=True) + "\n"
 
 
 GRAFANA_PATH = "/var/lib/grafana/dashboards/servediag"

@@ -1,17 +1,13 @@
-"""vLLM / KV cache and batching: what binds the batch (memory, slots, long prefills)."""
+"""vLLM / KV cache and batching: what binds the batch (memory, slots, long prefills); KV
+offloading and KV transfer in rows that matter only where a KV connector is configured."""
 
 from __future__ import annotations
 
-from grafanalib.core import Dashboard, RowPanel, Table
+from grafanalib.core import Dashboard
 
-from diagnoser.outputs.dashboards.style import (
-    DS,
-    Board,
-    dashboard,
-    series,
-    stat,
-    table_target,
-)
+from diagnoser.core.signals.names import CACHE_CONFIG
+from diagnoser.outputs.dashboards.frame import dashboard
+from diagnoser.outputs.dashboards.style import Board, series, stat, table, table_target
 from diagnoser.site import Site
 
 UID = "servediag-kv-batching"
@@ -35,9 +31,92 @@ def cache_config_query(g: Board) -> str:
     )
 
 
+def kv_offload(g: Board) -> list[object]:
+    return [
+        series(
+            g,
+            "KV offload traffic",
+            [
+                ("kv_offload_store_bytes_rate", "stored {{model_name}}"),
+                ("kv_offload_load_bytes_rate", "loaded {{model_name}}"),
+            ],
+            w=12,
+            description="KV-cache bytes per second stored to the offload tier (CPU memory, "
+            "disk) and loaded back to the GPU. Loads are prefill work saved; stores without "
+            "loads are offloading that no request reuses.",
+        ),
+        series(
+            g,
+            "KV offload bandwidth",
+            [
+                ("kv_offload_store_bandwidth", "store {{model_name}}"),
+                ("kv_offload_load_bandwidth", "load {{model_name}}"),
+            ],
+            w=12,
+            description="Bytes moved per second spent moving them. Far below the link "
+            "(PCIe, disk) it runs on: the tier is contended, and loading a prefix can cost "
+            "more than computing it.",
+        ),
+        series(
+            g,
+            "CPU KV-cache space in flight",
+            [("kv_offload_cpu_cache_usage", "{{model_name}}")],
+            w=12,
+            description="CPU KV-cache space pinned by transfers in flight (0-1), the fullest "
+            "engine. Sustained near 1, stores and promotions are dropped.",
+        ),
+        series(
+            g,
+            "KV offload allocation failures / s",
+            [("kv_offload_allocation_failures_rate", "{{model_name}}")],
+            w=12,
+            description="Stores that found no room in the offload tier. Above 0 the tier is "
+            "too small for what is offloaded: blocks are lost and recomputed later.",
+        ),
+    ]
+
+
+def kv_transfer(g: Board) -> list[object]:
+    return [
+        series(
+            g,
+            "Prompt tokens from other instances / s",
+            [("kv_transfer_tokens_rate", "{{model_name}}")],
+            w=12,
+            description="Prompt tokens whose KV arrived from another instance (a prefill "
+            "server) instead of being computed here. Falling to 0 on a decode server: transfers "
+            "fail and it prefills itself.",
+        ),
+        series(
+            g,
+            "NIXL transfer time p95",
+            [("nixl_transfer_time_p95", "{{model_name}}")],
+            w=12,
+            description="Duration of a KV transfer over NIXL, 95th percentile. It adds to the "
+            "TTFT of every request that waits for one; hundreds of ms point at the network.",
+        ),
+        series(
+            g,
+            "NIXL failed transfers / s",
+            [("nixl_failed_transfers_rate", "{{model_name}}")],
+            w=12,
+            description="Failed KV transfers (handshakes and notifications included). Any "
+            "sustained rate fails requests or makes the decode side prefill them again.",
+        ),
+        series(
+            g,
+            "Waiting for KV from other instances",
+            [("kv_fetch_waiting_by_stage", "{{stage}} {{model_name}}")],
+            w=12,
+            description="Waiting requests by stage of their KV load: waiting_to_start, "
+            "in_progress, completed_waiting. A growing waiting_to_start is a transfer backlog.",
+        ),
+    ]
+
+
 def build(site: Site) -> Dashboard:
     g = Board(site)
-    panels: list[object] = [RowPanel(title="KV cache", gridPos=g.place(24, 1))]
+    panels: list[object] = [g.row("KV cache")]
     panels += [
         stat(g, "Peak KV cache", "kv_cache_usage", [("orange", 0.9), ("red", 0.98)]),
         stat(g, "Preemptions / s", "preemptions_rate", [("orange", 0.001), ("red", 1.0)]),
@@ -50,12 +129,21 @@ def build(site: Site) -> Dashboard:
             g,
             "KV cache usage by instance",
             [("kv_cache_usage", "{{instance}}")],
-            w=12,
             per_instance=True,
+            description="KV-cache blocks in use (0-1) per instance, the fullest engine. Near 1 "
+            "new requests wait for room and running ones are preempted.",
         ),
-        series(g, "Preemptions / s", [("preemptions_rate", "{{model_name}}")], w=12),
+        series(g, "Preemptions / s", [("preemptions_rate", "{{model_name}}")]),
+        series(
+            g,
+            "Prefix cache hit rate",
+            [("prefix_cache_hit_rate", "{{model_name}}")],
+            description="Share of prompt tokens served from the prefix cache instead of "
+            "computed. A drop with the same traffic is a changed system prompt or template, "
+            "or a cache too small to keep shared prefixes: prefill work and TTFT go up.",
+        ),
     ]
-    panels.append(RowPanel(title="Batching", gridPos=g.place(24, 1)))
+    panels.append(g.row("Batching"))
     panels += [
         series(
             g,
@@ -85,25 +173,41 @@ def build(site: Site) -> Dashboard:
             "Waiting by reason (vLLM >= 0.20)",
             [("requests_waiting_by_reason", "{{reason}}")],
             w=24,
-            description="capacity: no free slot or KV room; deferred: held back by the scheduler.",
+            description="capacity: no free slot or KV room; deferred: held back by the "
+            "scheduler (LoRA budget, KV transfer). A standing capacity queue is the engine full.",
         ),
     ]
-    panels.append(RowPanel(title="Configuration", gridPos=g.place(24, 1)))
+    panels.append(g.row("Configuration"))
     panels.append(
-        Table(
-            title="Cache configuration (vllm:cache_config_info)",
-            dataSource=DS,
-            gridPos=g.place(24, 6),
-            description="One row per engine: block size, KV dtype, memory share, and KV "
-            "capacity (kv_cache_size_tokens, vLLM >= 0.24; num_gpu_blocks is summed over a "
-            "server's data-parallel engines).",
-            targets=[table_target(cache_config_query(g))],
+        table(
+            g,
+            "Cache configuration (vllm:cache_config_info)",
+            [table_target(cache_config_query(g))],
+            description=g.describe(
+                "One row per engine: block size, KV dtype, memory share, and KV capacity "
+                "(kv_cache_size_tokens, vLLM >= 0.24; num_gpu_blocks is summed over a server's "
+                "data-parallel engines). Engines of one model that differ here are a partial "
+                "rollout.",
+                (CACHE_CONFIG, "vllm:num_requests_running"),
+            ),
+            transformations=[
+                {"id": "organize", "options": {"excludeByName": {"Time": True, "Value": True}}}
+            ],
+        )
+    )
+    panels.append(
+        g.collapsed_row("KV offloading (with a KV offloading connector)", lambda: kv_offload(g))
+    )
+    panels.append(
+        g.collapsed_row(
+            "KV transfer between instances (disaggregated prefill)", lambda: kv_transfer(g)
         )
     )
     return dashboard(
         site,
         "KV cache and batching",
         UID,
-        "KV usage, preemptions, running against waiting, output batches, long prefills.",
+        "KV usage, preemptions, prefix caching, running against waiting, output batches, long "
+        "prefills; KV offloading and transfer where configured.",
         panels,
     )

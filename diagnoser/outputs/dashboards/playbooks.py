@@ -6,11 +6,12 @@ diagnosis can link to ``d/servediag-playbooks?viewPanel=<id>``.
 
 from __future__ import annotations
 
-from grafanalib.core import Dashboard, RowPanel, TimeSeries
+from grafanalib.core import Dashboard, RowPanel
 
 from diagnoser.catalog import CHAPTERS
+from diagnoser.outputs.dashboards.frame import dashboard
 from diagnoser.outputs.dashboards.ids import PLAYBOOKS_UID, playbook_panels, row_id
-from diagnoser.outputs.dashboards.style import DS, Board, dashboard
+from diagnoser.outputs.dashboards.style import Board, timeseries
 from diagnoser.site import Site
 
 UID = PLAYBOOKS_UID
@@ -29,14 +30,14 @@ def build(site: Site) -> Dashboard:
         for pb in playbooks:
             for pid, name in zip(ids[pb.id], pb.evidence, strict=False):
                 panels.append(
-                    TimeSeries(
-                        id=pid,
-                        title=f"{pb.id}: {name}",
-                        dataSource=DS,
+                    timeseries(
+                        g,
+                        f"{pb.id}: {name}",
+                        [g.target(name, "{{model_name}}", "A")],
                         unit=g.unit(name),
-                        gridPos=g.place(8, 7),
-                        description=f"{pb.title}. {g.help(name)}",
-                        targets=[g.target(name, "{{model_name}}", "A")],
+                        description=g.describe(f"{pb.title}. {g.help(name)}", g.families(name)),
+                        h=7,
+                        panel_id=pid,
                     )
                 )
     return dashboard(

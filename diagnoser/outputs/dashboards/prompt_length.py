@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from grafanalib.core import Dashboard, RowPanel
+from grafanalib.core import Dashboard
 
 from diagnoser.core.signals.names import PROMPT
-from diagnoser.outputs.dashboards.style import Board, dashboard, heatmap, series
+from diagnoser.outputs.dashboards.frame import dashboard
+from diagnoser.outputs.dashboards.style import Board, heatmap, series
 from diagnoser.site import Site
 
 UID = "servediag-prompt-length"
@@ -13,7 +14,7 @@ UID = "servediag-prompt-length"
 
 def build(site: Site) -> Dashboard:
     g = Board(site)
-    panels: list[object] = [RowPanel(title="Client side (synthetic probe)", gridPos=g.place(24, 1))]
+    panels: list[object] = [g.row("Client side (synthetic probe)")]
     panels += [
         series(
             g,
@@ -43,14 +44,16 @@ def build(site: Site) -> Dashboard:
             description="Near 100%: the stream arrives in one burst (buffered).",
         ),
     ]
-    panels.append(RowPanel(title="Server side", gridPos=g.place(24, 1)))
+    panels.append(g.row("Server side"))
     panels += [
         heatmap(
             g,
             "Prompt length distribution (requests per bucket)",
-            PROMPT,
-            "Finished requests per prompt-token bucket over time: a new band of long prompts "
-            "shows here before it shows in the percentiles.",
+            (PROMPT,),
+            "short",
+            "Finished requests per second in each prompt-token bucket: a new band of long "
+            "prompts (a retrieval launch, a longer history) shows here before it shows in the "
+            "percentiles, and before TTFT rises.",
             w=24,
         ),
         series(

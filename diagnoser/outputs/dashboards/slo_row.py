@@ -1,79 +1,112 @@
-"""The Overview's SLO row: per SLI, the error budget left over the SLO period, and the burn
-rate over each window the alerts read (1 spends the budget exactly over the period; the
-pages fire at 14.4 over an hour and 6 over six hours). Reads the SLO recording rules."""
+"""The Overview's SLO row: per SLI, the attainment and the error budget left over the SLO
+period, and the burn rate over each window the alerts read (1 spends the budget exactly over
+the period; the pages fire at 14.4 over an hour and 6 over six hours). Reads the SLO recording
+rules (``outputs/slo.py``)."""
 
 from __future__ import annotations
 
-from grafanalib.core import RowPanel, Stat, Target, Threshold, TimeSeries
+from grafanalib.core import Stat, TimeSeries
 
-from diagnoser.outputs.dashboards.style import DS, Board
+from diagnoser.outputs.dashboards.style import RATIO, Board, query, stat_panel, steps, timeseries
 from diagnoser.outputs.slo import SLIS, objective_name, record_name, sli_title
 
 BURN_WINDOWS = ("5m", "1h", "6h", "1d", "3d")
+MODELS = '{model_name=~"$model_name"}'
 
 
-def _models(board: Board) -> str:
-    return '{model_name=~"$model_name"}'
+def _rules(board: Board, sli: str) -> list[str]:
+    """The recorded series the SLI's panels read."""
+    site = board.site
+    return [*(record_name(site, sli, w) for w in BURN_WINDOWS), objective_name(site, sli)]
+
+
+def _mean_error_ratio(board: Board, sli: str) -> str:
+    """The SLI's error ratio over the SLO period: the mean of its hourly error ratios (the
+    hours count alike, busy or quiet)."""
+    days = board.site.config.slo.period / 86400
+    return f"avg_over_time({record_name(board.site, sli, '1h')}{MODELS}[{days:g}d])"
+
+
+def attainment(board: Board, sli: str) -> Stat:
+    site = board.site
+    days = site.config.slo.period / 86400
+    objective = site.config.slo.default.objective(sli)
+    budget = 1 - objective
+    return stat_panel(
+        board,
+        f"{sli_title(sli)}: attainment ({days:g}d)",
+        [query(f"1 - {_mean_error_ratio(board, sli)}", board.legend("{{model_name}}"))],
+        unit=RATIO,
+        decimals=3,
+        thresholds=steps("red", ("orange", objective - budget), ("green", objective)),
+        description=board.describe(
+            f"The {sli_title(sli)} SLI over the {days:g}-day SLO period: 1 minus the mean "
+            f"hourly error ratio. Below the objective ({objective:.4g} unless a model's "
+            "override says otherwise; the colours are the default's) the SLO is missed.",
+            _rules(board, sli),
+        ),
+        w=4,
+        h=5,
+    )
 
 
 def budget_left(board: Board, sli: str) -> Stat:
     site = board.site
     days = site.config.slo.period / 86400
-    ratio = record_name(site, sli, "1h") + _models(board)
-    objective = objective_name(site, sli) + _models(board)
+    objective = objective_name(site, sli) + MODELS
     expr = (
-        f"1 - avg_over_time({ratio}[{days:g}d]) / on ({', '.join(site.config.by)}) "
-        f"(1 - {objective})"
+        f"1 - {_mean_error_ratio(board, sli)} / on ({', '.join(site.config.by)}) (1 - {objective})"
     )
-    return Stat(
-        title=f"{sli_title(sli)}: error budget left ({days:g}d)",
-        dataSource=DS,
-        format="percentunit",
-        gridPos=board.place(4, 5),
-        reduceCalc="lastNotNull",
+    return stat_panel(
+        board,
+        f"{sli_title(sli)}: error budget left ({days:g}d)",
+        [query(expr, board.legend("{{model_name}}"))],
+        unit=RATIO,
         decimals=1,
-        description=f"The share of the {sli_title(sli)} SLO's {days:g}-day error budget not yet "
-        "spent: 1 minus the mean hourly error ratio over the period, over what the objective "
-        "allows (the hours count alike, busy or quiet). Below 0 the SLO is missed.",
-        targets=[
-            Target(expr=board.legend(expr), legendFormat="{{model_name}}", refId="A", datasource=DS)
-        ],
-        thresholds=[
-            Threshold("red", 0, 0.0),
-            Threshold("orange", 1, 0.25),
-            Threshold("green", 2, 0.5),
-        ],
+        thresholds=steps("red", ("orange", 0.25), ("green", 0.5)),
+        description=board.describe(
+            f"The share of the {sli_title(sli)} SLO's {days:g}-day error budget not yet spent: "
+            "1 minus the mean hourly error ratio over the period, over what the objective "
+            "allows. Below 0 the SLO is missed; under a quarter, hold risky changes.",
+            _rules(board, sli),
+        ),
+        w=4,
+        h=5,
     )
 
 
 def burn_rates(board: Board, sli: str) -> TimeSeries:
     site = board.site
     on = ", ".join(site.config.by)
-    objective = objective_name(site, sli) + _models(board)
+    objective = objective_name(site, sli) + MODELS
     targets = [
-        Target(
-            expr=f"{record_name(site, sli, w)}{_models(board)} / on ({on}) (1 - {objective})",
-            legendFormat=board.legend(f"{w} {{{{model_name}}}}"),
-            refId="ABCDE"[i],
-            datasource=DS,
+        query(
+            f"{record_name(site, sli, w)}{MODELS} / on ({on}) (1 - {objective})",
+            board.legend(f"{w} {{{{model_name}}}}"),
+            "ABCDE"[i],
         )
         for i, w in enumerate(BURN_WINDOWS)
     ]
-    return TimeSeries(
-        title=f"{sli_title(sli)}: burn rate by window",
-        dataSource=DS,
+    return timeseries(
+        board,
+        f"{sli_title(sli)}: burn rate by window",
+        targets,
         unit="short",
-        gridPos=board.place(8, 7),
-        description="How fast the error budget burns, over each window the alerts read: 1 spends "
-        "it over the SLO period exactly; the pages fire at 14.4 over 1h (and 5m) and 6 over 6h "
-        "(and 30m), the tickets at 3 over 1d and 1 over 3d.",
-        targets=targets,
+        description=board.describe(
+            "How fast the error budget burns, over each window the alerts read: 1 spends it "
+            "over the SLO period exactly; the pages fire at 14.4 over 1h (and 5m) and 6 over 6h "
+            "(and 30m), the tickets at 3 over 1d and 1 over 3d (the lines at 1 and 14.4).",
+            _rules(board, sli),
+        ),
+        thresholds=steps("green", ("orange", 1.0), ("red", 14.4)),
+        h=7,
     )
 
 
 def panels(board: Board) -> list[object]:
-    out: list[object] = [RowPanel(title="Service-level objectives", gridPos=board.place(24, 1))]
-    out += [budget_left(board, sli) for sli in SLIS]
+    out: list[object] = [board.row("Service-level objectives")]
+    for sli in SLIS:
+        out += [attainment(board, sli), budget_left(board, sli)]
     board.newline()
     out += [burn_rates(board, sli) for sli in SLIS]
     return out

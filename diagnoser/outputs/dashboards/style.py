@@ -3,32 +3,31 @@
 Every query is a signal from ``diagnoser.core.signals`` rendered for the dashboard's variables, so
 dashboards share the recording rules' and the diagnoser's definitions (renamed metrics read
 under both names, ``sum by (le)`` in quantiles, ``/ (den > 0)`` guards).
+
+Every panel is drawn at full resolution: no ``maxDataPoints`` (Grafana asks for one point per
+pixel of the panel's width), every query at ``intervalFactor`` 1, and the site's scrape
+interval as the panel's minimum step. Time series share one look: a table legend with each
+series' last and largest value, a tooltip that lists every series, ratios on a 0-1 axis.
 """
 
 from __future__ import annotations
 
-from grafanalib.core import (
-    Annotations,
-    Dashboard,
-    GridPos,
-    Heatmap,
-    Stat,
-    Target,
-    Template,
-    Templating,
-    Threshold,
-    TimeSeries,
-)
+from collections.abc import Callable, Sequence
+from typing import Any
 
-from diagnoser.core import buckets
+from grafanalib.core import GridPos, Heatmap, RowPanel, Stat, Table, Target, TimeSeries
+
 from diagnoser.site import Site
 
-DS = "${datasource}"
+# What Grafana itself saves for a panel bound to the `datasource` variable.
+DS = {"type": "prometheus", "uid": "${datasource}"}
 FLEET = ('job=~"$job"', 'model_name=~"$model_name"', 'instance=~"$instance"', 'engine=~"$engine"')
 RATE = "$__rate_interval"
+RANGE = "$__range"  # the dashboard's time range: for stats that count events
+RATIO = "percentunit"
 UNITS = {
     "s": "s",
-    "ratio": "percentunit",
+    "ratio": RATIO,
     "req/s": "reqps",
     "tokens/s": "short",
     "tokens": "short",
@@ -36,8 +35,21 @@ UNITS = {
     "1/s": "short",
     "cores": "short",
     "bytes": "bytes",
+    "B/s": "Bps",
     "restarts": "short",
+    "engines": "short",
+    "targets": "short",
+    "W": "watt",
+    "celsius": "celsius",
+    "Hz": "hertz",
+    "xid": "none",
 }
+Steps = list[dict[str, Any]]
+
+
+def steps(base: str, *upper: tuple[str, float]) -> Steps:
+    """Threshold steps: ``base`` from -infinity (a null value), then each (colour, from)."""
+    return [{"color": base, "value": None}, *({"color": c, "value": v} for c, v in upper)]
 
 
 class Board:
@@ -53,6 +65,11 @@ class Board:
         """The site's selector and the dashboard's variables, for raw series."""
         return (*self.site.config.selector, *FLEET)
 
+    @property
+    def interval(self) -> str:
+        """The smallest step a panel asks for: the site's scrape interval."""
+        return self.site.config.scrape_interval
+
     def place(self, w: int, h: int) -> GridPos:
         if self.x + w > 24:
             self.x, self.y, self.row_h = 0, self.y + self.row_h, 0
@@ -65,15 +82,37 @@ class Board:
         if self.x:
             self.x, self.y, self.row_h = 0, self.y + self.row_h, 0
 
+    def row(self, title: str) -> RowPanel:
+        return RowPanel(title=title, gridPos=self.place(24, 1))
+
+    def collapsed_row(self, title: str, build: Callable[[], list[object]]) -> RowPanel:
+        """A row that starts collapsed, holding the panels ``build`` lays out under it; the
+        dashboard goes on right below the row (its panels show only when it is opened)."""
+        self.newline()
+        top = self.y
+        pos = self.place(24, 1)
+        panels = build()
+        self.x, self.y, self.row_h = 0, top + 1, 0
+        return RowPanel(title=title, gridPos=pos, collapsed=True, panels=panels)
+
     def unit(self, signal: str) -> str:
         return UNITS.get(self.site.vocabulary[signal].unit, "short")
 
     def help(self, signal: str) -> str:
         return self.site.vocabulary[signal].help
 
-    def expr(self, signal: str, *, per_instance: bool = False) -> str:
+    def describe(self, text: str, families: Sequence[str]) -> str:
+        """A panel's description: what it shows and what a bad value means, then the metric
+        families it reads."""
+        names = ", ".join(dict.fromkeys(families))
+        return f"{text} Metrics: {names}." if names else text
+
+    def families(self, *signals: str) -> list[str]:
+        return [f for s in signals for f in self.site.vocabulary[s].families]
+
+    def expr(self, signal: str, *, per_instance: bool = False, window: str = RATE) -> str:
         sig = self.site.vocabulary[signal]
-        scope = self.site.scope(sig, instance=per_instance, window=RATE, matchers=FLEET)
+        scope = self.site.scope(sig, instance=per_instance, window=window, matchers=FLEET)
         return sig.render(scope)
 
     def legend(self, text: str) -> str:
@@ -81,18 +120,84 @@ class Board:
         groups = "".join(f"{{{{{label}}}}} " for label in self.site.config.group_labels)
         return text.replace("{{model_name}}", groups + "{{model_name}}") if groups else text
 
-    def target(self, signal: str, legend: str, ref: str, *, per_instance: bool = False) -> Target:
-        return Target(
-            expr=self.expr(signal, per_instance=per_instance),
-            legendFormat=self.legend(legend),
-            refId=ref,
-            datasource=DS,
-        )
+    def target(
+        self,
+        signal: str,
+        legend: str,
+        ref: str,
+        *,
+        per_instance: bool = False,
+        window: str = RATE,
+        instant: bool = False,
+    ) -> Target:
+        expr = self.expr(signal, per_instance=per_instance, window=window)
+        return query(expr, self.legend(legend), ref, instant=instant)
 
 
-def table_target(query: str) -> Target:
+def query(expr: str, legend: str = "", ref: str = "A", *, instant: bool = False) -> Target:
+    """A Prometheus query at full resolution (one point per step, no intervalFactor)."""
+    return Target(
+        expr=expr,
+        legendFormat=legend,
+        refId=ref,
+        datasource=DS,
+        intervalFactor=1,
+        instant=instant,
+    )
+
+
+def table_target(expr: str, ref: str = "A") -> Target:
     """An instant query whose series become the rows of a table panel."""
-    return Target(expr=query, instant=True, format="table", refId="A", datasource=DS)
+    return Target(
+        expr=expr,
+        instant=True,
+        format="table",
+        refId=ref,
+        datasource=DS,
+        intervalFactor=1,
+    )
+
+
+def _resolution(board: Board) -> dict[str, Any]:
+    return {"dataSource": DS, "interval": board.interval, "maxDataPoints": None}
+
+
+def stat_panel(
+    board: Board,
+    title: str,
+    targets: list[Target],
+    *,
+    unit: str,
+    thresholds: Steps,
+    description: str,
+    decimals: int | None = None,
+    instant: bool = False,
+    w: int = 3,
+    h: int = 4,
+) -> Stat:
+    """A single value with its thresholds; ratios bounded 0 to 1."""
+    defaults: dict[str, Any] = {"min": 0, "max": 1} if unit == RATIO else {}
+    return Stat(
+        title=title,
+        targets=targets,
+        format=unit,
+        gridPos=board.place(w, h),
+        reduceCalc="lastNotNull",
+        decimals=decimals,
+        thresholds=thresholds,
+        color={"mode": "thresholds"},
+        description=description,
+        graphMode="none" if instant else "area",
+        extraJson={
+            "options": {
+                "percentChangeColorMode": "standard",
+                "showPercentChange": False,
+                "wideLayout": True,
+            },
+            "fieldConfig": {"defaults": defaults},
+        },
+        **_resolution(board),
+    )
 
 
 def stat(
@@ -101,21 +206,60 @@ def stat(
     signal: str,
     thresholds: list[tuple[str, float]] | None = None,
     description: str = "",
+    *,
+    window: str = RATE,
 ) -> Stat:
-    unit = board.unit(signal)
-    steps = [Threshold("green", 0, 0.0)] + [
-        Threshold(color, i + 1, value) for i, (color, value) in enumerate(thresholds or [])
-    ]
-    return Stat(
+    """A signal's value now, one per model; over ``RANGE`` an instant query counts the events
+    of the whole time range (``window`` is the range of its rate or changes)."""
+    instant = window == RANGE
+    return stat_panel(
+        board,
+        title,
+        [board.target(signal, "{{model_name}}", "A", window=window, instant=instant)],
+        unit=board.unit(signal),
+        thresholds=steps("green", *(thresholds or [])),
+        description=board.describe(description or board.help(signal), board.families(signal)),
+        instant=instant,
+    )
+
+
+def timeseries(
+    board: Board,
+    title: str,
+    targets: list[Target],
+    *,
+    unit: str,
+    description: str,
+    w: int = 8,
+    h: int = 8,
+    stack: bool = False,
+    panel_id: int | None = None,
+    thresholds: Steps | None = None,
+) -> TimeSeries:
+    """Lines over time: a table legend with each series' last and largest value, a tooltip
+    with every series (largest first); a ratio's axis runs from 0 to 1; ``thresholds`` are
+    drawn as lines."""
+    ratio = unit == RATIO
+    return TimeSeries(
         title=title,
-        dataSource=DS,
-        targets=[board.target(signal, title, "A")],
-        format=unit,
-        gridPos=board.place(3, 4),
-        reduceCalc="lastNotNull",
-        thresholds=steps,
-        description=description or board.help(signal),
-        graphMode="area",
+        id=panel_id,
+        unit=unit,
+        gridPos=board.place(w, h),
+        description=description,
+        targets=targets,
+        legendDisplayMode="table",
+        legendPlacement="bottom",
+        legendCalcs=["lastNotNull", "max"],
+        tooltipMode="multi",
+        tooltipSort="desc",
+        valueMin=0 if ratio else None,
+        valueMax=1 if ratio else None,
+        stacking={"mode": "normal", "group": "A"} if stack else {"mode": "none", "group": "A"},
+        fillOpacity=25 if stack else 0,
+        thresholds=thresholds or steps("green"),
+        thresholdsStyleMode="line" if thresholds else "off",
+        extraJson={"options": {"legend": {"showLegend": True}}},
+        **_resolution(board),
     )
 
 
@@ -127,149 +271,121 @@ def series(
     w: int = 8,
     per_instance: bool = False,
     description: str = "",
+    stack: bool = False,
 ) -> TimeSeries:
     refs = "ABCDEFGHIJ"
-    return TimeSeries(
-        title=title,
-        dataSource=DS,
-        unit=board.unit(signals[0][0]),
-        gridPos=board.place(w, 8),
-        description=description or board.help(signals[0][0]),
-        targets=[
+    first = signals[0][0]
+    return timeseries(
+        board,
+        title,
+        [
             board.target(s, legend, refs[i], per_instance=per_instance)
             for i, (s, legend) in enumerate(signals)
         ],
+        unit=board.unit(first),
+        description=board.describe(
+            description or board.help(first), board.families(*(s for s, _ in signals))
+        ),
+        w=w,
+        stack=stack,
     )
 
 
-# The generated playbook alerts firing now, for the chosen models.
-FIRING_ALERTS = 'ALERTS{alertname=~"Vllm.*", alertstate="firing", model_name=~"$model_name"}'
-# Playbook alerts as annotations on every time series: when each began and which playbook.
-ALERT_ANNOTATION = {
-    "datasource": {"type": "prometheus", "uid": DS},
-    "enable": True,
-    "expr": FIRING_ALERTS,
-    "iconColor": "red",
-    "name": "Playbook alerts",
-    "step": "60s",
-    "titleFormat": "{{alertname}}",
-    "textFormat": "{{playbook}} ({{severity}}) on {{model_name}}",
-    "tagKeys": "playbook,severity",
-    "useValueForTime": False,
-}
-BUILTIN_ANNOTATION = {
-    "builtIn": 1,
-    "datasource": {"type": "grafana", "uid": "-- Grafana --"},
-    "enable": True,
-    "hide": True,
-    "iconColor": "rgba(0, 211, 255, 1)",
-    "name": "Annotations & Alerts",
-    "type": "dashboard",
-}
-
-
-def custom(name: str, label: str, values: list[str], default: str) -> Template:
-    """A dashboard variable with fixed choices."""
-    return Template(name=name, label=label, type="custom", query=",".join(values), default=default)
-
-
-def heatmap(board: Board, title: str, family: str, description: str, *, w: int = 12) -> Heatmap:
-    """The distribution of a histogram over time: observations per bucket and interval."""
+def heatmap(
+    board: Board,
+    title: str,
+    families: tuple[str, ...],
+    unit: str,
+    description: str,
+    *,
+    w: int = 8,
+) -> Heatmap:
+    """The distribution of a histogram over time: observations per second in each ``le``
+    bucket, as the histogram's own buckets (Grafana calculates nothing). Several families
+    are renames of one histogram, read newest first."""
     selector = ", ".join(board.fleet)
+    expr = " or ".join(
+        f"sum by (le) (rate({family}_bucket{{{selector}}}[{RATE}]))" for family in families
+    )
+    target = Target(
+        expr=expr,
+        format="heatmap",
+        legendFormat="{{le}}",
+        refId="A",
+        datasource=DS,
+        intervalFactor=1,
+    )
     return Heatmap(
         title=title,
-        dataSource=DS,
         gridPos=board.place(w, 8),
-        description=description,
-        dataFormat="tsbuckets",
-        targets=[
-            Target(
-                expr=f"sum by (le) (increase({family}_bucket{{{selector}}}[{RATE}]))",
-                format="heatmap",
-                legendFormat="{{le}}",
-                refId="A",
-                datasource=DS,
-            )
-        ],
+        description=board.describe(description, families),
+        targets=[target],
         options={
             "calculate": False,
             "cellGap": 1,
-            "color": {"mode": "scheme", "scheme": "Oranges", "scale": "exponential"},
-            "yAxis": {"axisPlacement": "left", "unit": "short"},
-            "rowsFrame": {"layout": "auto"},
-            "tooltip": {"show": True, "yHistogram": True},
             "cellValues": {"unit": "short"},
+            "color": {
+                "mode": "scheme",
+                "scheme": "Oranges",
+                "scale": "exponential",
+                "exponent": 0.5,
+                "fill": "dark-orange",
+                "reverse": False,
+                "steps": 64,
+            },
+            "exemplars": {"color": "rgba(255,0,255,0.7)"},
+            "filterValues": {"le": 1e-9},  # empty buckets stay blank
+            "legend": {"show": True},
+            "rowsFrame": {"layout": "le"},
+            "showValue": "never",
+            "tooltip": {"mode": "single", "yHistogram": True, "showColorScale": False},
+            "yAxis": {"axisPlacement": "left", "unit": unit},
         },
+        extraJson={
+            "fieldConfig": {
+                "defaults": {
+                    "custom": {
+                        "hideFrom": {"legend": False, "tooltip": False, "viz": False},
+                        "scaleDistribution": {"type": "linear"},
+                    }
+                },
+                "overrides": [],
+            }
+        },
+        **_resolution(board),
     )
 
 
-def variables(site: Site, extra: tuple[Template, ...] = ()) -> Templating:
-    def chained(name: str, *matchers: str) -> Template:
-        parts = ", ".join((*site.config.selector, *matchers))
-        return Template(
-            name=name,
-            label=name,
-            dataSource=DS,
-            includeAll=True,
-            multi=True,
-            allValue=".*",
-            refresh=2,
-            query=f"label_values(vllm:num_requests_running{{{parts}}}, {name})"
-            if parts
-            else f"label_values(vllm:num_requests_running, {name})",
-        )
-
-    def slo(name: str, label: str, bounds: tuple[float, ...], default: str) -> Template:
-        return custom(name, label, [buckets.le_label(b) for b in bounds], default)
-
-    cfg = site.config
-    return Templating(
-        list=[
-            Template(name="datasource", label="Data source", type="datasource", query="prometheus"),
-            chained("job"),
-            chained("model_name", 'job=~"$job"'),
-            chained("instance", 'job=~"$job"', 'model_name=~"$model_name"'),
-            chained("engine", 'job=~"$job"', 'model_name=~"$model_name"', 'instance=~"$instance"'),
-            slo(
-                "ttft_slo",
-                "TTFT SLO (s)",
-                buckets.TTFT_BUCKETS,
-                buckets.le_label(cfg.ttft_slo_seconds),
-            ),
-            slo(
-                "itl_slo",
-                "ITL SLO (s)",
-                buckets.ITL_BUCKETS,
-                buckets.le_label(cfg.itl_slo_seconds),
-            ),
-            *extra,
-        ]
-    )
-
-
-def dashboard(
-    site: Site,
+def table(
+    board: Board,
     title: str,
-    uid: str,
-    description: str,
-    panels: list[object],
+    targets: list[Target],
     *,
-    refresh: str = "30s",
-    auto_ids: bool = True,
-    extra_variables: tuple[Template, ...] = (),
-) -> Dashboard:
-    """A dashboard in the house style: our title, tags, variables, UTC and schema, with the
-    playbook alerts as annotations on every time series."""
-    board = Dashboard(
-        title=f"vLLM / {title} (servediag)",
-        uid=uid,
-        tags=["vllm", "servediag"],
+    description: str,
+    transformations: list[dict[str, Any]],
+    overrides: list[dict[str, Any]] | None = None,
+    sort_by: list[dict[str, Any]] | None = None,
+    h: int = 6,
+) -> Table:
+    """A full-width table of instant queries."""
+    return Table(
+        title=title,
+        gridPos=board.place(24, h),
         description=description,
-        annotations=Annotations(list=[BUILTIN_ANNOTATION, ALERT_ANNOTATION]),
-        templating=variables(site, extra_variables),
-        panels=panels,
-        timezone="utc",
-        refresh=refresh,
-        schemaVersion=39,
+        targets=targets,
+        transformations=transformations,
+        overrides=overrides or [],
+        thresholds=steps("green"),
+        extraJson={
+            "options": {
+                "frameIndex": 0,
+                "showHeader": True,
+                "cellHeight": "sm",
+                "sortBy": sort_by or [],
+            },
+            "fieldConfig": {
+                "defaults": {"custom": {"cellOptions": {"type": "auto"}, "inspect": False}}
+            },
+        },
+        **_resolution(board),
     )
-    return board.auto_panel_ids() if auto_ids else board

@@ -1,0 +1,170 @@
+"""Signals of optional engine features: speculative decoding, KV offloading and KV transfer
+between instances. Their families exist only with the option that turns the feature on
+(``requires`` in the family table); without it these signals are empty, never zero."""
+
+from __future__ import annotations
+
+from diagnoser.core import promql as q
+from diagnoser.core.signals.base import Signal
+from diagnoser.core.signals.names import (
+    KV_FETCH_BY_STAGE,
+    KV_OFFLOAD_ALLOC_FAILURES,
+    KV_OFFLOAD_CPU_USAGE,
+    KV_OFFLOAD_LOAD_BYTES,
+    KV_OFFLOAD_LOAD_TIME,
+    KV_OFFLOAD_STORE_BYTES,
+    KV_OFFLOAD_STORE_TIME,
+    NIXL_FAILED,
+    NIXL_XFER_TIME,
+    PROMPT_TOKENS_BY_SOURCE,
+    SPEC_ACCEPTED,
+    SPEC_ACCEPTED_PER_POS,
+    SPEC_DRAFT_TOKENS,
+    SPEC_DRAFTS,
+)
+
+ACCEPTED = q.counter_rate(SPEC_ACCEPTED)
+
+
+def _acceptance_length(scope: q.Scope) -> str:
+    """Tokens a decode step yields per draft: the target model's own token plus those of the
+    draft it accepted."""
+    return f"1 + {q.ratio(ACCEPTED, q.counter_rate(SPEC_DRAFTS))(scope)}"
+
+
+def _acceptance_by_position(scope: q.Scope) -> str:
+    """The share of drafts whose token at each position was accepted."""
+    per_pos = q.counter_rate_by(SPEC_ACCEPTED_PER_POS, "position")(scope)
+    drafts = q.counter_rate(SPEC_DRAFTS)(scope)
+    return f"{per_pos} / ignoring (position) group_left () ({drafts} > 0)"
+
+
+def speculative_decoding() -> list[Signal]:
+    s = Signal
+    return [
+        s(
+            "spec_decode_acceptance_rate",
+            "ratio",
+            "Share of draft tokens the target model accepted (speculative decoding).",
+            q.ratio(ACCEPTED, q.counter_rate(SPEC_DRAFT_TOKENS)),
+            ("vllm_spec_decode_acceptance", "ratio"),
+        ),
+        s(
+            "spec_decode_acceptance_length",
+            "tokens",
+            "Tokens per draft: 1 plus the accepted draft tokens per draft (speculative "
+            "decoding); 1 means drafting buys nothing.",
+            _acceptance_length,
+            ("vllm_spec_decode_acceptance_length", "mean"),
+        ),
+        s(
+            "spec_decode_acceptance_by_position",
+            "ratio",
+            "Share of drafts whose token at each position was accepted (speculative decoding).",
+            _acceptance_by_position,
+            ("vllm_spec_decode_acceptance_by_position", "ratio"),
+        ),
+        s(
+            "spec_decode_draft_tokens_rate",
+            "tokens/s",
+            "Draft tokens proposed per second (speculative decoding).",
+            q.counter_rate(SPEC_DRAFT_TOKENS),
+            ("vllm_spec_decode_num_draft_tokens", "rate"),
+        ),
+        s(
+            "spec_decode_accepted_tokens_rate",
+            "tokens/s",
+            "Draft tokens accepted per second (speculative decoding).",
+            ACCEPTED,
+            ("vllm_spec_decode_num_accepted_tokens", "rate"),
+        ),
+    ]
+
+
+def kv_offload() -> list[Signal]:
+    s = Signal
+    return [
+        s(
+            "kv_offload_load_bytes_rate",
+            "B/s",
+            "KV-cache bytes loaded back to the GPU from offload storage per second.",
+            q.counter_rate(KV_OFFLOAD_LOAD_BYTES),
+            ("vllm_kv_offload_load_bytes", "rate"),
+        ),
+        s(
+            "kv_offload_store_bytes_rate",
+            "B/s",
+            "KV-cache bytes stored from the GPU to offload storage per second.",
+            q.counter_rate(KV_OFFLOAD_STORE_BYTES),
+            ("vllm_kv_offload_store_bytes", "rate"),
+        ),
+        s(
+            "kv_offload_load_bandwidth",
+            "B/s",
+            "Bytes loaded per second spent loading: the offload tier's read bandwidth.",
+            q.ratio(q.counter_rate(KV_OFFLOAD_LOAD_BYTES), q.counter_rate(KV_OFFLOAD_LOAD_TIME)),
+            ("vllm_kv_offload_load_bandwidth", "ratio"),
+        ),
+        s(
+            "kv_offload_store_bandwidth",
+            "B/s",
+            "Bytes stored per second spent storing: the offload tier's write bandwidth.",
+            q.ratio(q.counter_rate(KV_OFFLOAD_STORE_BYTES), q.counter_rate(KV_OFFLOAD_STORE_TIME)),
+            ("vllm_kv_offload_store_bandwidth", "ratio"),
+        ),
+        s(
+            "kv_offload_cpu_cache_usage",
+            "ratio",
+            "CPU KV-cache space pinned by transfers in flight (0-1), the fullest engine; "
+            "sustained near 1, stores are dropped.",
+            q.gauge("max", KV_OFFLOAD_CPU_USAGE),
+            ("vllm_kv_offload_cpu_cache_usage", "max"),
+        ),
+        s(
+            "kv_offload_allocation_failures_rate",
+            "1/s",
+            "KV offload stores per second that found no room in the offload tier.",
+            q.counter_rate(KV_OFFLOAD_ALLOC_FAILURES),
+            ("vllm_kv_offload_allocation_failure", "rate"),
+        ),
+    ]
+
+
+def kv_transfer() -> list[Signal]:
+    s = Signal
+    return [
+        s(
+            "kv_transfer_tokens_rate",
+            "tokens/s",
+            "Prompt tokens per second whose KV came from another instance (KV transfer, "
+            "vllm:prompt_tokens_by_source_total, vLLM >= 0.16): 0 without a KV connector.",
+            q.counter_rate(PROMPT_TOKENS_BY_SOURCE, extra=('source="external_kv_transfer"',)),
+            ("vllm_prompt_tokens_kv_transfer", "rate"),
+        ),
+        s(
+            "nixl_transfer_time_p95",
+            "s",
+            "Duration of a NIXL KV-cache transfer, 95th percentile (disaggregated prefill).",
+            q.quantile(0.95, NIXL_XFER_TIME),
+            ("vllm_nixl_xfer_time_seconds", "p95"),
+        ),
+        s(
+            "nixl_failed_transfers_rate",
+            "1/s",
+            "Failed NIXL KV-cache transfers per second: each fails a request or makes it "
+            "compute its prefill locally.",
+            q.counter_rate(NIXL_FAILED),
+            ("vllm_nixl_num_failed_transfers", "rate"),
+        ),
+        s(
+            "kv_fetch_waiting_by_stage",
+            "requests",
+            "Waiting requests by stage of their KV load from another instance (a KV consumer).",
+            q.gauge_by("sum", KV_FETCH_BY_STAGE, "stage"),
+            ("vllm_num_requests_kv_fetch_by_stage", "sum"),
+        ),
+    ]
+
+
+def signals() -> list[Signal]:
+    return [*speculative_decoding(), *kv_offload(), *kv_transfer()]

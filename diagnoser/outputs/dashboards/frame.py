@@ -1,0 +1,141 @@
+"""What every dashboard has around its panels: the variables, the playbook alerts as
+annotations, links to the other servediag dashboards that keep the time range and the
+variables, and a crosshair shared by every panel."""
+
+from __future__ import annotations
+
+from grafanalib.core import (
+    GRAPH_TOOLTIP_MODE_SHARED_CROSSHAIR,
+    Annotations,
+    Dashboard,
+    DashboardLink,
+    Template,
+    Templating,
+)
+
+from diagnoser.core import buckets
+from diagnoser.outputs.dashboards.style import DS
+from diagnoser.site import Site
+
+TAG = "servediag"
+# The generated playbook alerts firing now, for the chosen models.
+FIRING_ALERTS = 'ALERTS{alertname=~"Vllm.*", alertstate="firing", model_name=~"$model_name"}'
+# Playbook alerts as annotations on every time series: when each began and which playbook.
+ALERT_ANNOTATION = {
+    "datasource": DS,
+    "enable": True,
+    "expr": FIRING_ALERTS,
+    "iconColor": "red",
+    "name": "Playbook alerts",
+    "step": "60s",
+    "titleFormat": "{{alertname}}",
+    "textFormat": "{{playbook}} ({{severity}}) on {{model_name}}",
+    "tagKeys": "playbook,severity",
+    "useValueForTime": False,
+}
+BUILTIN_ANNOTATION = {
+    "builtIn": 1,
+    "datasource": {"type": "grafana", "uid": "-- Grafana --"},
+    "enable": True,
+    "hide": True,
+    "iconColor": "rgba(0, 211, 255, 1)",
+    "name": "Annotations & Alerts",
+    "type": "dashboard",
+}
+# Every servediag dashboard, by its tag, opened on the same time range and variables.
+LINKS = [
+    DashboardLink(
+        asDropdown=False,
+        icon="dashboard",
+        includeVars=True,
+        keepTime=True,
+        tags=[TAG],
+        targetBlank=False,
+        title="servediag",
+        tooltip="Other servediag dashboards, same time range and variables",
+        type="dashboards",
+    )
+]
+ALL = {"selected": True, "text": ["All"], "value": ["$__all"]}
+
+
+def custom(name: str, label: str, values: list[str], default: str) -> Template:
+    """A dashboard variable with fixed choices."""
+    return Template(name=name, label=label, type="custom", query=",".join(values), default=default)
+
+
+def variables(site: Site, extra: tuple[Template, ...] = ()) -> Templating:
+    def chained(name: str, *matchers: str) -> Template:
+        parts = ", ".join((*site.config.selector, *matchers))
+        template = Template(
+            name=name,
+            label=name,
+            dataSource=DS,
+            includeAll=True,
+            multi=True,
+            allValue=".*",
+            refresh=2,
+            query=f"label_values(vllm:num_requests_running{{{parts}}}, {name})"
+            if parts
+            else f"label_values(vllm:num_requests_running, {name})",
+        )
+        template._current = dict(ALL)  # every value until one is chosen
+        return template
+
+    def slo(name: str, label: str, bounds: tuple[float, ...], default: str) -> Template:
+        return custom(name, label, [buckets.le_label(b) for b in bounds], default)
+
+    cfg = site.config
+    return Templating(
+        list=[
+            Template(name="datasource", label="Data source", type="datasource", query="prometheus"),
+            chained("job"),
+            chained("model_name", 'job=~"$job"'),
+            chained("instance", 'job=~"$job"', 'model_name=~"$model_name"'),
+            chained("engine", 'job=~"$job"', 'model_name=~"$model_name"', 'instance=~"$instance"'),
+            slo(
+                "ttft_slo",
+                "TTFT SLO (s)",
+                buckets.TTFT_BUCKETS,
+                buckets.le_label(cfg.ttft_slo_seconds),
+            ),
+            slo(
+                "itl_slo",
+                "ITL SLO (s)",
+                buckets.ITL_BUCKETS,
+                buckets.le_label(cfg.itl_slo_seconds),
+            ),
+            *extra,
+        ]
+    )
+
+
+def dashboard(
+    site: Site,
+    title: str,
+    uid: str,
+    description: str,
+    panels: list[object],
+    *,
+    refresh: str = "30s",
+    auto_ids: bool = True,
+    extra_variables: tuple[Template, ...] = (),
+) -> Dashboard:
+    """A dashboard in the house style: our title, tags, variables, UTC and schema, the
+    playbook alerts as annotations on every time series, links to the other dashboards and a
+    shared crosshair."""
+    board = Dashboard(
+        title=f"vLLM / {title} (servediag)",
+        uid=uid,
+        tags=["vllm", TAG],
+        description=description,
+        annotations=Annotations(list=[BUILTIN_ANNOTATION, ALERT_ANNOTATION]),
+        templating=variables(site, extra_variables),
+        panels=panels,
+        links=LINKS,
+        graphTooltip=GRAPH_TOOLTIP_MODE_SHARED_CROSSHAIR,
+        timezone="utc",
+        refresh=refresh,
+        schemaVersion=39,
+    )
+    return board.auto_panel_ids() if auto_ids else board
