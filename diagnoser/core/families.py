@@ -438,3 +438,6 @@ PROBE_REQUESTS = _o(
     labels=(*_PROBE, "outcome"),
 )
 UP = _o("up", _G, "prometheus", "Scrape health.")
+
+# --- SGLang (its own module: one row per family a default server exports) -------------------
+from diagnoser.core import families_sglang as sglang  # noqa: E402, F401

@@ -27,6 +27,7 @@ ALWAYS = (
     "request_rate",
     "requests_running",
     "target_up",
+    "sglang_target_up",
     "targets_down",
     "targets_total",
     "engine_restarts",
@@ -65,7 +66,7 @@ def needed_signals(site: Site, catalog: Catalog | None = None) -> list[Signal]:
 
 def query(site: Site, sig: Signal, window: Window, matchers: Sequence[str] = ()) -> str:
     """The signal's PromQL for this site, window and scope."""
-    extra = (*matchers, site.config.vllm_targets) if sig.target_level else tuple(matchers)
+    extra = (*matchers, site.config.targets(sig.engine)) if sig.target_level else tuple(matchers)
     return sig.render(site.scope(sig, window=window.rate_window, matchers=extra))
 
 
@@ -153,7 +154,12 @@ def fetch(
 
 def _attribute(out: Fetched, by: tuple[str, ...]) -> None:
     """The model-level scrape-health series, from each target's ``up`` and its owner."""
-    up = {key: d.series["target_up"] for key, d in out.targets.items() if "target_up" in d.series}
+    up = {
+        key: d.series[name]
+        for key, d in out.targets.items()
+        for name in ("sglang_target_up", "target_up")
+        if name in d.series
+    }
     for model, (down, total) in by_model(up, out.owners).items():
         data = out.models.setdefault(model, ScopeData(dict(zip(by, model, strict=True))))
         labels = dict(data.scope)

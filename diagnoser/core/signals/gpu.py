@@ -28,6 +28,7 @@ def signals() -> list[Signal]:
             "Share of time any kernel ran on the model's GPUs (DCGM), mean; not compute used.",
             q.on_gpus(_gpu_util),
             ("dcgm_gpu_utilization", "avg"),
+            any_engine=True,
         ),
         s(
             "gpu_memory_used_bytes",
@@ -35,6 +36,7 @@ def signals() -> list[Signal]:
             "GPU framebuffer used (DCGM), the fullest GPU.",
             q.on_gpus(_gpu_fb_used, fn="max"),
             ("dcgm_fb_used_bytes", "max"),
+            any_engine=True,
         ),
         s(
             "gpu_memory_used_share",
@@ -42,5 +44,6 @@ def signals() -> list[Signal]:
             "GPU framebuffer used over total (DCGM), fullest GPU.",
             q.on_gpus(_gpu_fb_share, fn="max"),
             ("dcgm_fb_used", "share"),
+            any_engine=True,
         ),
     ]
