@@ -18,6 +18,7 @@ from __future__ import annotations
 from diagnoser.core import buckets as B
 from diagnoser.core.family import Family, register
 
+PROVIDED_BY = "SGLang 0.5 (--enable-metrics)"
 SCHEDULER = ("model_name", "engine_type", "tp_rank", "pp_rank", "moe_ep_rank")
 TOKENIZER = ("model_name", "engine_type")
 _SCHED, _TOK = SCHEDULER, TOKENIZER

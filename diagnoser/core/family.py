@@ -48,7 +48,7 @@ class Family:
             need = f", with {self.requires}" if self.requires else ""
             return f"vLLM {span}{need}"
         return {
-            "sglang": "SGLang 0.5 (--enable-metrics)",
+            "sglang": "SGLang 0.5 (--enable-metrics)",  # families_sglang.PROVIDED_BY
             "vllm-api-server": "the vLLM API server's HTTP/process metrics "
             "(process_* only with --api-server-count 1)",
             "dcgm-exporter": "NVIDIA dcgm-exporter (pod labels, or joined by host)",

@@ -13,6 +13,8 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from diagnoser.catalog import Catalog
 from diagnoser.core.signals import Signal, Vocabulary
 from diagnoser.core.source import MetricSource, Series
@@ -38,6 +40,7 @@ ALWAYS = (
     "ttft_slo_attainment",
     "itl_slo_attainment",
     "generation_tokens_rate",
+    "sglang_servers",
 )
 
 
@@ -137,6 +140,7 @@ def fetch(
                 _put(data, sig, s)
     for sig, s in partial:
         _spread(out, by, sig, s)
+    _engines(out, signals)
     for (pair, _), (sig, series, sec) in zip(extra, overridden, strict=True):
         out.queries += 1
         out.query_seconds += sec
@@ -150,6 +154,15 @@ def fetch(
     if any(s.attributed for s in signals):
         _attribute(out, by)
     return out
+
+
+def _engines(out: Fetched, signals: Sequence[Signal]) -> None:
+    """SGLang's scopes learn which signals SGLang cannot give them, and why."""
+    gaps = {s.name: s.sglang_gap for s in signals if not s.on_sglang}
+    for data in out.models.values():
+        servers = data.series.get("sglang_servers")
+        if servers is not None and servers.v.size and np.nanmax(servers.v) > 0:
+            data.gaps = dict(gaps)
 
 
 def _attribute(out: Fetched, by: tuple[str, ...]) -> None:

@@ -134,6 +134,27 @@ def attributed() -> list[Signal]:
     ]
 
 
+def _sglang_servers(scope: q.Scope) -> str:
+    keys = ", ".join((*scope.by, *(x for x in ("job", "instance") if x not in scope.by)))
+    one = f"group by ({keys}) ({q.selector(SG.RUNNING.name, scope.matchers)})"
+    return q.agg("sum", scope, one)
+
+
+def engines() -> list[Signal]:
+    """Which engine serves a model: diagnose says what SGLang cannot tell, and why."""
+    return [
+        Signal(
+            "sglang_servers",
+            "servers",
+            "The model's SGLang servers (scrape targets exporting sglang:num_running_reqs); "
+            "none where only vLLM serves it.",
+            _sglang_servers,
+            ("sglang_servers", "sum"),
+            engine="sglang",
+        )
+    ]
+
+
 def targets() -> list[Signal]:
     return [
         Signal(
@@ -144,6 +165,7 @@ def targets() -> list[Signal]:
             ("up", "max"),
             by=TARGET,
             engine="vllm",
+            sglang_gap="vLLM's targets only: SGLang's are sglang_target_up",
         ),
         Signal(
             "sglang_target_up",

@@ -17,7 +17,7 @@ from diagnoser.core.signals.names import (
 
 REQUEST_RATE = q.counter_rate(SUCCESS)
 SGLANG_REQUEST_RATE = sg.counter_rate(SG.REQUESTS)
-NO_FINISH_REASON = "SGLang exports no finished_reason (only its aborts are counted)"
+NO_FINISH_REASON = "SGLang exports no finished_reason (it counts only aborts apart)"
 
 
 def signals() -> list[Signal]:
@@ -53,7 +53,7 @@ def signals() -> list[Signal]:
             'Share of requests that stopped at max_tokens (finished_reason="length").',
             q.share_of(SUCCESS, ('finished_reason="length"',)),
             ("vllm_request_success_length", "share"),
-            sglang_gap=NO_FINISH_REASON + ": answers cut at max_tokens are not told apart",
+            sglang_gap=NO_FINISH_REASON + ", so answers cut at max_tokens are not told apart",
         ),
         s(
             "finished_error_share",
@@ -61,7 +61,7 @@ def signals() -> list[Signal]:
             "Share of requests that finished with an engine error (vLLM >= 0.14; 0 before).",
             q.share_of(SUCCESS, ('finished_reason="error"',), zero_if_absent=True),
             ("vllm_request_success_error", "share"),
-            sglang_gap=NO_FINISH_REASON + ": engine errors show only as HTTP 5xx",
+            sglang_gap=NO_FINISH_REASON + ", so engine errors show only as HTTP 5xx",
         ),
         s(
             "finished_abort_share",
