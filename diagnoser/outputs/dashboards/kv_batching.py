@@ -96,7 +96,8 @@ def build(site: Site) -> Dashboard:
             gridPos=g.place(24, 6),
             description="One row per engine: block size, KV dtype, memory share, and KV "
             "capacity (kv_cache_size_tokens, vLLM >= 0.24; num_gpu_blocks is summed over a "
-            "server's data-parallel engines).",
+            "server's data-parallel engines). vLLM only: SGLang exports its KV capacity as "
+            "sglang:max_total_num_tokens.",
             targets=[table_target(cache_config_query(g))],
         )
     )

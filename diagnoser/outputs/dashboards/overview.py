@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from grafanalib.core import Dashboard, RowPanel, Stat, Table, Target, Threshold
 
+from diagnoser.core import families_sglang as SG
 from diagnoser.core import promql as q
+from diagnoser.core import promql_sglang as sg
 from diagnoser.core.signals.names import ITL, TTFT
 from diagnoser.outputs.dashboards import slo_row
 from diagnoser.outputs.dashboards.style import (
@@ -26,8 +28,10 @@ UID = "servediag-overview"
 def slo_expr(board: Board, kind: str) -> str:
     scope = board.site.scope(window=RATE, matchers=FLEET)
     if kind == "ttft":
-        return q.bucket_share(TTFT, "$ttft_slo")(scope)
-    return q.either(*(q.bucket_share(name, "$itl_slo") for name in ITL))(scope)
+        vllm = q.bucket_share(TTFT, "$ttft_slo")
+        return q.either(vllm, sg.bucket_share(SG.TTFT, "$ttft_slo"))(scope)
+    vllm = q.either(*(q.bucket_share(name, "$itl_slo") for name in ITL))
+    return q.either(vllm, sg.bucket_share(SG.ITL, "$itl_slo"))(scope)
 
 
 def slo_stat(grid: Board, title: str, kind: str) -> Stat:
@@ -39,7 +43,9 @@ def slo_stat(grid: Board, title: str, kind: str) -> Stat:
         reduceCalc="lastNotNull",
         decimals=1,
         description="Share of requests (TTFT) or output tokens (ITL) at or under the SLO "
-        "chosen above; thresholds are vLLM's bucket bounds, so no interpolation.",
+        "chosen above; thresholds are vLLM's bucket bounds, so no interpolation. SGLang's "
+        "models show where the threshold is one of SGLang's bounds too (TTFT 1 s, 2 s, ...; "
+        "ITL 0.1 s, 0.2 s, ...).",
         targets=[Target(expr=slo_expr(grid, kind), refId="A", datasource=DS)],
         thresholds=[
             Threshold("red", 0, 0.0),

@@ -35,7 +35,7 @@ def build(site: Site) -> Dashboard:
                         dataSource=DS,
                         unit=g.unit(name),
                         gridPos=g.place(8, 7),
-                        description=f"{pb.title}. {g.help(name)}",
+                        description=f"{pb.title}. {g.help(name)}" + g.engines_note([name]),
                         targets=[g.target(name, "{{model_name}}", "A")],
                     )
                 )

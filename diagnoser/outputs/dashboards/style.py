@@ -71,6 +71,14 @@ class Board:
     def help(self, signal: str) -> str:
         return self.site.vocabulary[signal].help
 
+    def engines_note(self, signals: list[str]) -> str:
+        """A note saying the panel is vLLM only, and why, when a signal has no SGLang series
+        (it stays empty on SGLang's models); else "". Scrape health (``up``) is every
+        target's."""
+        sigs = [self.site.vocabulary[s] for s in signals]
+        gaps = [s.sglang_gap for s in sigs if not s.on_sglang and not s.target_level]
+        return f" vLLM only: {gaps[0]}." if gaps else ""
+
     def expr(self, signal: str, *, per_instance: bool = False) -> str:
         sig = self.site.vocabulary[signal]
         scope = self.site.scope(sig, instance=per_instance, window=RATE, matchers=FLEET)
@@ -114,7 +122,7 @@ def stat(
         gridPos=board.place(3, 4),
         reduceCalc="lastNotNull",
         thresholds=steps,
-        description=description or board.help(signal),
+        description=(description or board.help(signal)) + board.engines_note([signal]),
         graphMode="area",
     )
 
@@ -134,7 +142,8 @@ def series(
         dataSource=DS,
         unit=board.unit(signals[0][0]),
         gridPos=board.place(w, 8),
-        description=description or board.help(signals[0][0]),
+        description=(description or board.help(signals[0][0]))
+        + board.engines_note([s for s, _ in signals]),
         targets=[
             board.target(s, legend, refs[i], per_instance=per_instance)
             for i, (s, legend) in enumerate(signals)
@@ -176,6 +185,8 @@ def custom(name: str, label: str, values: list[str], default: str) -> Template:
 def heatmap(board: Board, title: str, family: str, description: str, *, w: int = 12) -> Heatmap:
     """The distribution of a histogram over time: observations per bucket and interval."""
     selector = ", ".join(board.fleet)
+    if family.startswith("vllm:"):
+        description += " vLLM only: SGLang's histogram of the same has other buckets."
     return Heatmap(
         title=title,
         dataSource=DS,
@@ -203,9 +214,23 @@ def heatmap(board: Board, title: str, family: str, description: str, *, w: int =
     )
 
 
+# The serving engine (vLLM, SGLang): the job, model and instance choices are its servers'.
+ENGINE_VARIABLE = Template(
+    name="serving_engine",
+    label="Engine",
+    type="custom",
+    query="vllm,sglang",
+    includeAll=True,
+    multi=True,
+    default="$__all",
+)
+# Each engine's running gauge: one series per model and server.
+SERVING = '__name__=~"(${serving_engine:regex}):num_(requests_running|running_reqs)"'
+
+
 def variables(site: Site, extra: tuple[Template, ...] = ()) -> Templating:
     def chained(name: str, *matchers: str) -> Template:
-        parts = ", ".join((*site.config.selector, *matchers))
+        parts = ", ".join((SERVING, *site.config.selector, *matchers))
         return Template(
             name=name,
             label=name,
@@ -214,9 +239,7 @@ def variables(site: Site, extra: tuple[Template, ...] = ()) -> Templating:
             multi=True,
             allValue=".*",
             refresh=2,
-            query=f"label_values(vllm:num_requests_running{{{parts}}}, {name})"
-            if parts
-            else f"label_values(vllm:num_requests_running, {name})",
+            query=f"label_values({{{parts}}}, {name})",
         )
 
     def slo(name: str, label: str, bounds: tuple[float, ...], default: str) -> Template:
@@ -226,6 +249,7 @@ def variables(site: Site, extra: tuple[Template, ...] = ()) -> Templating:
     return Templating(
         list=[
             Template(name="datasource", label="Data source", type="datasource", query="prometheus"),
+            ENGINE_VARIABLE,
             chained("job"),
             chained("model_name", 'job=~"$job"'),
             chained("instance", 'job=~"$job"', 'model_name=~"$model_name"'),
