@@ -164,24 +164,9 @@ def evaluate(
 
 
 def engine_gaps(pb: Playbook, data: ScopeData) -> dict[str, str]:
-    """The signals the playbook needs that the scope's engine does not export, with why: any
-    of its required conditions, or every one of its alternatives."""
-    sig = pb.signature
-    assert sig is not None
-    if not data.gaps:
-        return {}
-
-    def lacking(cond: Condition) -> dict[str, str]:
-        return {n: data.gaps[n] for n in cond.needs() if n in data.gaps}
-
-    out: dict[str, str] = {}
-    for cond in sig.all:
-        out.update(lacking(cond))
-    alternatives = [lacking(c) for c in sig.any]
-    if alternatives and all(alternatives):
-        for found in alternatives:
-            out.update(found)
-    return out
+    """The signals the playbook needs that the scope's engine does not export, with why."""
+    assert pb.signature is not None
+    return pb.signature.lacking(data.gaps) if data.gaps else {}
 
 
 def evaluate_absolute(pb: Playbook, data: ScopeData, window: tuple[float, float]) -> Match:

@@ -165,7 +165,8 @@ def targets() -> list[Signal]:
             ("up", "max"),
             by=TARGET,
             engine="vllm",
-            sglang_gap="vLLM's targets only: SGLang's are sglang_target_up",
+            sglang_gap="only vLLM's targets are judged: the check stands for vLLM's refusal to "
+            "start when one max_model_len sequence does not fit the KV cache",
         ),
         Signal(
             "sglang_target_up",
