@@ -38,11 +38,14 @@ from diagnoser.sim.engine import Engine, EngineStats, Request
 
 PROFILES = {"0.5": "0.5.23"}
 STREAMING = "true"  # the simulated clients stream
-GRAPH_PHASES = ("prefill", "decode", "target_verify", "draft_prefill", "draft_decode")
-GRAPH_PHASES += ("draft_extend",)
+GRAPH_PHASES = (
+    *("prefill", "decode", "target_verify", "draft_prefill", "draft_decode", "draft_extend"),
+)
 STARTUP_PHASES = ("load_weight", "kv_cache_allocation", "scheduler_e2e", "tokenizer_e2e")
-STAGES = ("recv_requests", "process_input_requests", "get_next_batch_to_run", "run_batch")
-STAGES += ("process_batch_result", "other")
+STAGES = (
+    *("recv_requests", "process_input_requests", "get_next_batch_to_run", "run_batch"),
+    *("process_batch_result", "other"),
+)
 ZERO_GAUGES = (
     SG.NUM_GRAMMAR_QUEUE_REQS,
     SG.SWA_TOKEN_USAGE,
@@ -121,9 +124,9 @@ class SchedulerMetrics:
             self.count(SG.PREFILL_EFFECTIVE_TOKENS, fresh, "input")
         if st.ttft:
             self.count(SG.CUDA_GRAPH_PASSES, len(st.ttft), "prefill_none")
-        steps = sum(float(c.sum()) for _, c in st.batches)
-        if steps:
-            self.count(SG.CUDA_GRAPH_PASSES, steps, "decode_cuda_graph")
+        passes = float(sum(c.sum() for _, c in st.batches))
+        if passes:
+            self.count(SG.CUDA_GRAPH_PASSES, passes, "decode_cuda_graph")
         if st.retractions:
             self.count(SG.RETRACTIONS, len(st.retractions))
             self.count(SG.NUM_RETRACTED_INPUT_TOKENS, sum(r[0] for r in st.retractions))
