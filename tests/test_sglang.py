@@ -89,3 +89,35 @@ def test_the_recording_rules_and_alerts_read_sglang(prepared, tmp_path, site):
     assert usage and np.nanmax(usage[0].v) > 0.95
     assert retracted and np.nanmax(retracted[0].v) > 0.01
     assert "VllmKvCachePressure" in {f.alert for f in fired}
+
+
+def test_every_sglang_bucket_bound_read_is_one_sglang_has():
+    """A threshold read from an SGLang histogram (le="...") must be one of its bounds: the
+    stall share reads 0.4 s there, since SGLang's ITL buckets have no 0.3 s."""
+    import re
+
+    from diagnoser.core import families as F
+    from diagnoser.core.buckets import le_label
+    from diagnoser.core.signals import SIGNALS
+
+    pattern = re.compile(r'(sglang:[a-z_]+)_bucket\{[^}]*le="([^"]+)"')
+    seen = set()
+    for sig in SIGNALS:
+        if not sig.on_sglang:
+            continue
+        for name, le in pattern.findall(sig.render(engine="sglang")):
+            fam = F.family(name)
+            assert le == "+Inf" or le in {le_label(b) for b in fam.bucket_bounds(0)}, (sig, le)
+            seen.add((sig.name, le))
+    assert ("itl_stall_share", "0.4") in seen
+
+
+def test_sglang_scheduler_series_are_one_per_engine_and_the_queue_total():
+    from diagnoser.core.signals import SIGNALS
+
+    text = SIGNALS["requests_waiting"].render(engine="sglang")
+    assert (
+        'max without (tp_rank, pp_rank, moe_ep_rank) (sglang:num_queue_reqs{priority=""})' in text
+    )
+    # tokenizer series carry no ranks and a priority per request: summed as they are
+    assert "priority" not in SIGNALS["ttft_p95"].render(engine="sglang")

@@ -60,10 +60,10 @@ class Signal:
     def render(self, scope: Scope | None = None, engine: str = "") -> str:
         """The PromQL for ``scope``: both engines' expressions, or one (``engine``)."""
         scope = scope or Scope(by=self.by)
-        if engine == "vllm" or self.any_engine or self.engine or self.sglang is None:
-            if engine == "sglang" and not self.on_sglang:
-                raise ValueError(f"{self.name}: no SGLang expression ({self.sglang_gap})")
-            return self.expr(scope)
+        if engine == "sglang" and not self.on_sglang:
+            raise ValueError(f"{self.name}: no SGLang expression ({self.sglang_gap})")
+        if self.sglang is None or engine == "vllm":
+            return self.expr(scope)  # one expression (for both engines, or vLLM's)
         if engine == "sglang":
             return self.sglang(scope)
         return f"({self.expr(scope)}) or ({self.sglang(scope)})"
@@ -72,10 +72,6 @@ class Signal:
     def on_sglang(self) -> bool:
         """Whether SGLang's servers give this signal a series."""
         return self.sglang is not None or self.engine == "sglang" or self.any_engine
-
-    @property
-    def on_vllm(self) -> bool:
-        return self.engine != "sglang"
 
     @cached_property
     def families(self) -> tuple[str, ...]:
