@@ -121,3 +121,24 @@ def test_sglang_scheduler_series_are_one_per_engine_and_the_queue_total():
     )
     # tokenizer series carry no ranks and a priority per request: summed as they are
     assert "priority" not in SIGNALS["ttft_p95"].render(engine="sglang")
+
+
+@pytest.mark.parametrize(
+    ("model", "field", "says"),
+    [
+        ("runtime: tgi", "models[0].runtime", "must be one of vllm, sglang"),
+        ('runtime: sglang\n    version: "0.33"', "models[0].version", "must be one of 0.5"),
+    ],
+)
+def test_a_scenario_names_a_known_runtime_and_one_of_its_versions(tmp_path, model, field, says):
+    from diagnoser.sim.scenario import ScenarioError, load_scenario
+
+    path = tmp_path / "s.yaml"
+    path.write_text(
+        "description: x\nduration: 10m\nlabels: {expect: []}\nmodels:\n"
+        f"  - name: m\n    preset: llama-3.1-8b\n    {model}\n"
+        "    workload: {rate: {mean: 1}, prompt: {median: 100}, output: {median: 10}}\n"
+    )
+    with pytest.raises(ScenarioError) as err:
+        load_scenario(path)
+    assert field in str(err.value) and says in str(err.value)
