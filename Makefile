@@ -4,7 +4,7 @@ PY := $(VENV)/bin/python
 SCENARIO ?= retrieval-launch
 export VENV
 
-.PHONY: help setup test lint generate check-generated goldens bench demo clean
+.PHONY: help setup test lint generate check-generated goldens bench bench-sglang demo clean
 
 help:
 	@echo "make demo      simulate an incident, load it into a local Prometheus, diagnose it"
@@ -13,6 +13,7 @@ help:
 	@echo "make generate  write rules/, runbooks/, dashboards/ and the playbook schema"
 	@echo "make lint      ruff, mypy and promtool check rules"
 	@echo "make bench     benchmarks, printing figures"
+	@echo "make bench-sglang   the accuracy on the SGLang scenarios and their variants only"
 	@echo "make goldens   rewrite the golden reports and recorded answers (review the diff)"
 
 setup:
@@ -39,6 +40,9 @@ goldens: setup
 
 bench: setup
 	$(PY) -m diagnoser.lab.bench
+
+bench-sglang: setup
+	$(PY) -m diagnoser.lab.bench sglang
 
 demo: setup
 	$(PY) -m diagnoser.lab.demo --scenario $(SCENARIO)

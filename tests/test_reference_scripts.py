@@ -118,3 +118,47 @@ def test_bad_wheels_get_one_line_and_exit_2(tmp_path, script, files, says):
 def test_a_missing_wheel_file_is_one_line(tmp_path):
     res = run(VLLM, "9.9.0", "--wheel", str(tmp_path / "nope.whl"), "--stdout")
     assert res.returncode == 2 and res.stderr.count("\n") == 1 and "nope.whl" in res.stderr
+
+
+COLLECTOR = """\
+from prometheus_client import Counter, Gauge
+
+from sglang.srt.utils.gauge_histogram import GaugeHistogram
+
+
+class SchedulerMetricsCollector:
+    def __init__(self, labels):
+        self.num_running_reqs = Gauge(
+            name="sglang:num_running_reqs",
+            documentation="The number of running requests.",
+            labelnames=labels.keys(),
+            multiprocess_mode="mostrecent",
+        )
+        self.routing_key_running_req_count = GaugeHistogram(
+            name="sglang:routing_key_running_req_count",
+            documentation="Distribution of routing keys by running request count.",
+            labelnames=list(labels.keys()),
+            bucket_bounds=[1, 2, 5],
+        )
+
+
+
+def scheduler_collector(served_model_name):
+    return SchedulerMetricsCollector(labels={"model_name": served_model_name, "tp_rank": 0})
+"""
+
+
+def test_reads_sglangs_gauge_histograms_as_gauges_with_gt_and_le(tmp_path):
+    whl = wheel(
+        tmp_path,
+        {"sglang/srt/observability/metrics_collector.py": COLLECTOR},
+        name="sglang-9.9.0-py3-none-any.whl",
+    )
+    res = run(SGLANG, "9.9.0", "--wheel", str(whl), "--stdout")
+    assert res.returncode == 0, res.stderr
+    families = json.loads(res.stdout)["families"]
+    assert families["sglang:num_running_reqs"]["labels"] == ["model_name", "tp_rank"]
+    hist = families["sglang:routing_key_running_req_count"]
+    assert hist["type"] == "gauge"
+    assert hist["labels"] == ["model_name", "tp_rank", "gt", "le"]
+    assert hist["multiprocess_mode"] == "mostrecent"

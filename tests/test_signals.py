@@ -20,11 +20,14 @@ TYPED = ("counter", "gauge", "histogram", "renamed")
 def reference() -> dict[str, str]:
     """Metric name -> type from the engine reference (tests/data; scripts/extract-reference),
     and every family vLLM 0.33's own code registers, optional features included (read from
-    the wheel by scripts/vllm-metrics-reference)."""
+    the wheel by scripts/vllm-metrics-reference), and SGLang's from its wheel
+    (scripts/sglang-metrics-reference)."""
     types: dict[str, str] = data_json("reference-metric-types.json")
     for name, fam in data_json("vllm-0.33.0.json")["families"].items():
         if fam["scope"] != "v0-engine" and fam["type"] in TYPED:
             types.setdefault(name, fam["type"])
+    sglang = data_json("sglang-0.5.23.json")["families"]
+    types.update({name: fam["type"] for name, fam in sglang.items()})
     return types
 
 
@@ -54,7 +57,7 @@ def test_every_metric_name_used_is_a_real_exposed_name(reference):
                     f"{raw}: {fam} is not a histogram"
                 )
         kind = reference.get(fam)
-        assert kind in TYPED, f"{raw} is not a metric vLLM, DCGM or the probe exposes"
+        assert kind in TYPED, f"{raw} is not a metric vLLM, SGLang, DCGM or the probe exposes"
         if kind != "renamed":
             assert metrics.family(fam).type == kind, f"{fam}: the reference says {kind}"
         if fam == raw:
@@ -68,7 +71,7 @@ def test_every_counter_is_queried_with_total_and_through_rate():
             f = metrics.family(fam)
             if f.type == "counter":
                 assert fam.endswith("_total"), fam
-                for m in re.finditer(re.escape(fam) + r"\b", text):
+                for m in re.finditer(r"(?<![\w:])" + re.escape(fam) + r"\b", text):
                     before = text[: m.start()]
                     assert re.search(r"(rate|resets|increase)\($", before), (sig.name, fam)
 

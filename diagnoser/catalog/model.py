@@ -84,6 +84,22 @@ class Signature:
         """Alert parameter name -> the condition that holds its value."""
         return {c.param: c for c in self.conditions() if c.param}
 
+    def lacking(self, gaps: Mapping[str, str]) -> dict[str, str]:
+        """Of the signals ``gaps`` says an engine lacks (name -> why), those this signature
+        cannot be judged without: any of its required conditions', or every alternative's."""
+
+        def needed(cond: Condition) -> dict[str, str]:
+            return {n: gaps[n] for n in cond.needs() if n in gaps}
+
+        out: dict[str, str] = {}
+        for cond in self.all:
+            out.update(needed(cond))
+        alternatives = [needed(c) for c in self.any]
+        if alternatives and all(alternatives):
+            for found in alternatives:
+                out.update(found)
+        return out
+
 
 @dataclass(frozen=True)
 class Alert:

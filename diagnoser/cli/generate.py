@@ -44,6 +44,10 @@ def signals_cmd(name: str | None, instance: bool, config_path: Path | None) -> N
     scope = site.scope(sig, instance=instance and not sig.target_level)
     click.echo(f"# {sig.name} ({sig.unit}): {sig.help}")
     click.echo(f"# recorded as {sig.record_name(scope.by)}; needs {'; '.join(sig.provided_by())}")
+    if sig.on_sglang:
+        click.echo(f"# on SGLang: {'; '.join(sig.provided_by_sglang()) or 'its targets'}")
+    else:
+        click.echo(f"# not on SGLang: {sig.sglang_gap}")
     click.echo(sig.render(scope))
 
 

@@ -1,5 +1,5 @@
-"""Histogram bucket bounds as vLLM and its API server declare them, and how their ``le``
-labels are written.
+"""Histogram bucket bounds as vLLM, its API server and SGLang declare them, and how their
+``le`` labels are written.
 
 vLLM's defaults come from ``vllm/v1/metrics/buckets.py``; since 0.33 they can be overridden
 with ``--custom-histogram-buckets``, so the live ``le`` values win over these.
@@ -35,6 +35,33 @@ HTTP_HIGHR_BUCKETS = (
 HTTP_BUCKETS = (0.1, 0.5, 1.0)
 # The 1-2-5 token histograms' bounds follow the server's max_model_len.
 REQUEST_TOKENS = "1-2-5 up to max_model_len"
+
+
+# SGLang 0.5's defaults (sglang/srt/observability/metrics_collector.py), overridable with
+# --bucket-time-to-first-token, --bucket-inter-token-latency, --bucket-e2e-request-latency and
+# --prompt-tokens-buckets. Its ITL buckets have no 0.3 s bound: 0.2, then 0.4.
+SGLANG_TTFT_BUCKETS = (
+    *(0.1, 0.2, 0.4, 0.6, 0.8, 1.0, 2.0, 4.0, 6.0, 8.0, 10.0, 20.0, 40.0, 60.0, 80.0, 100.0),
+    *(200.0, 400.0),
+)
+SGLANG_ITL_BUCKETS = (
+    *(0.002, 0.004, 0.006, 0.008, 0.01, 0.015, 0.02, 0.025, 0.03, 0.035, 0.04, 0.06, 0.08),
+    *(0.1, 0.2, 0.4, 0.6, 0.8, 1.0, 2.0, 4.0, 6.0, 8.0),
+)
+SGLANG_E2E_BUCKETS = (*SGLANG_TTFT_BUCKETS, 600.0, 1200.0, 1800.0, 2400.0)
+SGLANG_QUEUE_BUCKETS = (
+    *(0.0, 0.001, 0.005, 0.01, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 3.0, 4.0, 5.0, 10.0, 15.0, 20.0),
+    *(30.0, 40.0, 50.0, 60.0, 70.0, 80.0, 90.0, 100.0, 200.0, 300.0, 400.0, 500.0, 600.0),
+    *(700.0, 800.0, 900.0, 1000.0, 1200.0, 1400.0, 1600.0, 1800.0, 2000.0, 2500.0, 3000.0),
+)
+SGLANG_TOKEN_BUCKETS = (
+    *(100.0, 300.0, 500.0, 700.0, 1000.0, 1500.0, 2000.0, 3000.0, 4000.0, 5000.0, 6000.0),
+    *(7000.0, 8000.0, 9000.0, 10000.0, 12500.0, 15000.0, 17500.0, 20000.0, 22500.0, 25000.0),
+    *(27500.0, 30000.0, 35000.0, 40000.0, 60000.0, 80000.0, 100000.0, 200000.0, 300000.0),
+    *(400000.0, 600000.0, 800000.0, 1000000.0, 1100000.0),
+)
+# per_stage_req_latency_seconds: prometheus_client's exponential_buckets(0.001, 1.62, 30).
+SGLANG_STAGE_BUCKETS = tuple(0.001 * 1.62**i for i in range(30))
 
 
 def request_token_buckets(max_model_len: int) -> tuple[float, ...]:

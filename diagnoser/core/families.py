@@ -421,3 +421,6 @@ CORRUPTED = _v(
     since="0.11.1",
     requires="VLLM_COMPUTE_NANS_IN_LOGITS=1",
 )
+
+# --- SGLang (its own module: one row per family a default server exports) -------------------
+from diagnoser.core import families_sglang as sglang  # noqa: E402, F401

@@ -14,7 +14,7 @@ from diagnoser.core.buckets import REQUEST_TOKENS, request_token_buckets, versio
 class Family:
     name: str
     type: str  # counter | gauge | histogram | summary
-    provider: str  # vllm | vllm-api-server | dcgm-exporter | servediag-probe | prometheus
+    provider: str  # vllm | vllm-api-server | sglang | dcgm-exporter | servediag-probe | prometheus
     help: str = ""
     since: str = ""  # first version that exposes it
     until: str = ""  # last version that exposes it by default
@@ -48,6 +48,7 @@ class Family:
             need = f", with {self.requires}" if self.requires else ""
             return f"vLLM {span}{need}"
         return {
+            "sglang": "SGLang 0.5 (--enable-metrics)",  # families_sglang.PROVIDED_BY
             "vllm-api-server": "the vLLM API server's HTTP/process metrics "
             "(process_* only with --api-server-count 1)",
             "dcgm-exporter": "NVIDIA dcgm-exporter (pod labels, or joined by host)",

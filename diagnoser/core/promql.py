@@ -19,9 +19,11 @@ from dataclasses import dataclass, replace
 # scoped to a model through a join on (job, instance) instead.
 ENGINE_ONLY_LABELS = frozenset({"model_name", "engine"})
 
-# One series per (job, instance, model_name) for every vLLM version since 0.7: the join key
-# from API-server series (HTTP, process) to the model they serve.
+# One series per (job, instance, model_name) for every vLLM version since 0.7, and for every
+# SGLang 0.5 server (its scheduler's running gauge): the join key from series without a model
+# (HTTP, process, DCGM, scrape health) to the model they serve.
 MODEL_MAP_METRIC = "vllm:num_requests_running"
+MODEL_MAP_METRICS = (MODEL_MAP_METRIC, "sglang:num_running_reqs")
 
 # How DCGM exporter series meet vLLM series. DCGM has no model_name and its own instance
 # label. In Kubernetes, dcgm-exporter's pod mapping labels each GPU with the pod that uses it:
@@ -42,7 +44,8 @@ class Scope:
     matchers: tuple[str, ...] = ()
     by: tuple[str, ...] = ("model_name",)
     window: str = "5m"
-    # Selects the scrape targets of vLLM servers (for series of ``up``).
+    # Selects the scrape targets of the servers (for series of ``up``): one matcher per engine,
+    # each an alternative (vLLM's, SGLang's).
     targets: tuple[str, ...] = ()
 
     def with_by(self, *labels: str) -> Scope:
@@ -117,9 +120,24 @@ def model_map(scope: Scope, memory: str | None = None) -> str:
     restart, or over ``memory`` to remember which model a target served before it went down.
     """
     span = memory or _capped(scope.window)
-    series = f"last_over_time({selector(MODEL_MAP_METRIC, scope.matchers)}[{span}])"
+    series = " or ".join(
+        f"last_over_time({selector(m, scope.matchers)}[{span}])" for m in MODEL_MAP_METRICS
+    )
     keys = _labels("job", "instance", *scope.group_labels(), "model_name")
     return f"group by ({keys}) ({series})"
+
+
+def serving(matchers: tuple[str, ...], *extra: str) -> str:
+    """The running gauge of every server of either engine: one series per model and server."""
+    return " or ".join(selector(m, matchers, *extra) for m in MODEL_MAP_METRICS)
+
+
+def up(scope: Scope) -> str:
+    """``up`` of the servers' scrape targets, each engine's alternative (``Scope.targets``)."""
+    alts = [selector("up", (*scope.target_matchers(), t)) for t in scope.targets]
+    if not alts:
+        return selector("up", scope.target_matchers())
+    return alts[0] if len(alts) == 1 else f"({' or '.join(alts)})"
 
 
 MAP_MEMORY_MAX = "1h"
@@ -151,11 +169,11 @@ def gpu_model_map(scope: Scope, *, by_host: bool = False) -> str:
         # Only servers with a pod: those without one all share the empty (namespace, pod),
         # and Prometheus refuses a join whose one side has duplicates, matched or not.
         labels = _labels(*GPU_JOIN_LABELS, *scope.group_labels(), "model_name")
-        return f"group by ({labels}) ({selector(MODEL_MAP_METRIC, scope.matchers, HAS_POD)})"
+        return f"group by ({labels}) ({serving(scope.matchers, HAS_POD)})"
     hosts = _labels(GPU_HOST_LABEL, *scope.group_labels())
-    served = host_of(selector(MODEL_MAP_METRIC, scope.matchers))
+    served = host_of(serving(scope.matchers))
     models = f"group by ({hosts}, model_name) ({served})"
-    every = host_of(selector(MODEL_MAP_METRIC, scope.target_matchers()))
+    every = host_of(serving(scope.target_matchers()))
     shared = f"count by ({hosts}) (group by ({hosts}, model_name) ({every})) > 1"
     return f"({models} unless on ({hosts}) ({shared}))"
 

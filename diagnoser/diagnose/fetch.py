@@ -13,6 +13,8 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from diagnoser.catalog import Catalog
 from diagnoser.core.signals import Signal, Vocabulary
 from diagnoser.core.source import MetricSource, Series
@@ -27,6 +29,7 @@ ALWAYS = (
     "request_rate",
     "requests_running",
     "target_up",
+    "sglang_target_up",
     "targets_down",
     "targets_total",
     "engine_restarts",
@@ -37,6 +40,7 @@ ALWAYS = (
     "ttft_slo_attainment",
     "itl_slo_attainment",
     "generation_tokens_rate",
+    "sglang_servers",
 )
 
 
@@ -65,7 +69,7 @@ def needed_signals(site: Site, catalog: Catalog | None = None) -> list[Signal]:
 
 def query(site: Site, sig: Signal, window: Window, matchers: Sequence[str] = ()) -> str:
     """The signal's PromQL for this site, window and scope."""
-    extra = (*matchers, site.config.vllm_targets) if sig.target_level else tuple(matchers)
+    extra = (*matchers, site.config.targets(sig.engine)) if sig.target_level else tuple(matchers)
     return sig.render(site.scope(sig, window=window.rate_window, matchers=extra))
 
 
@@ -136,6 +140,7 @@ def fetch(
                 _put(data, sig, s)
     for sig, s in partial:
         _spread(out, by, sig, s)
+    _engines(out, signals)
     for (pair, _), (sig, series, sec) in zip(extra, overridden, strict=True):
         out.queries += 1
         out.query_seconds += sec
@@ -151,9 +156,23 @@ def fetch(
     return out
 
 
+def _engines(out: Fetched, signals: Sequence[Signal]) -> None:
+    """SGLang's scopes learn which signals SGLang cannot give them, and why."""
+    gaps = {s.name: s.sglang_gap for s in signals if not s.on_sglang}
+    for data in out.models.values():
+        servers = data.series.get("sglang_servers")
+        if servers is not None and servers.v.size and np.nanmax(servers.v) > 0:
+            data.gaps = dict(gaps)
+
+
 def _attribute(out: Fetched, by: tuple[str, ...]) -> None:
     """The model-level scrape-health series, from each target's ``up`` and its owner."""
-    up = {key: d.series["target_up"] for key, d in out.targets.items() if "target_up" in d.series}
+    up = {
+        key: d.series[name]
+        for key, d in out.targets.items()
+        for name in ("sglang_target_up", "target_up")
+        if name in d.series
+    }
     for model, (down, total) in by_model(up, out.owners).items():
         data = out.models.setdefault(model, ScopeData(dict(zip(by, model, strict=True))))
         labels = dict(data.scope)

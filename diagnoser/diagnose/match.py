@@ -34,6 +34,9 @@ class ScopeData:
     scope: dict[str, str]
     series: dict[str, Series] = field(default_factory=dict)
     classes: dict[str, dict[str, Series]] = field(default_factory=dict)
+    # Signals the scope's engine does not have, and why (SGLang exports no finished_reason):
+    # a playbook that needs one is undecided for that reason, whatever else its series say.
+    gaps: dict[str, str] = field(default_factory=dict)
 
     def has(self, name: str) -> bool:
         return name in self.series or name in self.classes
@@ -121,6 +124,12 @@ def evaluate(
         periods = periods_for(onset_series, window, baseline, step)
     p = periods
     match = Match(pb, data.scope, "not_matched", periods=p, basis=basis)
+    gaps = engine_gaps(pb, data)
+    if gaps:
+        match.status = "undecided"
+        match.missing = sorted(gaps)
+        match.reason = "; ".join(sorted(set(gaps.values())))
+        return match
     for group, conds in sig.groups():
         for cond in conds:
             verdict, missing = evaluate_condition(cond, data, p)
@@ -152,6 +161,12 @@ def evaluate(
     match.status = "contested" if excluded else "matched"
     match.confidence = confidence(match, sig.max_confidence)
     return match
+
+
+def engine_gaps(pb: Playbook, data: ScopeData) -> dict[str, str]:
+    """The signals the playbook needs that the scope's engine does not export, with why."""
+    assert pb.signature is not None
+    return pb.signature.lacking(data.gaps) if data.gaps else {}
 
 
 def evaluate_absolute(pb: Playbook, data: ScopeData, window: tuple[float, float]) -> Match:

@@ -7,6 +7,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from diagnoser.core import families_sglang
 from diagnoser.diagnose.health import Health, Sli
 from diagnoser.diagnose.lookback import Reach
 from diagnoser.diagnose.match import ConditionResult, Match, ScopeData
@@ -46,6 +47,14 @@ class Diagnosis:
 
     def data_for(self, m: Match) -> ScopeData | None:
         return self.data.get(tuple(sorted(m.scope.items())))
+
+    def engine_gap(self, m: Match) -> str:
+        """Why an undecided playbook cannot be decided on its scope's engine ("" when the
+        series are missing for another reason)."""
+        data = self.data_for(m)
+        if data is None or not m.missing or not all(s in data.gaps for s in m.missing):
+            return ""
+        return m.reason
 
     def runbook(self, m: Match) -> str:
         return self.site.runbook(m.playbook.id)
@@ -99,8 +108,15 @@ class Diagnosis:
         return lead + [m for m in ranked if all(m is not x for x in lead)]
 
     def providers(self, m: Match) -> list[str]:
-        """What would provide the missing series (every version's vLLM is there already)."""
+        """What would provide the missing series (every version's vLLM is there already; on
+        SGLang, nothing provides the series it does not export)."""
         vocab = self.site.vocabulary
+        data = self.data.get(tuple(sorted(m.scope.items())))
+        if data is not None and data.gaps:
+            found = {
+                p for s in m.missing if s not in data.gaps for p in vocab[s].provided_by_sglang()
+            }
+            return sorted(p for p in found if p != families_sglang.PROVIDED_BY)
         found = {p for s in m.missing for p in vocab[s].provided_by()}
         return sorted(p for p in found if p != "vLLM (all V1 versions)")
 

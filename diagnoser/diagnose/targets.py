@@ -29,7 +29,7 @@ class Served:
 def map_query(site: Site, matchers: Sequence[str] = ()) -> str:
     scope = site.scope(matchers=matchers)
     keys = ", ".join(("job", "instance", *scope.group_labels(), "model_name"))
-    return f"group by ({keys}) ({q.selector(q.MODEL_MAP_METRIC, scope.matchers)})"
+    return f"group by ({keys}) ({q.serving(scope.matchers)})"
 
 
 def served(

@@ -112,9 +112,27 @@ def bench_library() -> None:
     )
 
 
+def runs_sglang(sc: Scenario) -> bool:
+    return any(m.runtime == "sglang" for m in sc.models)
+
+
+def vllm_library() -> list[Scenario]:
+    """The library's vLLM-only scenarios (what the vLLM figures have always been over)."""
+    from diagnoser.sim import library
+
+    return [sc for sc in map(library.find, library.names()) if not runs_sglang(sc)]
+
+
+def sglang_library() -> list[Scenario]:
+    """The library's scenarios with an SGLang server: SGLang alone, or a mixed fleet."""
+    from diagnoser.sim import library
+
+    return [sc for sc in map(library.find, library.names()) if runs_sglang(sc)]
+
+
 def bench_accuracy(variants: Sequence[int] = (), scenarios: Sequence[Scenario] = ()) -> None:
-    """AC@1 and AC@3 over the labelled library (or variants ``k`` of it, or the scenarios
-    given); findings on healthy scenarios; and where the misses are, per playbook."""
+    """AC@1 and AC@3 over the labelled vLLM library (or variants ``k`` of it, or of the
+    scenarios given); findings on healthy scenarios; and where the misses are, per playbook."""
     import tempfile
     from pathlib import Path
 
@@ -124,10 +142,9 @@ def bench_accuracy(variants: Sequence[int] = (), scenarios: Sequence[Scenario] =
     from diagnoser.diagnose import Window, diagnose
     from diagnoser.lab import harness
     from diagnoser.lab.promserver import Prometheus
-    from diagnoser.sim import library
 
     site = Site.default()
-    chosen = list(scenarios) or [library.find(n) for n in library.names()]
+    chosen = list(scenarios) or vllm_library()
     if variants:
         from diagnoser.sim.variants import variant
 
@@ -187,7 +204,7 @@ def aged_set(ks: Sequence[int]) -> list[Scenario]:
     from diagnoser.sim import library
     from diagnoser.sim.variants import NOT_AGED, aged
 
-    names = [n for n in library.names() if n not in NOT_AGED]
+    names = [sc.name for sc in vllm_library() if sc.name not in NOT_AGED]
     return [aged(library.find(n), k) for n in names for k in ks]
 
 
@@ -233,7 +250,21 @@ def bench_fleet() -> None:
                 )
 
 
+def bench_sglang() -> None:
+    """Accuracy on the SGLang scenarios (SGLang servers alone and mixed with vLLM)."""
+    scenarios = sglang_library()
+    print("accuracy on the SGLang scenarios (SGLang alone, and mixed vLLM + SGLang fleets):")
+    bench_accuracy(scenarios=scenarios)
+    print("accuracy on SGLang variants 1-8 (other seeds, onsets, magnitudes):")
+    bench_accuracy(variants=(1, 2, 3, 4, 5, 6, 7, 8), scenarios=scenarios)
+    print("accuracy on SGLang variants 9-10 (kept out of tuning):")
+    bench_accuracy(variants=(9, 10), scenarios=scenarios)
+
+
 def main() -> None:
+    if sys.argv[1:] == ["sglang"]:  # python -m diagnoser.lab.bench sglang: that part only
+        bench_sglang()
+        return
     bench_step_costs()
     bench_simulator()
     bench_library()
@@ -251,6 +282,7 @@ def main() -> None:
     bench_accuracy(scenarios=loops((1, 2, 3, 4)))
     print("accuracy on restart loops 5-6 (kept out of tuning):")
     bench_accuracy(scenarios=loops((5, 6)))
+    bench_sglang()
     bench_fleet()
     catalog = load_catalog()
     load_s = timed(load_catalog)

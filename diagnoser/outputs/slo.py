@@ -87,8 +87,8 @@ def _restrict(site: Site, expr: str, group: Group, metric: str | None = None) ->
     on = ", ".join(site.config.by)
     for ex in group.exclude:
         sel = ", ".join(str(m) for m in ex)
-        series = metric or q.MODEL_MAP_METRIC
-        expr = f"({expr}) unless on ({on}) group by ({on}) ({series}{{{sel}}})"
+        series = f"{metric}{{{sel}}}" if metric else q.serving(tuple(str(m) for m in ex))
+        expr = f"({expr}) unless on ({on}) group by ({on}) ({series})"
     return expr
 
 
@@ -122,7 +122,7 @@ def recording_group(site: Site) -> dict[str, Any]:
     for sli in SLIS:
         for g in groups(site):
             scope = site.scope(matchers=tuple(str(m) for m in g.match))
-            models = q.agg("group", scope, q.selector(q.MODEL_MAP_METRIC, scope.matchers))
+            models = q.agg("group", scope, q.serving(scope.matchers))
             expr = _restrict(site, f"{models} * 0 + {g.objectives.objective(sli):g}", g)
             rules.append({"record": objective_name(site, sli), "expr": expr})
     return {"name": "servediag.slo", "rules": rules}
@@ -208,7 +208,7 @@ def server_alerts(site: Site) -> list[dict[str, Any]]:
     on = ", ".join(cfg.by)
     keys = ", ".join(("job", "instance", *cfg.group_labels))
     scope = site.scope()
-    up = q.selector("up", (*scope.target_matchers(), cfg.vllm_targets))
+    up = q.up(scope)
     owned = q.model_map(scope, TARGET_MEMORY)
     rate = site.vocabulary["request_rate"].record_name(cfg.by)
     down_n = site.vocabulary["targets_down"].record_name(cfg.by)
@@ -264,10 +264,10 @@ def server_alerts(site: Site) -> list[dict[str, Any]]:
             "5m",
             "critical",
             "targets-absent",
-            "No vLLM target is scraped at all.",
-            f"Prometheus scrapes no target matching {{{cfg.vllm_targets}}}: every vLLM server "
-            "is gone, or service discovery or the scrape config lost them. Nothing else can "
-            "alert while this lasts.",
+            "No vLLM or SGLang target is scraped at all.",
+            f"Prometheus scrapes no target matching {{{cfg.vllm_targets}}} or "
+            f"{{{cfg.sglang_targets}}}: every server is gone, or service discovery or the "
+            "scrape config lost them. Nothing else can alert while this lasts.",
         ),
         rule(
             "VllmTrafficStopped",

@@ -147,7 +147,9 @@ def render(d: Diagnosis) -> str:
         )
     if d.undecided:
         items = "".join(
-            f"<li><code>{e(u.playbook.id)}</code>: needs {e(', '.join(u.missing))}</li>"
+            f"<li><code>{e(u.playbook.id)}</code>: needs {e(', '.join(u.missing))}"
+            + (f" ({e(d.engine_gap(u))})" if d.engine_gap(u) else "")
+            + "</li>"
             for u in d.undecided
         )
         body.append(f"<h2>Undecided (missing data is not health)</h2><ul>{items}</ul>")

@@ -67,6 +67,7 @@ def markdown(d: Diagnosis) -> str:
         out.append("### Undecided")
         out += [
             f"- `{u.playbook.id}`: needs {', '.join(u.missing) or 'more samples'}"
+            + (f" ({d.engine_gap(u)})" if d.engine_gap(u) else "")
             for u in d.undecided
         ]
     return "\n".join(out) + "\n"

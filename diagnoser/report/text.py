@@ -138,6 +138,7 @@ def text(d: Diagnosis, colour: bool = False) -> str:
             + "; ".join(
                 f"{u.playbook.id} needs {', '.join(u.missing) or 'more samples'}"
                 + (f" from {' / '.join(d.providers(u))}" if d.providers(u) else "")
+                + (f" ({d.engine_gap(u)})" if d.engine_gap(u) else "")
                 for u in d.undecided
             ),
             "",

@@ -116,6 +116,12 @@ class EngineStats:
     cached_tokens: int = 0  # of those, found in the prefix cache
     generation_tokens: int = 0
     busy_seconds: float = 0.0
+    # What SGLang observes apart (sglang_metrics): each request's wait before its first
+    # forward, its prefill (seconds from that forward to its last prompt chunk, and the steps
+    # it spanned) as its first token comes, and each retraction (prompt, generated tokens).
+    queue_times: list[float] = field(default_factory=list)
+    prefills: list[tuple[float, int]] = field(default_factory=list)
+    retractions: list[tuple[int, int]] = field(default_factory=list)
 
 
 class Batch:
@@ -272,6 +278,7 @@ class Engine:
             free -= need
             if req.scheduled < 0:
                 req.scheduled = self.clock
+                self.stats.queue_times.append(self.clock - req.ready)
                 hit = cfg.prefix_hit_share if cfg.enable_prefix_caching else 0.0
                 req.cached = req.first_cached = min(req.prompt - 1, int(req.prompt * hit))
                 # Scheduler: prefix-cache stats are recorded at admission, new requests only.
@@ -300,6 +307,7 @@ class Engine:
         ):
             self.stats.usage_at_preemption.append(self.used_blocks() / self.num_blocks)
             victim = self.running.pop()
+            self.stats.retractions.append((victim.prompt, victim.generated))
             victim.preemptions += 1
             victim.unreported_preemptions += 1
             self.waiting.appendleft(victim)
@@ -358,6 +366,7 @@ class Engine:
                 self.stats.ttft.append(t - req.arrival)
                 self.stats.prompt_tokens += req.prompt
                 self.stats.cached_tokens += req.first_cached
+                self.stats.prefills.append((t - req.scheduled, int(k)))
                 computed[k - 1] += req.prompt - req.first_cached
                 full[k - 1] += req.prompt
             else:  # resumed after preemption: the stall shows as one long token gap

@@ -16,6 +16,7 @@ from diagnoser.sim.scenario import Change, ModelScenario, Probe, Scenario, resol
 from diagnoser.sim.server import Server, ServerSpec
 
 TICK = 1.0  # seconds of simulated time per step of the outer loop
+PORTS = {"vllm": 8000, "sglang": 30000}  # each server's default port
 
 
 class ModelRun:
@@ -33,10 +34,12 @@ class ModelRun:
                     api=m.api,
                     engines=m.engines,
                     version=m.version,
+                    runtime=m.runtime,
+                    job=m.runtime,
                     instance=(
-                        f"{_slug(m.name)}-{i}:8000"
+                        f"{_slug(m.name)}-{i}:{PORTS[m.runtime]}"
                         if m.platform == "kubernetes"
-                        else f"gpu-node-{_slug(m.name)}-{i}:8000"
+                        else f"gpu-node-{_slug(m.name)}-{i}:{PORTS[m.runtime]}"
                     ),
                     pod=f"{_slug(m.name)}-{i}",
                     node=f"gpu-node-{_slug(m.name)}-{i}",

@@ -22,7 +22,7 @@ from diagnoser.core.durations import format_duration, parse_duration
 from diagnoser.errors import FileFieldError, read_yaml_mapping
 from diagnoser.hardware import presets as hardware
 from diagnoser.sim.engine import EngineConfig
-from diagnoser.sim.server import PROFILES, ApiServerConfig, Fault
+from diagnoser.sim.server import RUNTIMES, ApiServerConfig, Fault
 from diagnoser.sim.workload import Lengths, Rate, Workload
 
 PLATFORMS = ("kubernetes", "bare-metal")
@@ -71,6 +71,7 @@ class ModelScenario:
     instances: int = 1
     engines: int = 1
     version: str = "0.33"
+    runtime: str = "vllm"  # the serving engine: vllm or sglang
     dcgm: bool = True
     # kubernetes (namespace and pod labels, dcgm-exporter's pod mapping) or bare-metal
     platform: str = "kubernetes"
@@ -239,6 +240,7 @@ def _model(raw: Any, path: Path, where: str) -> ModelScenario:
         "instances",
         "engines",
         "version",
+        "runtime",
         "dcgm",
         "platform",
         "timeline",
@@ -286,9 +288,15 @@ def _model(raw: Any, path: Path, where: str) -> ModelScenario:
     platform = str(raw.get("platform", "kubernetes"))
     if platform not in PLATFORMS:
         raise ScenarioError(path, f"{where}.platform", f"must be one of {', '.join(PLATFORMS)}")
-    version = str(raw.get("version", "0.33"))
-    if version not in PROFILES:
-        raise ScenarioError(path, f"{where}.version", f"must be one of {', '.join(PROFILES)}")
+    runtime = str(raw.get("runtime", "vllm"))
+    if runtime not in RUNTIMES:
+        raise ScenarioError(path, f"{where}.runtime", f"must be one of {', '.join(RUNTIMES)}")
+    profiles = RUNTIMES[runtime]
+    version = str(raw.get("version", next(iter(profiles))))
+    if version not in profiles:
+        raise ScenarioError(
+            path, f"{where}.version", f"must be one of {', '.join(profiles)} for {runtime}"
+        )
     m = ModelScenario(
         name=str(raw["name"]),
         spec=spec,
@@ -302,6 +310,7 @@ def _model(raw: Any, path: Path, where: str) -> ModelScenario:
         instances=_count(raw.get("instances", 1), path, f"{where}.instances"),
         engines=_count(raw.get("engines", 1), path, f"{where}.engines"),
         version=version,
+        runtime=runtime,
         dcgm=bool(raw.get("dcgm", True)),
         platform=platform,
     )

@@ -1,10 +1,12 @@
-"""One vLLM server as Prometheus sees it: API server, engines, GPUs, and its /metrics.
+"""One vLLM or SGLang server as Prometheus sees it: API server, engines, GPUs, its /metrics.
 
 The API server tokenizes on a CPU budget (one process saturates near one core), rejects
 prompts longer than ``max_model_len`` with HTTP 400, and hands the rest to the least busy
 data-parallel engine. What the engines do becomes vLLM's metrics, named per version profile
 (:mod:`diagnoser.sim.vllm_metrics`); the API server adds prometheus-fastapi-instrumentator's
-HTTP families and, with one API-server process only, prometheus_client's ``process_*``.
+HTTP families and, with one API-server process only, prometheus_client's ``process_*``. An
+SGLang server (``runtime: sglang``) runs the same mechanics and exposes what SGLang 0.5 does
+instead (:mod:`diagnoser.sim.sglang_metrics`).
 
 A real server's ``/metrics`` carries no target labels: Prometheus adds ``job`` and
 ``instance`` (and service discovery ``namespace`` and ``pod``). The batch simulation writes
@@ -20,10 +22,14 @@ import numpy as np
 from diagnoser.core import families as F
 from diagnoser.core.exposition import Histogram, Recorder, labels_of
 from diagnoser.hardware.presets import GB, GpuSpec, ModelSpec
+from diagnoser.sim import sglang_metrics as sgm
 from diagnoser.sim.engine import CHAT, Engine, EngineConfig, Request
 from diagnoser.sim.vllm_metrics import PROFILES, EngineMetrics, record_api_server, record_engine
 
-__all__ = ["PROFILES", "ApiServerConfig", "Fault", "Server", "ServerSpec"]
+__all__ = ["PROFILES", "RUNTIMES", "ApiServerConfig", "Fault", "Server", "ServerSpec"]
+# Each runtime's version profiles: the release each is held to.
+RUNTIMES = {"vllm": PROFILES, "sglang": sgm.PROFILES}
+DETOKENIZE_CPU = 1e-5  # SGLang's detokenizer process, seconds per output token
 REQUEST_BYTES = 200  # JSON around the prompt: model, parameters, message framing
 BYTES_PER_TOKEN = 4
 
@@ -52,6 +58,7 @@ class ServerSpec:
     api: ApiServerConfig
     engines: int = 1
     version: str = "0.33"
+    runtime: str = "vllm"  # or "sglang"
     job: str = "vllm"
     instance: str = "vllm-0:8000"
     namespace: str = "llm"
@@ -98,7 +105,16 @@ class Server:
         self.engines = [
             Engine(self.s.spec, self.s.gpu, self.s.engine, start=t) for _ in range(self.s.engines)
         ]
-        self.em = [EngineMetrics(self.s.engine.max_model_len, self.s.version) for _ in self.engines]
+        if self.s.runtime == "sglang":
+            self.sched = [sgm.SchedulerMetrics() for _ in self.engines]
+            self.tok = sgm.TokenizerMetrics()
+            self.scrapes = 0
+            self.last_scrape = t
+            self.detok_cpu = 0.0
+        else:
+            self.em = [
+                EngineMetrics(self.s.engine.max_model_len, self.s.version) for _ in self.engines
+            ]
         self.cpu_seconds = 0.0
         self.cpu_free_at = t
         self.http = {}
@@ -186,11 +202,17 @@ class Server:
         if not self.up:
             return done
         api = self.s.api
-        for i, (engine, em) in enumerate(zip(self.engines, self.em, strict=True)):
+        for i, engine in enumerate(self.engines):
             st = engine.drain()
             self.busy[i] += st.busy_seconds
             self.cpu_seconds += st.generation_tokens * api.cpu_per_output_token
-            done += em.absorb(st, engine.cfg.block_size)
+            if self.s.runtime == "sglang":
+                self.sched[i].absorb(st)
+                self.tok.absorb(st)
+                self.detok_cpu += st.generation_tokens * DETOKENIZE_CPU
+                done += st.finished
+            else:
+                done += self.em[i].absorb(st, engine.cfg.block_size)
         for req in done:
             self._http(req, "2xx", req.last_token - req.arrival)
         self._flush_http()
@@ -219,6 +241,9 @@ class Server:
         if not self.up:
             return
         model = labels_of(model_name=self.s.model_name, **target)
+        if self.s.runtime == "sglang":
+            self._record_sglang(rec, t, model, target)
+            return
         for i, (engine, em) in enumerate(zip(self.engines, self.em, strict=True)):
             record_engine(rec, t, model, i, engine, em, len(self.engines))
         record_api_server(rec, t, model, self.s.version)
@@ -230,6 +255,23 @@ class Server:
             ):
                 rec.sample(fam.name, fam.type, fam.help, lb, t, value)
         self._record_http(rec, t, target)
+
+    def _record_sglang(
+        self, rec: Recorder, t: float, model: tuple[tuple[str, str], ...], target: dict[str, str]
+    ) -> None:
+        """SGLang's exposition: each scheduler (data-parallel rank), the tokenizer, the HTTP
+        middleware and the CPU monitors."""
+        interval = max(1.0, t - self.last_scrape)
+        self.last_scrape = t
+        self.scrapes += 1
+        dp = len(self.engines) > 1
+        for i, (engine, sm) in enumerate(zip(self.engines, self.sched, strict=True)):
+            pid = str(1000 + int(self.started_at) % 50000 + i)  # a process per scheduler
+            rank = str(i) if dp else None
+            sgm.record_scheduler(rec, t, model, engine, sm, interval, pid, rank)
+        sgm.record_tokenizer(rec, t, model, self.tok)
+        cpu = (self.cpu_seconds, self.detok_cpu)
+        sgm.record_http(rec, t, labels_of(**target), self.http, self.scrapes, cpu)
 
     def _record_http(self, rec: Recorder, t: float, target: dict[str, str]) -> None:
         handlers = sorted({CHAT, *self.http_duration})
@@ -275,7 +317,9 @@ class Server:
         other_mib = self.fault.other_process_gb * GB / 2**20
         board = BOARDS.get(s.gpu.name, DEFAULT_BOARD)
         gpus = max(1, s.engines) * s.engine.tensor_parallel
-        pods = {"namespace": s.namespace, "pod": s.pod, "container": "vllm"} if s.kubernetes else {}
+        pods = (
+            {"namespace": s.namespace, "pod": s.pod, "container": s.runtime} if s.kubernetes else {}
+        )
         for i in range(gpus):
             engine_idx = min(i // s.engine.tensor_parallel, len(self.busy) - 1)
             util = 0.0

@@ -65,7 +65,7 @@ class Site:
             matchers=(*self.config.selector, *matchers),
             by=by,
             window=window,
-            targets=(self.config.vllm_targets,),
+            targets=(self.config.vllm_targets, self.config.sglang_targets),
         )
 
     def runbook(self, playbook_id: str) -> str:

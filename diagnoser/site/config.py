@@ -39,13 +39,15 @@ class AlertOverride:
 
 @dataclass(frozen=True)
 class SiteConfig:
-    # Label matchers added to every vLLM and API-server selector, e.g. ['job="vllm"'].
+    # Label matchers added to every selector (vLLM, SGLang, API server), e.g. ['cluster="a"'].
     selector: tuple[str, ...] = ()
     # Labels kept in every aggregation besides model_name (e.g. ['cluster'] or ['namespace']),
     # so the same model served by two deployments is not summed together.
     group_labels: tuple[str, ...] = ()
     # Selects the scrape targets of vLLM servers for alerts on `up`.
     vllm_targets: str = 'job=~".*vllm.*"'
+    # The same for SGLang servers.
+    sglang_targets: str = 'job=~".*sglang.*"'
     # Stamped on every alert as annotations.runbook_url; {id} is the playbook id.
     runbook_url: str = DEFAULT_RUNBOOK_URL
     # An alert needs at least this many finished requests per second: idle models never alert.
@@ -73,6 +75,10 @@ class SiteConfig:
     @property
     def by(self) -> tuple[str, ...]:
         return (*self.group_labels, "model_name")
+
+    def targets(self, engine: str) -> str:
+        """The matcher that selects one engine's scrape targets (``vllm`` or ``sglang``)."""
+        return self.sglang_targets if engine == "sglang" else self.vllm_targets
 
     def runbook_for(self, playbook_id: str) -> str:
         return self.runbook_url.format(id=playbook_id)

@@ -53,6 +53,7 @@ def _vocabulary(ttft_slo: float, itl_slo: float) -> list[Signal]:
         *server.restarts(),
         *server.api_server(),
         *server.attributed(),
+        *server.engines(),
         *gpu.signals(),
         *slo.signals(ttft_slo, itl_slo),
         *probe.signals(),

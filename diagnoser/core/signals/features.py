@@ -4,6 +4,8 @@ between instances. Their families exist only with the option that turns the feat
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from diagnoser.core import promql as q
 from diagnoser.core.signals.base import Signal
 from diagnoser.core.signals.names import (
@@ -166,5 +168,11 @@ def kv_transfer() -> list[Signal]:
     ]
 
 
+# SGLang reports speculative decoding, hierarchical caching and disaggregation in families of
+# its own; these panels read vLLM's.
+SGLANG_GAP = "read from vLLM's optional-feature families; SGLang's own are not mapped"
+
+
 def signals() -> list[Signal]:
-    return [*speculative_decoding(), *kv_offload(), *kv_transfer()]
+    every = [*speculative_decoding(), *kv_offload(), *kv_transfer()]
+    return [replace(sig, sglang_gap=SGLANG_GAP) for sig in every]

@@ -43,6 +43,7 @@ def signals() -> list[Signal]:
             "Share of time any kernel ran on the model's GPUs (DCGM), mean; not compute used.",
             q.on_gpus(_gpu_util),
             ("dcgm_gpu_utilization", "avg"),
+            any_engine=True,
         ),
         s(
             "gpu_memory_used_bytes",
@@ -50,6 +51,7 @@ def signals() -> list[Signal]:
             "GPU framebuffer used (DCGM), the fullest GPU.",
             q.on_gpus(_gpu_fb_used, fn="max"),
             ("dcgm_fb_used_bytes", "max"),
+            any_engine=True,
         ),
         s(
             "gpu_memory_used_share",
@@ -57,6 +59,7 @@ def signals() -> list[Signal]:
             "GPU framebuffer used over total (DCGM), fullest GPU.",
             q.on_gpus(_gpu_fb_share, fn="max"),
             ("dcgm_fb_used", "share"),
+            any_engine=True,
         ),
         s(
             "gpu_power_watts",
@@ -65,6 +68,7 @@ def signals() -> list[Signal]:
             "clocks come down.",
             q.on_gpus(_plain(GPU_POWER), fn="sum"),
             ("dcgm_power_usage_watts", "sum"),
+            any_engine=True,
         ),
         s(
             "gpu_temperature_max",
@@ -72,6 +76,7 @@ def signals() -> list[Signal]:
             "GPU temperature (DCGM), the hottest of the model's GPUs.",
             q.on_gpus(_plain(GPU_TEMP), fn="max"),
             ("dcgm_gpu_temp_celsius", "max"),
+            any_engine=True,
         ),
         s(
             "gpu_sm_clock_min",
@@ -80,6 +85,7 @@ def signals() -> list[Signal]:
             "is throttled (power or heat).",
             q.on_gpus(_plain(GPU_SM_CLOCK, " * 1000000"), fn="min"),
             ("dcgm_sm_clock_hertz", "min"),
+            any_engine=True,
         ),
         s(
             "gpu_xid_last",
@@ -87,5 +93,6 @@ def signals() -> list[Signal]:
             "The last XID error code of the model's GPUs (DCGM), the highest; 0 means none.",
             q.on_gpus(_plain(GPU_XID), fn="max"),
             ("dcgm_xid_errors", "max"),
+            any_engine=True,
         ),
     ]

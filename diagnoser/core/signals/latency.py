@@ -3,9 +3,15 @@ request's life (queue, prefill, decode, outside the engine)."""
 
 from __future__ import annotations
 
+from diagnoser.core import families_sglang as SG
 from diagnoser.core import promql as q
+from diagnoser.core import promql_sglang as sg
 from diagnoser.core.signals.base import Signal, latency
 from diagnoser.core.signals.names import DECODE, E2E, ITL, PREFILL, PROMPT, QUEUE, TPOT, TTFT
+
+# SGLang times the prefill from a request's first forward to its last prompt chunk.
+PREFILL_STAGE = ('stage="prefill_forward"',)
+SGLANG_PREFILL_MEAN = sg.hist_mean(SG.STAGE, PREFILL_STAGE)
 
 
 def signals() -> list[Signal]:
@@ -16,14 +22,18 @@ def signals() -> list[Signal]:
             TTFT,
             "Time to first token (server side, from arrival)",
             "vllm_time_to_first_token_seconds",
+            SG.TTFT,
         ),
         *latency(
             "itl",
             ITL,
             "Inter-token latency (gap between output tokens)",
             "vllm_inter_token_latency_seconds",
+            SG.ITL,
         ),
-        *latency("e2e", E2E, "End-to-end request latency", "vllm_e2e_request_latency_seconds"),
+        *latency(
+            "e2e", E2E, "End-to-end request latency", "vllm_e2e_request_latency_seconds", SG.E2E
+        ),
     ]
     out += [
         *(
@@ -34,6 +44,7 @@ def signals() -> list[Signal]:
                 "percentile.",
                 q.quantile(p / 100, *TPOT),
                 ("vllm_request_time_per_output_token_seconds", f"p{p}"),
+                sglang=sg.quantile(p / 100, SG.TPOT),
             )
             for p in (50, 95, 99)
         ),
@@ -43,6 +54,7 @@ def signals() -> list[Signal]:
             "Time per output token, mean over finished requests.",
             q.hist_mean(*TPOT),
             ("vllm_request_time_per_output_token_seconds", "mean"),
+            sglang=sg.hist_mean(SG.TPOT),
         ),
         s(
             "queue_time_mean",
@@ -50,6 +62,7 @@ def signals() -> list[Signal]:
             "Time a request waits in the engine's queue, mean.",
             q.hist_mean(QUEUE),
             ("vllm_request_queue_time_seconds", "mean"),
+            sglang=sg.hist_mean(SG.QUEUE),
         ),
         *(
             s(
@@ -58,6 +71,7 @@ def signals() -> list[Signal]:
                 f"Time a request waits in the engine's queue, {p}th percentile.",
                 q.quantile(p / 100, QUEUE),
                 ("vllm_request_queue_time_seconds", f"p{p}"),
+                sglang=sg.quantile(p / 100, SG.QUEUE),
             )
             for p in (50, 95, 99)
         ),
@@ -67,6 +81,7 @@ def signals() -> list[Signal]:
             "Time from scheduling to the first token (prefill), mean.",
             q.hist_mean(PREFILL),
             ("vllm_request_prefill_time_seconds", "mean"),
+            sglang=SGLANG_PREFILL_MEAN,
         ),
         s(
             "prefill_time_p95",
@@ -74,13 +89,16 @@ def signals() -> list[Signal]:
             "Prefill time, 95th percentile.",
             q.quantile(0.95, PREFILL),
             ("vllm_request_prefill_time_seconds", "p95"),
+            sglang=sg.quantile(0.95, SG.STAGE, PREFILL_STAGE),
         ),
         s(
             "decode_time_mean",
             "s",
-            "Time from the first to the last token (decode), mean.",
+            "Time from the first to the last token (decode), mean. SGLang: mean e2e minus mean "
+            "TTFT (it has no decode-time histogram).",
             q.hist_mean(DECODE),
             ("vllm_request_decode_time_seconds", "mean"),
+            sglang=q.difference(sg.hist_mean(SG.E2E), sg.hist_mean(SG.TTFT)),
         ),
         *(
             s(
@@ -89,6 +107,7 @@ def signals() -> list[Signal]:
                 f"Time from the first to the last token (decode), {p}th percentile.",
                 q.quantile(p / 100, DECODE),
                 ("vllm_request_decode_time_seconds", f"p{p}"),
+                sglang_gap="SGLang has no decode-time histogram",
             )
             for p in (50, 95, 99)
         ),
@@ -100,6 +119,9 @@ def signals() -> list[Signal]:
             "at the finish, so during a sharp change the two lag by a request's decode time.",
             q.difference(q.hist_mean(TTFT), q.total(q.hist_mean(QUEUE), q.hist_mean(PREFILL))),
             ("vllm_frontend_time_seconds", "mean"),
+            sglang=q.difference(
+                sg.hist_mean(SG.TTFT), q.total(sg.hist_mean(SG.QUEUE), SGLANG_PREFILL_MEAN)
+            ),
         ),
         s(
             "prefill_seconds_per_prompt_token",
@@ -108,6 +130,7 @@ def signals() -> list[Signal]:
             "than the prompt (attention at long context).",
             q.ratio(q.hist_mean(PREFILL), q.hist_mean(PROMPT)),
             ("vllm_prefill_seconds_per_prompt_token", "mean"),
+            sglang=q.ratio(SGLANG_PREFILL_MEAN, sg.hist_mean(SG.PROMPT)),
         ),
     ]
     return out

@@ -3,7 +3,9 @@ the probe is a target of its own, often outside the cluster."""
 
 from __future__ import annotations
 
+from diagnoser.core import families_sglang as SG
 from diagnoser.core import promql as q
+from diagnoser.core import promql_sglang as sg
 from diagnoser.core.signals.base import Signal
 from diagnoser.core.signals.names import PROBE_E2E, PROBE_ITL, PROBE_REQUESTS, PROBE_TTFT, TTFT
 
@@ -29,6 +31,7 @@ def signals() -> list[Signal]:
             "Client-side TTFT (probe), median over prompt buckets.",
             _probe_quantile(0.5, PROBE_TTFT, by_bucket=False),
             ("llm_probe_ttft_seconds", "p50"),
+            any_engine=True,
         ),
         s(
             "probe_ttft_p95",
@@ -36,6 +39,7 @@ def signals() -> list[Signal]:
             "Client-side TTFT (probe), 95th percentile.",
             _probe_quantile(0.95, PROBE_TTFT, by_bucket=False),
             ("llm_probe_ttft_seconds", "p95"),
+            any_engine=True,
         ),
         s(
             "probe_ttft_p50_by_bucket",
@@ -43,6 +47,7 @@ def signals() -> list[Signal]:
             "Client-side TTFT median per prompt-length bucket.",
             _probe_quantile(0.5, PROBE_TTFT, by_bucket=True),
             ("llm_probe_ttft_seconds_by_bucket", "p50"),
+            any_engine=True,
         ),
         s(
             "probe_ttft_p95_by_bucket",
@@ -50,6 +55,7 @@ def signals() -> list[Signal]:
             "Client-side TTFT p95 per prompt-length bucket.",
             _probe_quantile(0.95, PROBE_TTFT, by_bucket=True),
             ("llm_probe_ttft_seconds_by_bucket", "p95"),
+            any_engine=True,
         ),
         s(
             "probe_itl_p95_by_bucket",
@@ -57,6 +63,7 @@ def signals() -> list[Signal]:
             "Client-side ITL p95 per prompt-length bucket.",
             _probe_quantile(0.95, PROBE_ITL, by_bucket=True),
             ("llm_probe_itl_seconds_by_bucket", "p95"),
+            any_engine=True,
         ),
         s(
             "probe_e2e_p50",
@@ -64,6 +71,7 @@ def signals() -> list[Signal]:
             "Client-side end-to-end latency (probe), median.",
             _probe_quantile(0.5, PROBE_E2E, by_bucket=False),
             ("llm_probe_e2e_seconds", "p50"),
+            any_engine=True,
         ),
         s(
             "probe_error_share",
@@ -74,6 +82,7 @@ def signals() -> list[Signal]:
                 q.on_probe(q.counter_rate(PROBE_REQUESTS)),
             ),
             ("llm_probe_requests_failed", "share"),
+            any_engine=True,
         ),
         s(
             "ttft_outside_engine",
@@ -86,6 +95,10 @@ def signals() -> list[Signal]:
                 q.quantile(0.95, TTFT),
             ),
             ("llm_probe_ttft_outside_engine_seconds", "p95"),
+            sglang=q.difference(
+                lambda sc: q.agg("min", sc, _probe_quantile(0.95, PROBE_TTFT, by_bucket=True)(sc)),
+                sg.quantile(0.95, SG.TTFT),
+            ),
         ),
         s(
             "probe_first_token_share_of_e2e",
@@ -95,5 +108,6 @@ def signals() -> list[Signal]:
             "proxy); long prompts' prefill alone does not raise it.",
             _first_token_share,
             ("llm_probe_ttft_over_e2e", "ratio"),
+            any_engine=True,
         ),
     ]

@@ -3,7 +3,9 @@ engine steps."""
 
 from __future__ import annotations
 
+from diagnoser.core import families_sglang as SG
 from diagnoser.core import promql as q
+from diagnoser.core import promql_sglang as sg
 from diagnoser.core.buckets import le_label
 from diagnoser.core.signals.base import Signal
 from diagnoser.core.signals.names import (
@@ -20,10 +22,14 @@ from diagnoser.core.signals.names import (
     WAITING,
     WAITING_BY_REASON,
 )
-from diagnoser.core.signals.traffic import REQUEST_RATE
+from diagnoser.core.signals.traffic import REQUEST_RATE, SGLANG_REQUEST_RATE
 
-# A prompt this long is a long prefill: the 1-2-5 token buckets' first bound above 4096.
+# A prompt this long is a long prefill: the 1-2-5 token buckets' first bound above 4096 (and a
+# bound of SGLang's token buckets).
 LONG_PREFILL = le_label(5000)
+# Retractions are SGLang's preemptions: a running request's KV freed, to be recomputed.
+SGLANG_RETRACTIONS = sg.or_zero(sg.counter_rate(SG.RETRACTIONS))
+NO_STEP_TOKENS = "SGLang exports no histogram of tokens per engine step"
 
 
 def signals() -> list[Signal]:
@@ -35,6 +41,7 @@ def signals() -> list[Signal]:
             "Engines reporting (one per data-parallel rank of each server), counted now.",
             q.gauge("count", RUNNING),
             ("vllm_engines", "count"),
+            sglang=sg.gauge("count", SG.RUNNING),
         ),
         s(
             "requests_running",
@@ -43,6 +50,7 @@ def signals() -> list[Signal]:
             q.gauge("sum", RUNNING),
             ("vllm_num_requests_running", "sum"),
             per_instance=True,
+            sglang=sg.gauge("sum", SG.RUNNING),
         ),
         s(
             "requests_waiting",
@@ -51,6 +59,7 @@ def signals() -> list[Signal]:
             q.gauge("sum", WAITING),
             ("vllm_num_requests_waiting", "sum"),
             per_instance=True,
+            sglang=sg.gauge("sum", SG.WAITING),
         ),
         s(
             "requests_waiting_by_reason",
@@ -58,21 +67,25 @@ def signals() -> list[Signal]:
             "Waiting requests by reason: capacity or deferred (vLLM >= 0.20).",
             q.gauge_by("sum", WAITING_BY_REASON, "reason"),
             ("vllm_num_requests_waiting_by_reason", "sum"),
+            sglang_gap="SGLang does not say why a request waits",
         ),
         s(
             "kv_cache_usage",
             "ratio",
-            "KV-cache blocks in use (0-1), the fullest engine.",
+            "KV-cache blocks in use (0-1), the fullest engine (SGLang: sglang:token_usage, "
+            "the fullest of its token pools).",
             q.gauge("max", *KV_USAGE),
             ("vllm_kv_cache_usage", "max"),
             per_instance=True,
+            sglang=sg.gauge("max", SG.TOKEN_USAGE),
         ),
         s(
             "preemptions_rate",
             "1/s",
-            "Preemptions per second (preempted requests recompute).",
+            "Preemptions per second (preempted requests recompute); SGLang's retractions.",
             q.counter_rate(PREEMPTIONS),
             ("vllm_num_preemptions", "rate"),
+            sglang=SGLANG_RETRACTIONS,
         ),
         s(
             "preemptions_per_request",
@@ -80,6 +93,7 @@ def signals() -> list[Signal]:
             "Preemptions per finished request.",
             q.ratio(q.counter_rate(PREEMPTIONS), REQUEST_RATE),
             ("vllm_num_preemptions_per_request", "ratio"),
+            sglang=q.ratio(SGLANG_RETRACTIONS, SGLANG_REQUEST_RATE),
         ),
         s(
             "output_batch_tokens_mean",
@@ -90,6 +104,7 @@ def signals() -> list[Signal]:
             "whole, in the batch that ends its prefill; steps with no output are not counted.",
             q.hist_mean(STEP_TOKENS),
             ("vllm_iteration_tokens", "mean"),
+            sglang_gap=NO_STEP_TOKENS,
         ),
         s(
             "output_batch_tokens_p99",
@@ -97,6 +112,7 @@ def signals() -> list[Signal]:
             "Tokens per engine output batch, 99th percentile (16384 means more).",
             q.quantile(0.99, STEP_TOKENS),
             ("vllm_iteration_tokens", "p99"),
+            sglang_gap=NO_STEP_TOKENS,
         ),
         s(
             "output_batches_rate",
@@ -104,29 +120,34 @@ def signals() -> list[Signal]:
             "Engine steps per second that produced output (one observation each).",
             q.hist_rate(STEP_TOKENS),
             ("vllm_iteration_steps", "rate"),
+            sglang_gap=NO_STEP_TOKENS,
         ),
         s(
             "long_prefills_rate",
             "1/s",
             "Requests per second whose prefill computed more than 5000 prompt tokens, cached "
             "ones excluded (vllm:request_prefill_kv_computed_tokens, vLLM >= 0.13; before, "
-            "the prompt length). Observed as each finishes.",
+            "the prompt length; SGLang: sglang:uncached_prompt_tokens_histogram). Observed as "
+            "each finishes.",
             q.either(
                 q.rate_above(PREFILL_COMPUTED, LONG_PREFILL),
                 q.rate_above(PROMPT, LONG_PREFILL),
             ),
             ("vllm_request_prefill_computed_over_5000", "rate"),
+            sglang=sg.rate_above(SG.PROMPT_UNCACHED, LONG_PREFILL),
         ),
         s(
             "prompt_tokens_computed_rate",
             "tokens/s",
             "Prompt tokens prefilled per second, prefix-cache hits excluded "
-            "(vllm:prompt_tokens_by_source_total, vLLM >= 0.16; before, all prompt tokens).",
+            "(vllm:prompt_tokens_by_source_total, vLLM >= 0.16; before, all prompt tokens; "
+            "SGLang: sglang:uncached_prompt_tokens_histogram's sum, as requests finish).",
             q.either(
                 q.counter_rate(PROMPT_TOKENS_BY_SOURCE, extra=('source="local_compute"',)),
                 q.counter_rate(PROMPT_TOKENS),
             ),
             ("vllm_prompt_tokens_computed", "rate"),
+            sglang=sg.hist_sum_rate(SG.PROMPT_UNCACHED),
         ),
         s(
             "prefix_cache_hit_rate",
@@ -134,5 +155,8 @@ def signals() -> list[Signal]:
             "Share of prompt tokens served from the prefix cache.",
             q.ratio(q.counter_rate(*PREFIX_HITS), q.counter_rate(*PREFIX_QUERIES)),
             ("vllm_prefix_cache_hit", "ratio"),
+            sglang=q.ratio(
+                sg.or_zero(sg.counter_rate(SG.CACHED_TOKENS)), sg.counter_rate(SG.PROMPT_TOKENS)
+            ),
         ),
     ]

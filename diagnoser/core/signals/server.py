@@ -4,7 +4,9 @@ their target on (job, instance)."""
 
 from __future__ import annotations
 
+from diagnoser.core import families_sglang as SG
 from diagnoser.core import promql as q
+from diagnoser.core import promql_sglang as sg
 from diagnoser.core.signals.base import TARGET, Signal
 from diagnoser.core.signals.names import (
     HTTP_DURATION,
@@ -55,6 +57,7 @@ def restarts() -> list[Signal]:
             q.either(q.on_targets(_api_restarts), q.counter_resets(SUCCESS)),
             ("vllm_restarts", "changes"),
             per_instance=True,
+            sglang=sg.counter_resets(SG.REALTIME_TOKENS),
         )
     ]
 
@@ -72,6 +75,7 @@ def api_server() -> list[Signal]:
             "HTTP requests per second on the completion handlers.",
             api_requests(None),
             ("vllm_http_requests", "rate"),
+            sglang=sg.http_responses(None),
         ),
         s(
             "http_4xx_share",
@@ -79,6 +83,7 @@ def api_server() -> list[Signal]:
             "Share of completion requests answered 4xx (e.g. too long).",
             q.ratio(api_requests("4xx"), api_requests(None)),
             ("vllm_http_requests_4xx", "share"),
+            sglang=q.ratio(sg.or_zero(sg.http_responses("4")), sg.http_responses(None)),
         ),
         s(
             "http_5xx_share",
@@ -86,6 +91,7 @@ def api_server() -> list[Signal]:
             "Share of completion requests answered 5xx.",
             q.ratio(api_requests("5xx"), api_requests(None)),
             ("vllm_http_requests_5xx", "share"),
+            sglang=q.ratio(sg.or_zero(sg.http_responses("5")), sg.http_responses(None)),
         ),
         s(
             "http_requests_by_handler_status",
@@ -94,6 +100,7 @@ def api_server() -> list[Signal]:
             "server's /metrics, /health and /ping are not counted).",
             q.on_targets(_per_target(HTTP_REQUESTS), extra_by=_BY_STATUS),
             ("vllm_http_requests_by_handler_status", "rate"),
+            sglang_gap="reads the vLLM API server's http_* families (SGLang's are sglang:http_*)",
         ),
         s(
             "http_duration_mean_by_handler",
@@ -104,6 +111,7 @@ def api_server() -> list[Signal]:
                 q.on_targets(_per_target(f"{HTTP_DURATION}_count"), extra_by=_BY),
             ),
             ("vllm_http_request_duration_seconds_by_handler", "mean"),
+            sglang_gap="reads the vLLM API server's http_* families (SGLang's are sglang:http_*)",
         ),
         s(
             "api_server_cpu",
@@ -112,6 +120,7 @@ def api_server() -> list[Signal]:
             q.on_targets(_api_cpu, fn="max"),
             ("vllm_api_server_cpu", "max"),
             per_instance=True,
+            sglang=sg.tokenizer_cpu(),
         ),
     ]
 
@@ -125,7 +134,7 @@ def _targets(down: bool) -> q.Expr:
     them that are down now."""
 
     def build(scope: q.Scope) -> str:
-        up = q.selector(UP, (*scope.target_matchers(), *scope.targets))
+        up = q.up(scope)
         each = f"({up} == bool 0)" if down else f"({up} >= bool 0)"
         keep = scope.group_labels()
         keys = ", ".join(("job", "instance", *keep))
@@ -141,20 +150,43 @@ def attributed() -> list[Signal]:
         Signal(
             "targets_down",
             "targets",
-            f"The model's vLLM targets that are down (scrape failing); a target belongs to the "
+            f"The model's targets that are down (scrape failing); a target belongs to the "
             f"model it served within the last {TARGET_MEMORY} (diagnose remembers the lookback).",
             _targets(down=True),
             ("up_down", "sum"),
             attributed=True,
+            any_engine=True,
         ),
         Signal(
             "targets_total",
             "targets",
-            "The model's vLLM targets, up or down.",
+            "The model's targets, up or down.",
             _targets(down=False),
             ("up_targets", "sum"),
             attributed=True,
+            any_engine=True,
         ),
+    ]
+
+
+def _sglang_servers(scope: q.Scope) -> str:
+    keys = ", ".join((*scope.by, *(x for x in ("job", "instance") if x not in scope.by)))
+    one = f"group by ({keys}) ({q.selector(SG.RUNNING.name, scope.matchers)})"
+    return q.agg("sum", scope, one)
+
+
+def engines() -> list[Signal]:
+    """Which engine serves a model: diagnose says what SGLang cannot tell, and why."""
+    return [
+        Signal(
+            "sglang_servers",
+            "servers",
+            "The model's SGLang servers (scrape targets exporting sglang:num_running_reqs); "
+            "none where only vLLM serves it.",
+            _sglang_servers,
+            ("sglang_servers", "sum"),
+            engine="sglang",
+        )
     ]
 
 
@@ -163,9 +195,25 @@ def targets() -> list[Signal]:
         Signal(
             "target_up",
             "ratio",
-            "Scrape health of each target (1 up, 0 down).",
-            lambda sc: f"max by (job, instance) ({q.selector(UP, sc.target_matchers())})",
+            "Scrape health of each vLLM target (1 up, 0 down).",
+            _target_up,
             ("up", "max"),
             by=TARGET,
-        )
+            engine="vllm",
+            sglang_gap="only vLLM's targets are judged: the check stands for vLLM's refusal to "
+            "start when one max_model_len sequence does not fit the KV cache",
+        ),
+        Signal(
+            "sglang_target_up",
+            "ratio",
+            "Scrape health of each SGLang target (1 up, 0 down).",
+            _target_up,
+            ("sglang_up", "max"),
+            by=TARGET,
+            engine="sglang",
+        ),
     ]
+
+
+def _target_up(scope: q.Scope) -> str:
+    return f"max by (job, instance) ({q.selector(UP, scope.target_matchers())})"

@@ -4,10 +4,13 @@ stalled streams, and goodput."""
 from __future__ import annotations
 
 from diagnoser.core import buckets
+from diagnoser.core import families_sglang as SG
 from diagnoser.core import promql as q
-from diagnoser.core.signals.base import ITL_STALL, Signal
+from diagnoser.core import promql_sglang as sg
+from diagnoser.core.family import Family
+from diagnoser.core.signals.base import ITL_STALL, SGLANG_ITL_STALL, Signal
 from diagnoser.core.signals.names import ITL, TTFT
-from diagnoser.core.signals.traffic import REQUEST_RATE
+from diagnoser.core.signals.traffic import REQUEST_RATE, SGLANG_REQUEST_RATE
 
 
 def slo_attainment(
@@ -22,11 +25,27 @@ def slo_attainment(
     return q.either(*(q.bucket_share(n, le) for n in names))
 
 
+def sglang_attainment(fam: Family, threshold: float) -> tuple[q.Expr | None, str]:
+    """SGLang's share at or below ``threshold``, or None and why (not one of its bounds)."""
+    assert isinstance(fam.buckets, tuple)
+    if threshold not in fam.buckets:
+        near = ", ".join(buckets.le_label(b) for b in fam.buckets)
+        return None, f"{threshold:g} s is not a bound of SGLang's {fam.name} ({near})"
+    return sg.bucket_share(fam, buckets.le_label(threshold)), ""
+
+
 def signals(ttft_slo: float, itl_slo: float) -> list[Signal]:
     s = Signal
     ttft_slo_expr = slo_attainment(TTFT, ttft_slo, buckets.TTFT_BUCKETS)
     itl_slo_expr = slo_attainment(ITL, itl_slo, buckets.ITL_BUCKETS)
     stall_expr = slo_attainment(ITL, ITL_STALL, buckets.ITL_BUCKETS)
+    sg_ttft, ttft_gap = sglang_attainment(SG.TTFT, ttft_slo)
+    sg_itl, itl_gap = sglang_attainment(SG.ITL, itl_slo)
+    sg_stall, _ = sglang_attainment(SG.ITL, SGLANG_ITL_STALL)
+    assert sg_stall is not None
+    goodput = None
+    if sg_ttft is not None and sg_itl is not None:
+        goodput = _product(SGLANG_REQUEST_RATE, sg_ttft, sg_itl)
     return [
         s(
             "ttft_slo_attainment",
@@ -34,6 +53,8 @@ def signals(ttft_slo: float, itl_slo: float) -> list[Signal]:
             f"Share of requests with TTFT <= {ttft_slo:g} s (a bucket boundary).",
             ttft_slo_expr,
             ("vllm_time_to_first_token_seconds", "slo_attainment"),
+            sglang=sg_ttft,
+            sglang_gap=ttft_gap,
         ),
         s(
             "itl_slo_attainment",
@@ -41,24 +62,34 @@ def signals(ttft_slo: float, itl_slo: float) -> list[Signal]:
             f"Share of output tokens with ITL <= {itl_slo:g} s (a bucket boundary).",
             itl_slo_expr,
             ("vllm_inter_token_latency_seconds", "slo_attainment"),
+            sglang=sg_itl,
+            sglang_gap=itl_gap,
         ),
         s(
             "itl_stall_share",
             "ratio",
-            f"Share of output tokens that came more than {ITL_STALL:g} s after the previous one: "
-            "stalled streams, counted even when too few to move the ITL p99.",
+            f"Share of output tokens that came more than {ITL_STALL:g} s after the previous one "
+            f"(SGLang: {SGLANG_ITL_STALL:g} s, the bound its ITL histogram has): stalled "
+            "streams, counted even when too few to move the ITL p99.",
             lambda sc: f"1 - ({stall_expr(sc)})",
             ("vllm_inter_token_latency_seconds", "stall_share"),
+            sglang=lambda sc: f"1 - ({sg_stall(sc)})",
         ),
         s(
             "goodput_rate",
             "req/s",
             "Requests per second meeting the TTFT SLO, scaled by the ITL SLO attainment "
             "(an estimate: vLLM exposes the two distributions separately).",
-            lambda sc: f"({REQUEST_RATE(sc)}) * ({ttft_slo_expr(sc)}) * ({itl_slo_expr(sc)})",
+            _product(REQUEST_RATE, ttft_slo_expr, itl_slo_expr),
             ("vllm_goodput", "rate"),
+            sglang=goodput,
+            sglang_gap=ttft_gap or itl_gap,
         ),
     ]
+
+
+def _product(*exprs: q.Expr) -> q.Expr:
+    return lambda sc: " * ".join(f"({e(sc)})" for e in exprs)
 
 
 # --- the SLIs' error ratios (what the burn-rate rules record) ---------------------------------
@@ -92,10 +123,30 @@ def latency_error_ratio(
     return lambda scope: f"1 - ({attainment(scope)})"
 
 
+def sglang_availability_error_ratio() -> q.Expr:
+    """SGLang's failed inference requests: HTTP 5xx over all inference responses (it counts
+    no engine errors apart); without HTTP metrics, none failed of those it finished."""
+    failed, answered = sg.http_responses("5"), sg.http_responses(None)
+
+    def build(scope: q.Scope) -> str:
+        f, h, n = failed(scope), answered(scope), SGLANG_REQUEST_RATE(scope)
+        return f"(({f}) or ({h}) * 0 or ({n}) * 0) / ((({h}) or ({n})) > 0)"
+
+    return build
+
+
 def error_ratio(sli: str, ttft_seconds: float, itl_seconds: float) -> q.Expr:
-    """The error ratio of an SLI (``availability``, ``ttft`` or ``itl``) at these thresholds."""
+    """The error ratio of an SLI (``availability``, ``ttft`` or ``itl``) at these thresholds,
+    from either engine (SGLang's latency SLIs where the threshold is one of its bounds)."""
     if sli == "availability":
-        return availability_error_ratio()
+        return q.either(availability_error_ratio(), sglang_availability_error_ratio())
     if sli == "ttft":
-        return latency_error_ratio(TTFT, ttft_seconds, buckets.TTFT_BUCKETS)
-    return latency_error_ratio(ITL, itl_seconds, buckets.ITL_BUCKETS)
+        vllm = latency_error_ratio(TTFT, ttft_seconds, buckets.TTFT_BUCKETS)
+        other, _ = sglang_attainment(SG.TTFT, ttft_seconds)
+    else:
+        vllm = latency_error_ratio(ITL, itl_seconds, buckets.ITL_BUCKETS)
+        other, _ = sglang_attainment(SG.ITL, itl_seconds)
+    if other is None:
+        return vllm
+    sglang = other
+    return q.either(vllm, lambda scope: f"1 - ({sglang(scope)})")

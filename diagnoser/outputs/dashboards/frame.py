@@ -64,9 +64,23 @@ def custom(name: str, label: str, values: list[str], default: str) -> Template:
     return Template(name=name, label=label, type="custom", query=",".join(values), default=default)
 
 
+# The serving engine (vLLM, SGLang): the job, model and instance choices are its servers'.
+ENGINE_VARIABLE = Template(
+    name="serving_engine",
+    label="Engine",
+    type="custom",
+    query="vllm,sglang",
+    includeAll=True,
+    multi=True,
+    default="$__all",
+)
+# Each engine's running gauge: one series per model and server.
+SERVING = '__name__=~"(${serving_engine:regex}):num_(requests_running|running_reqs)"'
+
+
 def variables(site: Site, extra: tuple[Template, ...] = ()) -> Templating:
     def chained(name: str, *matchers: str) -> Template:
-        parts = ", ".join((*site.config.selector, *matchers))
+        parts = ", ".join((SERVING, *site.config.selector, *matchers))
         template = Template(
             name=name,
             label=name,
@@ -75,9 +89,7 @@ def variables(site: Site, extra: tuple[Template, ...] = ()) -> Templating:
             multi=True,
             allValue=".*",
             refresh=2,
-            query=f"label_values(vllm:num_requests_running{{{parts}}}, {name})"
-            if parts
-            else f"label_values(vllm:num_requests_running, {name})",
+            query=f"label_values({{{parts}}}, {name})",
         )
         template._current = dict(ALL)  # every value until one is chosen
         return template
@@ -89,6 +101,7 @@ def variables(site: Site, extra: tuple[Template, ...] = ()) -> Templating:
     return Templating(
         list=[
             Template(name="datasource", label="Data source", type="datasource", query="prometheus"),
+            ENGINE_VARIABLE,
             chained("job"),
             chained("model_name", 'job=~"$job"'),
             chained("instance", 'job=~"$job"', 'model_name=~"$model_name"'),

@@ -187,7 +187,8 @@ def build(site: Site) -> Dashboard:
                 "One row per engine: block size, KV dtype, memory share, and KV capacity "
                 "(kv_cache_size_tokens, vLLM >= 0.24; num_gpu_blocks is summed over a server's "
                 "data-parallel engines). Engines of one model that differ here are a partial "
-                "rollout.",
+                "rollout. vLLM only: SGLang exports its KV capacity as "
+                "sglang:max_total_num_tokens.",
                 (CACHE_CONFIG, "vllm:num_requests_running"),
             ),
             transformations=[

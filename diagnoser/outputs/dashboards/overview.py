@@ -5,7 +5,9 @@ from __future__ import annotations
 
 from grafanalib.core import Dashboard, Stat, Table
 
+from diagnoser.core import families_sglang as SG
 from diagnoser.core import promql as q
+from diagnoser.core import promql_sglang as sg
 from diagnoser.core.signals.names import E2E, ITL, LORA_INFO, TTFT
 from diagnoser.outputs.dashboards import models, slo_row
 from diagnoser.outputs.dashboards.frame import FIRING_ALERTS, dashboard
@@ -31,8 +33,10 @@ UID = "servediag-overview"
 def slo_expr(board: Board, kind: str) -> str:
     scope = board.site.scope(window=RATE, matchers=FLEET)
     if kind == "ttft":
-        return q.bucket_share(TTFT, "$ttft_slo")(scope)
-    return q.either(*(q.bucket_share(name, "$itl_slo") for name in ITL))(scope)
+        vllm = q.bucket_share(TTFT, "$ttft_slo")
+        return q.either(vllm, sg.bucket_share(SG.TTFT, "$ttft_slo"))(scope)
+    vllm = q.either(*(q.bucket_share(name, "$itl_slo") for name in ITL))
+    return q.either(vllm, sg.bucket_share(SG.ITL, "$itl_slo"))(scope)
 
 
 def slo_stat(grid: Board, title: str, kind: str) -> Stat:
@@ -46,8 +50,9 @@ def slo_stat(grid: Board, title: str, kind: str) -> Stat:
         thresholds=steps("red", ("orange", 0.9), ("green", 0.99)),
         description=grid.describe(
             "Share of requests (TTFT) or output tokens (ITL) at or under the SLO chosen above; "
-            "thresholds are vLLM's bucket bounds, so no interpolation. Below the objective the "
-            "error budget burns: see the SLO row.",
+            "thresholds are vLLM's bucket bounds, so no interpolation. SGLang's models show "
+            "where the threshold is one of SGLang's bounds too (TTFT 1 s, 2 s, ...; ITL 0.1 s, "
+            "0.2 s, ...). Below the objective the error budget burns: see the SLO row.",
             families,
         ),
     )
@@ -313,7 +318,8 @@ def lora(g: Board) -> list[object]:
                 "Per server, the adapters running and waiting and the slots for them (max_lora), "
                 "as last reported. Adapters waiting while as many run as max_lora allows: "
                 "requests wait for an adapter slot, not for the GPU; raise --max-loras or "
-                "spread the adapters over servers.",
+                "spread the adapters over servers. vLLM only: SGLang exports no adapter "
+                "series.",
                 (LORA_INFO,),
             ),
             transformations=[

@@ -35,7 +35,10 @@ def build(site: Site) -> Dashboard:
                         f"{pb.id}: {name}",
                         [g.target(name, "{{model_name}}", "A")],
                         unit=g.unit(name),
-                        description=g.describe(f"{pb.title}. {g.help(name)}", g.families(name)),
+                        description=g.describe(
+                            f"{pb.title}. {g.help(name)}" + g.engines_note([name]),
+                            g.families(name),
+                        ),
                         h=7,
                         panel_id=pid,
                     )

@@ -107,6 +107,14 @@ class Board:
         names = ", ".join(dict.fromkeys(families))
         return f"{text} Metrics: {names}." if names else text
 
+    def engines_note(self, signals: Sequence[str]) -> str:
+        """A note saying the panel is vLLM only, and why, when a signal has no SGLang series
+        (it stays empty on SGLang's models); else "". Scrape health (``up``) is every
+        target's."""
+        sigs = [self.site.vocabulary[s] for s in signals]
+        gaps = [s.sglang_gap for s in sigs if not s.on_sglang and not s.target_level]
+        return f" vLLM only: {gaps[0]}." if gaps else ""
+
     def families(self, *signals: str) -> list[str]:
         return [f for s in signals for f in self.site.vocabulary[s].families]
 
@@ -218,7 +226,10 @@ def stat(
         [board.target(signal, "{{model_name}}", "A", window=window, instant=instant)],
         unit=board.unit(signal),
         thresholds=steps("green", *(thresholds or [])),
-        description=board.describe(description or board.help(signal), board.families(signal)),
+        description=board.describe(
+            (description or board.help(signal)) + board.engines_note([signal]),
+            board.families(signal),
+        ),
         instant=instant,
     )
 
@@ -284,7 +295,8 @@ def series(
         ],
         unit=board.unit(first),
         description=board.describe(
-            description or board.help(first), board.families(*(s for s, _ in signals))
+            (description or board.help(first)) + board.engines_note([s for s, _ in signals]),
+            board.families(*(s for s, _ in signals)),
         ),
         w=w,
         stack=stack,
@@ -304,6 +316,8 @@ def heatmap(
     bucket, as the histogram's own buckets (Grafana calculates nothing). Several families
     are renames of one histogram, read newest first."""
     selector = ", ".join(board.fleet)
+    if all(family.startswith("vllm:") for family in families):
+        description += " vLLM only: SGLang's histogram of the same has other buckets."
     expr = " or ".join(
         f"sum by (le) (rate({family}_bucket{{{selector}}}[{RATE}]))" for family in families
     )

@@ -1,0 +1,106 @@
+"""What each playbook, alert and dashboard panel supports on each engine, as the README's
+table: derived from the signals (which have an SGLang expression, and why not) so the table
+cannot drift from the code (``tests/test_engines.py`` holds the README to it)."""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from diagnoser.catalog import PLACEHOLDER, Playbook
+from diagnoser.site import Site
+
+BEGIN, END = "<!-- engine-support:begin -->", "<!-- engine-support:end -->"
+DASHBOARD_TITLES = {
+    "overview": "Overview",
+    "prompt-length": "Latency by prompt length",
+    "kv-batching": "KV cache and batching",
+    "gpu-frontend": "GPU and frontend",
+    "playbooks": "Playbooks",
+}
+
+
+def gaps(site: Site) -> dict[str, str]:
+    """Signal -> why SGLang has no series for it."""
+    return {s.name: s.sglang_gap for s in site.vocabulary if not s.on_sglang}
+
+
+def _diagnosis(pb: Playbook, lacking: dict[str, str]) -> str:
+    if pb.signature is None:
+        return "a hint next to findings"
+    needed = pb.signature.lacking(lacking)
+    if needed:
+        return "undecided: " + "; ".join(sorted(set(needed.values())))
+    partial = sorted({n for c in pb.signature.conditions() for n in c.needs() if n in lacking})
+    return "yes" + (f" (without {', '.join(partial)})" if partial else "")
+
+
+def vllm_only(expr: str, site: Site, names: set[str]) -> bool:
+    """Whether an alert expression reads a vLLM family or a signal SGLang lacks."""
+    vocab = site.vocabulary
+    recorded = {vocab[n].record_name(site.config.by) for n in names}
+    used = {m.group(1) for m in PLACEHOLDER.finditer(expr) if m.group(1) in vocab}
+    used |= {s.name for s in vocab if s.record_name(site.config.by) in expr}
+    raw = bool(re.search(r"(?<![\w:])vllm:", expr)) and "sglang:" not in expr
+    return raw or bool(used & names) or any(r in expr for r in recorded)
+
+
+def playbook_rows(site: Site) -> list[tuple[str, str, str]]:
+    lacking = gaps(site)
+    rows = []
+    for pb in sorted(site.catalog, key=lambda p: p.id):
+        if pb.alert is None:
+            alert = "-"
+        else:
+            only = vllm_only(pb.alert.expr, site, set(lacking))
+            alert = f"`{pb.alert.name}`" + (" (vLLM only)" if only else "")
+        rows.append((pb.id, _diagnosis(pb, lacking), alert))
+    return rows
+
+
+def symptom_rows(site: Site) -> list[tuple[str, str]]:
+    from diagnoser.outputs.slo import alert_group
+
+    lacking = set(gaps(site))
+    out: dict[str, str] = {}
+    for rule in alert_group(site)["rules"]:
+        name = rule["alert"]
+        both = "vLLM only" if vllm_only(rule["expr"], site, lacking) else "both"
+        if out.get(name, both) != both:
+            both = "vLLM only"
+        out[name] = both
+    return sorted(out.items())
+
+
+def panel_rows(site: Site) -> list[tuple[str, str, str]]:
+    """The panels that are vLLM only: dashboard, title, why."""
+    from diagnoser.outputs.dashboards import DASHBOARDS, render
+
+    rows = []
+    for name in DASHBOARDS:
+        board: dict[str, Any] = json.loads(render(name, site))
+        panels = [q for p in board["panels"] for q in (p, *p.get("panels", []))]
+        for p in panels:
+            text = p.get("description") or ""
+            if "vLLM only" in text:
+                why = text.split("vLLM only:", 1)[-1].split(" Metrics: ", 1)[0]
+                why = why.strip().rstrip(".")
+                rows.append((DASHBOARD_TITLES.get(name, name), p["title"], why))
+    return rows
+
+
+def support_table(site: Site) -> str:
+    """The README's section, between its markers."""
+    out = [
+        BEGIN,
+        "| Playbook | On SGLang: `diagnose` | Alert (on SGLang) |",
+        "|---|---|---|",
+    ]
+    out += [f"| `{pid}` | {diag} | {alert} |" for pid, diag, alert in playbook_rows(site)]
+    out += ["", "| Symptom alert | Engines |", "|---|---|"]
+    out += [f"| `{name}` | {engines} |" for name, engines in symptom_rows(site)]
+    out += ["", "Dashboard panels that are vLLM only (every other panel reads both engines):", ""]
+    out += [f"- {board} / {title}: {why}." for board, title, why in panel_rows(site)]
+    out.append(END)
+    return "\n".join(out) + "\n"

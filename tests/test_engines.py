@@ -1,0 +1,32 @@
+"""What each engine supports: the README's table is the one the signals give, and the
+signals say why SGLang lacks what it lacks."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from diagnoser.catalog import load_catalog
+from diagnoser.core.signals import SIGNALS
+from diagnoser.outputs.engines import BEGIN, END, playbook_rows, support_table
+from diagnoser.site import Site
+
+README = Path(__file__).resolve().parent.parent / "README.md"
+
+
+def test_the_readme_table_is_the_generated_one():
+    text = README.read_text(encoding="utf-8")
+    section = text[text.index(BEGIN) : text.index(END) + len(END)] + "\n"
+    assert section == support_table(Site.default()), "README's engine table is stale"
+
+
+def test_every_signal_sglang_lacks_says_why():
+    for sig in SIGNALS:
+        assert sig.on_sglang or sig.sglang_gap, sig.name
+
+
+def test_playbooks_needing_finished_reason_are_undecided_on_sglang_and_the_rest_decided():
+    rows = {pid: diag for pid, diag, _ in playbook_rows(Site.default())}
+    assert rows["stop-token-mismatch"].startswith("undecided: SGLang exports no finished_reason")
+    detectable = [pb.id for pb in load_catalog().detectable()]
+    decided = [p for p in detectable if rows[p].startswith("yes")]
+    assert len(decided) == len(detectable) - 2  # stop-token-mismatch, kv-cannot-fit
