@@ -43,6 +43,30 @@ def test_a_server_that_drips_its_answer_is_cut_at_the_deadline():
     assert took < 10  # it took as long as the drip (~30 s) before
 
 
+def test_a_resolver_that_hangs_is_cut_at_the_deadline(monkeypatch):
+    # getaddrinfo has no timeout of its own; a DNS server that never answers held a query
+    # for the resolver's own retries (tens of seconds). Only this error path is mocked.
+    import socket
+    import threading
+
+    release = threading.Event()
+
+    def hanging(*args, **kwargs):
+        release.wait(30)
+        raise socket.gaierror("released")
+
+    monkeypatch.setattr(socket, "getaddrinfo", hanging)
+    try:
+        took, out = elapsed(
+            lambda: _range(PrometheusSource("http://prometheus.invalid:9090", timeout=1))
+        )
+    finally:
+        release.set()
+    assert isinstance(out, SourceError), out
+    assert "within 1 s" in str(out)
+    assert took < 5
+
+
 def test_retry_after_longer_than_the_time_left_is_not_waited_for():
     with serve(lambda h, f: answer(h, b"busy", 503, {"Retry-After": "40"})) as api:
         took, out = elapsed(lambda: _range(PrometheusSource(api.url, timeout=2)))

@@ -302,3 +302,34 @@ def test_a_scope_value_is_quoted_by_the_one_promql_helper():
         'job="j\\nk"',
     )
     assert str(Matcher("model_name", "=", 'a"b')) == 'model_name="a\\"b"'
+
+
+def test_a_pipe_in_a_value_stays_inside_its_markdown_table_cell():
+    from diagnoser.report.markdown import cell
+
+    row = f"| {cell('model_name=a|b')} | ok |"
+    # Markdown splits a row at every unescaped pipe: two cells, as the table has.
+    assert len([c for c in row.replace("\\|", "").split("|")[1:-1]]) == 2
+    assert "a\\|b" in row
+
+
+def test_the_chat_message_cannot_mention_a_channel_or_forge_a_link(site):
+    from diagnoser.report.chat import message
+
+    record = {
+        "alert": "VllmKvCachePressure",
+        "severity": "warning",
+        "summary": "<!channel> see <https://evil.example|the runbook> & more",
+        "playbook": "kv-cache-pressure",
+        "runbook_url": "https://rb/kv?a=1|b>",
+        "scope": {"model_name": "m<@U123>"},
+        "since_seconds": 3600.0,
+        "playbook_rank": None,
+        "diagnosis": {"findings": []},
+        "error": None,
+    }
+    text = message(record, None, site)
+    assert "<!channel>" not in text and "<https://evil" not in text and "<@U123>" not in text
+    assert "&lt;!channel&gt; see &lt;https://evil.example|the runbook&gt; &amp; more" in text
+    # The runbook link stays a link, its URL unable to end it early.
+    assert "*Runbook:* <https://rb/kv?a=1%7Cb&gt;|kv-cache-pressure>" in text

@@ -4,8 +4,10 @@ source, the chat webhook, the probe).
 The standard library's timeouts are per socket operation: a server that sends a byte every
 0.9 s never trips a 2 s timeout, and a request can last as long as the server likes. Here
 each request has a deadline (a ``time.monotonic()`` instant) that covers the connection, the
-request, the status line, the headers and the body: one reaper thread shuts the connection's
-socket down when it passes, which ends any read blocked on it. Bodies are read up to a number
+request, the status line, the headers and the body: the host's name is resolved in a thread
+that is not waited for past the deadline (``getaddrinfo`` has no timeout of its own), and one
+reaper thread shuts the connection's socket down when it passes, which ends any read blocked
+on it. Bodies are read up to a number
 of bytes, counted after decompression (a gzip answer that expands a thousandfold stops at the
 limit). Redirects are never followed here: the caller decides where its credentials may go.
 
@@ -209,6 +211,54 @@ def connection(
     return http.client.HTTPConnection(phost, pport, timeout=timeout), absolute, extra
 
 
+AddrInfo = list[tuple[Any, ...]]
+
+
+def resolve(host: str, port: int, at: float) -> AddrInfo:
+    """``host``'s addresses, or ``TimedOut`` if the resolver has not answered by ``at``.
+    The lookup runs in a daemon thread: a resolver that hangs keeps only that thread."""
+    found: list[AddrInfo] = []
+    failed: list[BaseException] = []
+
+    def lookup() -> None:
+        try:
+            found.append(socket.getaddrinfo(host, port, type=socket.SOCK_STREAM))
+        except OSError as exc:
+            failed.append(exc)
+
+    worker = threading.Thread(target=lookup, name="servediag-resolve", daemon=True)
+    worker.start()
+    worker.join(max(0.0, at - time.monotonic()))
+    if failed:
+        raise failed[0]
+    if not found:
+        raise TimedOut("the host's name was not resolved in time")
+    return found[0]
+
+
+def _connect_to(addresses: AddrInfo) -> Any:
+    """A replacement for ``HTTPConnection._create_connection`` that connects to addresses
+    already resolved (TLS still checks the certificate against the host's name)."""
+
+    def connect(address: tuple[str, int], timeout: Any = None, source: Any = None) -> socket.socket:
+        last: OSError = OSError("no address")
+        for family, kind, proto, _, sockaddr in addresses:
+            sock = socket.socket(family, kind, proto)
+            try:
+                if timeout is not None:
+                    sock.settimeout(timeout)
+                if source:
+                    sock.bind(source)
+                sock.connect(sockaddr)
+                return sock
+            except OSError as exc:
+                sock.close()
+                last = exc
+        raise last
+
+    return connect
+
+
 def describe(exc: BaseException) -> str:
     """A connection failure in a few words, without the host's name."""
     if isinstance(exc, ConnectionRefusedError):
@@ -249,6 +299,8 @@ def request(
             # when http.client lets go of it (an answer that closes the connection).
             guards.enter_context(REAPER.guard(conn, at))
             try:
+                addresses = resolve(conn.host, conn.port, at)
+                conn._create_connection = _connect_to(addresses)  # type: ignore[attr-defined]
                 conn.connect()
                 guards.enter_context(REAPER.guard(conn.sock, at))
                 if time.monotonic() >= at:

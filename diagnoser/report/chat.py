@@ -17,13 +17,36 @@ from diagnoser.site import Site
 MAX_EVIDENCE = 5
 
 
+def mrkdwn(text: str) -> str:
+    """``text`` with Slack's control characters escaped (its documented three): a ``<`` in an
+    alert's summary or a label value cannot make a link or a ``<!channel>`` mention."""
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+class _Link(str):
+    """A runbook link, ``<url|text>``, built from escaped parts and left as it is."""
+
+
+def link(url: str, text: str) -> _Link:
+    return _Link(f"<{mrkdwn(url).replace('|', '%7C')}|{mrkdwn(text)}>")
+
+
+def _line(parts: str | list[str]) -> str:
+    parts = [parts] if isinstance(parts, str) else parts
+    return " ".join(p if isinstance(p, _Link) else mrkdwn(p) for p in parts)
+
+
+def _text(lines: list[str | list[str]]) -> str:
+    return inert("\n".join(_line(line) for line in lines))
+
+
 def message(record: dict[str, Any], d: Diagnosis | None, site: Site) -> str:
     """``record`` is the webhook's record of the alert (its JSON line); ``d`` its diagnosis.
     What the alert brought (its name, severity, summary, playbook, runbook URL, labels) is
     printed with its control characters escaped (``core.printable``)."""
     record = {k: printable(v) if isinstance(v, str) else v for k, v in record.items()}
     playbook = record.get("playbook")
-    lines = [
+    lines: list[str | list[str]] = [
         f"*{record['alert']}* ({record.get('severity') or 'no severity'}) on "
         f"{scope_text(record['scope'])}: {record.get('summary') or playbook or record['alert']}"
     ]
@@ -60,16 +83,16 @@ def message(record: dict[str, Any], d: Diagnosis | None, site: Site) -> str:
         lines.append(f"*Cause:* {' '.join(top.playbook.cause.split())}")
         lines.append("*Fix:*")
         lines += [f"{i}. {step}" for i, step in enumerate(top.playbook.fix, 1)]
-        lines.append(f"*Runbook:* <{d.runbook(top)}|{top.playbook.id}>")
+        lines.append(["*Runbook:*", link(d.runbook(top), top.playbook.id)])
     if playbook is None:
         if record.get("runbook_url") and top is None:
-            lines.append(f"*Runbook:* <{record['runbook_url']}|{record['alert']}>")
-        return inert("\n".join(lines))
+            lines.append(["*Runbook:*", link(record["runbook_url"], record["alert"])])
+        return _text(lines)
     if top is None or top.playbook.id != playbook:
         rank = record.get("playbook_rank")
         state = f"ranked {rank} in the diagnosis" if rank else "not confirmed by the diagnosis"
         lines.append(f"*The alert's playbook* `{playbook}` ({state}):")
         if playbook in site.catalog:
             lines.append(f"*Cause:* {' '.join(site.catalog[playbook].cause.split())}")
-        lines.append(f"*Runbook:* <{record['runbook_url']}|{playbook}>")
-    return inert("\n".join(lines))
+        lines.append(["*Runbook:*", link(record["runbook_url"], playbook)])
+    return _text(lines)

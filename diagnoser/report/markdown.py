@@ -6,6 +6,11 @@ from diagnoser.diagnose.model import Diagnosis, iso
 from diagnoser.report.format import health_line, scope_text, since
 
 
+def cell(text: str) -> str:
+    """``text`` for a table cell: a ``|`` in a label value would end the cell."""
+    return text.replace("|", "\\|")
+
+
 def markdown(d: Diagnosis) -> str:
     w = d.window
     out = [f"## Diagnosis {iso(w.start)} - {iso(w.end)}", ""]
@@ -13,7 +18,7 @@ def markdown(d: Diagnosis) -> str:
         out += ["**Partial answer:** " + "; ".join(d.warnings), ""]
     if d.health:
         out += ["| Model | State |", "|---|---|"]
-        out += [f"| {scope_text(h.scope)} | {health_line(h)} |" for h in d.health]
+        out += [f"| {cell(scope_text(h.scope))} | {cell(health_line(h))} |" for h in d.health]
         out.append("")
     unexplained = [h for h in d.health if h.verdict == "unhealthy" and not d.findings_for(h.scope)]
     for h in unexplained:
@@ -52,7 +57,8 @@ def markdown(d: Diagnosis) -> str:
         out.append("| Evidence | Holds |")
         out.append("|---|---|")
         for r in m.shown():
-            out.append(f"| {d.evidence_text(r)} ({r.condition.describe()}) | {r.verdict.holds} |")
+            text = cell(f"{d.evidence_text(r)} ({r.condition.describe()})")
+            out.append(f"| {text} | {r.verdict.holds} |")
         out.append("")
         out.append(f"**Cause.** {' '.join(pb.cause.split())}")
         out.append("")
