@@ -31,6 +31,7 @@ lint: setup
 generate: setup
 	$(VENV)/bin/servediag generate
 	$(VENV)/bin/servediag catalog schema > diagnoser/catalog/playbook.schema.json
+	$(PY) -m diagnoser.outputs.engines README.md
 
 check-generated: setup
 	$(VENV)/bin/servediag generate --check

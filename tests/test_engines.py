@@ -16,7 +16,7 @@ README = Path(__file__).resolve().parent.parent / "README.md"
 def test_the_readme_table_is_the_generated_one():
     text = README.read_text(encoding="utf-8")
     section = text[text.index(BEGIN) : text.index(END) + len(END)] + "\n"
-    assert section == support_table(Site.default()), "README's engine table is stale"
+    assert section == support_table(Site.default()), "README's engine table is stale: make generate"
 
 
 def test_every_signal_sglang_lacks_says_why():

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
 from typing import Any
 
 from diagnoser.catalog import PLACEHOLDER, Playbook
@@ -104,3 +105,20 @@ def support_table(site: Site) -> str:
     out += [f"- {board} / {title}: {why}." for board, title, why in panel_rows(site)]
     out.append(END)
     return "\n".join(out) + "\n"
+
+
+def rewrite(readme: Path, site: Site) -> bool:
+    """Put the generated table between the markers of ``readme``; whether it changed."""
+    text = readme.read_text(encoding="utf-8")
+    start, end = text.index(BEGIN), text.index(END) + len(END)
+    new = text[:start] + support_table(site).rstrip("\n") + text[end:]
+    if new != text:
+        readme.write_text(new, encoding="utf-8")
+    return new != text
+
+
+if __name__ == "__main__":  # make generate: python -m diagnoser.outputs.engines README.md
+    import sys
+
+    target = Path(sys.argv[1] if len(sys.argv) > 1 else "README.md")
+    print(("wrote " if rewrite(target, Site.default()) else "unchanged: ") + str(target))
