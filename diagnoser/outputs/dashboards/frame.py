@@ -138,7 +138,7 @@ def dashboard(
     playbook alerts as annotations on every time series, links to the other dashboards and a
     shared crosshair."""
     board = Dashboard(
-        title=f"vLLM / {title} (servediag)",
+        title=f"LLM serving / {title} (servediag)",
         uid=uid,
         tags=["vllm", TAG],
         description=description,

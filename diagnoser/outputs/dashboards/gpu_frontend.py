@@ -1,4 +1,4 @@
-"""vLLM / GPU and frontend: DCGM utilisation, memory, power, heat, clocks and XID errors;
+"""LLM serving / GPU and frontend: DCGM utilisation, memory, power, heat, clocks and XID errors;
 API-server CPU and HTTP traffic by handler and outcome."""
 
 from __future__ import annotations

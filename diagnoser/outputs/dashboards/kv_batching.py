@@ -1,4 +1,4 @@
-"""vLLM / KV cache and batching: what binds the batch (memory, slots, long prefills); KV
+"""LLM serving / KV cache and batching: what binds the batch (memory, slots, long prefills); KV
 offloading and KV transfer in rows that matter only where a KV connector is configured."""
 
 from __future__ import annotations

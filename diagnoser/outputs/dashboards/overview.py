@@ -1,4 +1,4 @@
-"""vLLM / Overview: per model, the service level, latency, throughput, workload and
+"""LLM serving / Overview: per model, the service level, latency, throughput, workload and
 saturation; speculative decoding and LoRA in rows that matter only where they are on."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""vLLM / Playbooks: a row per chapter, each detectable playbook's evidence side by side.
+"""LLM serving / Playbooks: a row per chapter, each detectable playbook's evidence side by side.
 
 The panel ids are stable (derived from the playbook ids, see ``ids``), so a runbook or a
 diagnosis can link to ``d/servediag-playbooks?viewPanel=<id>``.
