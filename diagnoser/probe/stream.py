@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
-from diagnoser.core.http import REAPER
+from diagnoser.core.http import REAPER, describe
 from diagnoser.core.source import MIN_SECRET, read_token, redact_url
 from diagnoser.errors import UserError
 
@@ -348,18 +348,9 @@ def _timed_out(res: Result, timeout: float) -> Result:
 
 
 def _describe(exc: BaseException) -> str:
-    if isinstance(exc, ConnectionRefusedError):
-        return "connection refused"
-    if isinstance(exc, socket.gaierror):
-        return f"cannot resolve the host ({exc.strerror or exc})"
-    if isinstance(exc, ssl.SSLError):
-        return f"TLS: {exc.reason or exc}"
-    if isinstance(exc, http.client.RemoteDisconnected):
-        return "the server closed the connection without a response"
     if isinstance(exc, http.client.IncompleteRead):
         return "the chunked stream was cut"
-    text = getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
-    return str(text)
+    return describe(exc)
 
 
 def get_json(ep: Endpoint, api_path: str, timeout: float) -> Any:

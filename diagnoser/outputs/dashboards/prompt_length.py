@@ -1,4 +1,5 @@
-"""LLM serving / Latency by prompt length: what users see per prompt class (probe) and the server."""
+"""LLM serving / Latency by prompt length: what users see per prompt class (probe) and the
+server."""
 
 from __future__ import annotations
 
