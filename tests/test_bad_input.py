@@ -5,13 +5,13 @@ found late or not at all."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import socket
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 from click.testing import CliRunner
+from loopback import answer, serve
 
 from diagnoser.cli import main
 from diagnoser.lab.promserver import free_port
@@ -54,33 +54,13 @@ def unreachable() -> str:
 @pytest.fixture
 def answering():
     """A loopback HTTP server that answers every request with one JSON document."""
-    servers: list[ThreadingHTTPServer] = []
+    with contextlib.ExitStack() as servers:
 
-    def start(doc: object, status: int = 200) -> str:
-        body = json.dumps(doc).encode()
+        def start(doc: object, status: int = 200) -> str:
+            body = json.dumps(doc).encode()
+            return servers.enter_context(serve(lambda h, f: answer(h, body, status))).url
 
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            do_POST = do_GET
-
-            def log_message(self, format: str, *args: object) -> None:
-                return
-
-        server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        threading.Thread(target=server.serve_forever, daemon=True).start()
-        servers.append(server)
-        return f"http://127.0.0.1:{server.server_address[1]}"
-
-    yield start
-    for s in servers:
-        s.shutdown()
-        s.server_close()
+        yield start
 
 
 # --- diagnose -------------------------------------------------------------------------------

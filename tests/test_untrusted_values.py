@@ -9,6 +9,7 @@ import json
 
 import pytest
 from click.testing import CliRunner
+from loopback import answer, serve
 
 from diagnoser.cli import main
 from diagnoser.core.exposition import write_openmetrics
@@ -247,32 +248,10 @@ def test_the_chat_message_prints_an_alerts_values_inert(site):
 
 
 def test_an_error_quoting_what_a_server_said_is_one_inert_line(tmp_path):
-    import threading
-    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-
     body = b"upstream says no\x1b]0;pwned\x07\nFORGED: line"  # not even JSON
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            self.send_response(400)
-            self.send_header("Content-Type", "text/plain")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        do_POST = do_GET
-
-        def log_message(self, format: str, *args: object) -> None:
-            return
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        url = f"http://127.0.0.1:{server.server_address[1]}"
-        res = run("diagnose", "--prometheus-url", url, "--until", "1700000000")
-    finally:
-        server.shutdown()
-        server.server_close()
+    text = {"Content-Type": "text/plain"}
+    with serve(lambda h, f: answer(h, body, 400, text)) as server:
+        res = run("diagnose", "--prometheus-url", server.url, "--until", "1700000000")
     assert res.exit_code == 3
     assert len(res.stderr.splitlines()) == 1, res.stderr
     assert "\x1b" not in res.stderr and "\x07" not in res.stderr
