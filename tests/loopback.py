@@ -7,6 +7,8 @@ import contextlib
 import json
 import threading
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -114,3 +116,26 @@ def elapsed(fn: Callable[[], Any]) -> tuple[float, Any]:
     except Exception as exc:
         out = exc
     return time.monotonic() - t0, out
+
+
+def post_alerts(url: str, body: dict[str, Any] | bytes, timeout: float = 30) -> tuple[int, Any]:
+    """POST a notification (or raw bytes) to a webhook's ``/alerts``: (status, its JSON)."""
+    data = body if isinstance(body, bytes) else json.dumps(body).encode()
+    req = urllib.request.Request(f"{url}/alerts", data=data, method="POST")
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as resp:
+            return resp.status, json.loads(resp.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read())
+
+
+def wait_for(what: Callable[[], Any], timeout: float) -> Any:
+    """What ``what()`` returns once it is truthy; the test fails after ``timeout`` seconds."""
+    import pytest
+
+    deadline = time.monotonic() + timeout
+    while not (value := what()):
+        if time.monotonic() > deadline:
+            pytest.fail("timed out waiting for the webhook")
+        time.sleep(0.05)
+    return value

@@ -13,14 +13,15 @@ import logging
 import subprocess
 import sys
 import threading
-import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+import loopback
 import pytest
+from loopback import post_alerts as post
 
 from diagnoser.core.source import PrometheusSource
 from diagnoser.lab import harness
@@ -54,23 +55,8 @@ def notification(*alerts: dict[str, Any], group: str = "{}:{alertname=x}") -> di
     return {"version": "4", "groupKey": group, "status": "firing", "alerts": list(alerts)}
 
 
-def post(url: str, body: dict[str, Any] | bytes) -> tuple[int, dict[str, Any]]:
-    data = body if isinstance(body, bytes) else json.dumps(body).encode()
-    req = urllib.request.Request(f"{url}/alerts", data=data, method="POST")
-    try:
-        with urllib.request.urlopen(req, timeout=30) as resp:
-            return resp.status, json.loads(resp.read())
-    except urllib.error.HTTPError as exc:
-        return exc.code, json.loads(exc.read())
-
-
 def wait_for(what: Callable[[], Any], timeout: float = 60.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while not (value := what()):
-        if time.monotonic() > deadline:
-            pytest.fail("timed out waiting for the webhook")
-        time.sleep(0.05)
-    return value
+    return loopback.wait_for(what, timeout)
 
 
 @pytest.fixture(scope="module")

@@ -20,8 +20,10 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+import loopback
 import pytest
 from loopback import EMPTY, answer, drip, elapsed, serve
+from loopback import post_alerts as post
 
 from diagnoser.core.source import PrometheusSource
 from diagnoser.lab.promserver import free_port
@@ -52,23 +54,8 @@ def notification(*alerts: dict[str, Any], group: str = "g") -> dict[str, Any]:
     return {"version": "4", "groupKey": group, "status": "firing", "alerts": list(alerts)}
 
 
-def post(url: str, body: dict[str, Any] | bytes, timeout: float = 30) -> tuple[int, Any]:
-    data = body if isinstance(body, bytes) else json.dumps(body).encode()
-    req = urllib.request.Request(f"{url}/alerts", data=data, method="POST")
-    try:
-        with urllib.request.urlopen(req, timeout=timeout) as resp:
-            return resp.status, json.loads(resp.read())
-    except urllib.error.HTTPError as exc:
-        return exc.code, json.loads(exc.read())
-
-
 def wait_for(what: Callable[[], Any], timeout: float = 20.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while not (value := what()):
-        if time.monotonic() > deadline:
-            pytest.fail("timed out waiting for the webhook")
-        time.sleep(0.05)
-    return value
+    return loopback.wait_for(what, timeout)
 
 
 @pytest.fixture
