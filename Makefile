@@ -4,7 +4,7 @@ PY := $(VENV)/bin/python
 SCENARIO ?= retrieval-launch
 export VENV
 
-.PHONY: help setup test lint generate check-generated goldens bench bench-sglang demo clean
+.PHONY: help setup test lint generate check-generated goldens bench bench-sglang bench-real demo real real-record clean
 
 help:
 	@echo "make demo      simulate an incident, load it into a local Prometheus, diagnose it"
@@ -15,6 +15,9 @@ help:
 	@echo "make bench     benchmarks, printing figures"
 	@echo "make bench-sglang   the accuracy on the SGLang scenarios and their variants only"
 	@echo "make goldens   rewrite the golden reports and recorded answers (review the diff)"
+	@echo "make real      a real vLLM (CPU build) through one incident, diagnosed (INCIDENT=name)"
+	@echo "make bench-real     every real incident, live (about 2 h), and AC@1"
+	@echo "make real-record    every real incident, recorded into tests/data/real (about 2 h)"
 
 setup:
 	@scripts/install-deps
@@ -45,8 +48,21 @@ bench: setup
 bench-sglang: setup
 	$(PY) -m diagnoser.lab.bench sglang
 
+# A real vLLM: its CPU build in .venv-vllm (installed on first use), a tiny model with random
+# weights, a real Prometheus; see fixtures/real/ and the README's "A real vLLM in the loop".
+INCIDENT ?= prompt-length-shift
+real: setup
+	$(PY) -m diagnoser.lab.real $(INCIDENT)
+
+bench-real: setup
+	$(PY) -m diagnoser.lab.real --bench
+	$(PY) -m diagnoser.lab.real --all
+
+real-record: setup
+	$(PY) -m diagnoser.lab.real --all --record
+
 demo: setup
 	$(PY) -m diagnoser.lab.demo --scenario $(SCENARIO)
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache build dist *.egg-info
+	rm -rf $(VENV) .venv-vllm .venv-vllm-install.log .pytest_cache .mypy_cache .ruff_cache build dist *.egg-info

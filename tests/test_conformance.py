@@ -73,9 +73,11 @@ def expected(ref: dict[str, Any], processes: int) -> dict[str, dict[str, Any]]:
     return out
 
 
-def exposition(tmp_path: Path, profile: str, processes: int) -> str:
+def exposition(
+    tmp_path: Path, profile: str, processes: int, max_model_len: int = MAX_MODEL_LEN
+) -> str:
     """The live /metrics of the scenario's server after five simulated minutes."""
-    text = SCENARIO.format(version=profile, processes=processes, max_model_len=MAX_MODEL_LEN)
+    text = SCENARIO.format(version=profile, processes=processes, max_model_len=max_model_len)
     path = tmp_path / "s.yaml"
     path.write_text(textwrap.dedent(text))
     sc = load_scenario(path)

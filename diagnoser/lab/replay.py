@@ -44,10 +44,14 @@ class Recording:
     def query(self, expr: str, at: float) -> list[Series]:
         return self.inner.query(expr, at)
 
-    def save(self, path: Path, **meta: Any) -> None:
+    def dump(self, **meta: Any) -> bytes:
+        """The recording as the gzipped JSON document ``Replay`` reads."""
         doc = {"meta": meta, "answers": dict(sorted(self.answers.items()))}
         text = json.dumps(doc, sort_keys=True, separators=(",", ":"))
-        path.write_bytes(gzip.compress(text.encode(), mtime=0))
+        return gzip.compress(text.encode(), mtime=0)
+
+    def save(self, path: Path, **meta: Any) -> None:
+        path.write_bytes(self.dump(**meta))
 
 
 class Replay:

@@ -1,0 +1,127 @@
+"""The lab's load: open-loop Poisson arrivals of ``/v1/completions`` requests, bounded.
+
+Each request draws its prompt and answer lengths from log-normal distributions around the
+phase's medians. The answer length is made exact with vLLM's own sampling parameters:
+``min_tokens`` holds the end-of-turn token back until the drawn length, and a ``logit_bias``
+of +100 on it then ends the answer there, with ``finished_reason="stop"``, as a real model's
+answer ends; a drawn length at or over ``max_tokens`` ends on the cap (``"length"``).
+
+Bounded in count and time: at most ``max_in_flight`` requests at once (an arrival beyond it
+is counted and not sent), each with a timeout, and nothing is sent after ``stop()``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections import Counter
+from dataclasses import dataclass
+
+from diagnoser.lab.real.model import EOS, prompt
+
+REQUEST_TIMEOUT = 120.0
+
+
+@dataclass(frozen=True)
+class LoadSpec:
+    """One phase's traffic. ``rate`` 0 sends nothing."""
+
+    rate: float  # requests per second, Poisson
+    prompt: int = 150  # median prompt tokens
+    output: int = 60  # median answer tokens
+    max_tokens: int = 512
+    sigma: float = 0.3  # log-normal spread of both lengths
+    long_share: float = 0.0  # share of requests with a long prompt instead
+    long_prompt: int = 0  # their prompt tokens
+
+    def draw(self, rng: random.Random) -> tuple[int, int]:
+        """(prompt words, answer tokens) for one request."""
+        if self.long_share and rng.random() < self.long_share:
+            words = self.long_prompt
+        else:
+            words = round(self.prompt * math.exp(rng.gauss(0.0, self.sigma)))
+        out = round(self.output * math.exp(rng.gauss(0.0, self.sigma)))
+        return max(1, words - 1), max(1, out)
+
+
+class Load:
+    """``load.start(spec)``, ``load.set(spec)`` per phase, ``load.stop()`` at the end."""
+
+    def __init__(self, url: str, model: str, seed: int, max_in_flight: int = 256):
+        self.url = f"{url}/v1/completions"
+        self.model = model
+        self.rng = random.Random(seed)
+        self.spec = LoadSpec(rate=0.0)
+        self.outcomes: Counter[str] = Counter()
+        self._slots = threading.BoundedSemaphore(max_in_flight)
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+        self._workers: list[threading.Thread] = []
+
+    def start(self, spec: LoadSpec) -> None:
+        self.spec = spec
+        self._thread = threading.Thread(target=self._arrivals, name="load", daemon=True)
+        self._thread.start()
+
+    def set(self, spec: LoadSpec) -> None:
+        self.spec = spec
+
+    def stop(self, drain: float = 30.0) -> None:
+        """No new request; wait up to ``drain`` seconds for those in flight."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+        deadline = time.monotonic() + drain
+        for w in self._workers:
+            w.join(max(0.0, deadline - time.monotonic()))
+
+    def _arrivals(self) -> None:
+        next_at = time.monotonic()
+        while not self._stop.is_set():
+            spec = self.spec
+            if spec.rate <= 0:
+                self._stop.wait(0.5)
+                next_at = time.monotonic()
+                continue
+            next_at += self.rng.expovariate(spec.rate)
+            delay = next_at - time.monotonic()
+            if delay > 0 and self._stop.wait(delay):
+                return
+            words, out = spec.draw(self.rng)
+            body = {
+                "model": self.model,
+                "prompt": prompt(words, self.rng),
+                "max_tokens": spec.max_tokens,
+                "min_tokens": min(out, spec.max_tokens),
+                "logit_bias": {str(EOS): 100},
+            }
+            if not self._slots.acquire(blocking=False):
+                self._count("client_overflow")
+                continue
+            w = threading.Thread(target=self._send, args=(json.dumps(body).encode(),), daemon=True)
+            self._workers = [x for x in self._workers if x.is_alive()]
+            self._workers.append(w)
+            w.start()
+
+    def _send(self, body: bytes) -> None:
+        try:
+            req = urllib.request.Request(self.url, body, {"content-type": "application/json"})
+            with urllib.request.urlopen(req, timeout=REQUEST_TIMEOUT) as resp:
+                resp.read()
+                self._count(f"http_{resp.status // 100}xx")
+        except urllib.error.HTTPError as exc:
+            self._count(f"http_{exc.code // 100}xx")
+        except (urllib.error.URLError, OSError, ValueError) as exc:
+            self._count("timeout" if "timed out" in str(exc) else "connection_error")
+        finally:
+            self._slots.release()
+
+    def _count(self, what: str) -> None:
+        with self._lock:
+            self.outcomes[what] += 1

@@ -1,0 +1,68 @@
+"""The recorded real incidents diagnosed again: from their answers (``replay_all``, what the
+tests and ``bench`` do) or, after a query changed, from their raw samples (``rerecord``)."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from diagnoser.diagnose import Diagnosis, Window, diagnose
+from diagnoser.lab.promserver import Prometheus, backfill
+from diagnoser.lab.real.record import DATA
+from diagnoser.lab.real.run import Outcome, diagnosed, summary
+from diagnoser.lab.replay import Replay
+from diagnoser.site import Site
+
+WINDOWS = ("incident", "baseline")
+
+
+def recorded() -> list[Path]:
+    """Every recording under ``tests/data/real``."""
+    return sorted(p.parent for p in DATA.glob("*/provenance.json"))
+
+
+def provenance(directory: Path) -> dict[str, Any]:
+    doc: dict[str, Any] = json.loads((directory / "provenance.json").read_text())
+    return doc
+
+
+def replayed(directory: Path, which: str, site: Site) -> Diagnosis:
+    replay = Replay(directory / f"{which}.json.gz")
+    window = Window.plan(replay.meta["since"], replay.meta["end"])
+    return diagnose(replay, site, window)
+
+
+def outcome(directory: Path, site: Site) -> tuple[Outcome, str]:
+    prov = provenance(directory)
+    expect = None if prov["expect"] == "none" else prov["expect"]
+    o = Outcome(directory.name, expect, startup_seconds=prov.get("startup_seconds", []))
+    o.first, o.confidence, o.health, o.reasons = summary(replayed(directory, "incident", site))
+    o.baseline_first, _, o.baseline_health, _ = summary(replayed(directory, "baseline", site))
+    return o, str(prov["health"])
+
+
+def replay_all() -> list[tuple[Outcome, str]]:
+    site = Site.default()
+    return [outcome(d, site) for d in recorded()]
+
+
+def rerecord(name: str) -> str:
+    """Backfill ``name``'s raw samples into a throwaway Prometheus and record the answers of
+    both windows again; returns one line saying what was done."""
+    directory = DATA / name
+    site = Site.default()
+    with tempfile.TemporaryDirectory(prefix="servediag-rerecord-") as tmp:
+        om = Path(tmp) / "raw.om"
+        om.write_bytes(gzip.decompress((directory / "raw.om.gz").read_bytes()))
+        backfill(om, Path(tmp) / "tsdb")
+        with Prometheus(Path(tmp) / "tsdb") as prom:
+            firsts = []
+            for which in WINDOWS:
+                meta = Replay(directory / f"{which}.json.gz").meta
+                result, rec = diagnosed(prom.url, site, meta["since"], meta["end"])
+                (directory / f"{which}.json.gz").write_bytes(rec.dump(**meta))
+                firsts.append(summary(result)[0] or "no finding")
+    return f"{name}: recorded again from raw samples; first findings {firsts[0]} / {firsts[1]}"

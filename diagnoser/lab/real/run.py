@@ -1,0 +1,318 @@
+"""One incident on a real vLLM server, end to end: start the server and a Prometheus that
+scrapes it every 5 s, drive the phases, diagnose the baseline and the incident, record, and
+stop everything it started (also on failure or Ctrl-C).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from diagnoser.core.source import PrometheusSource
+from diagnoser.diagnose import Diagnosis, Window, diagnose, to_json
+from diagnoser.lab.promserver import Prometheus, free_port
+from diagnoser.lab.real import model, record
+from diagnoser.lab.real import venv as lab_venv
+from diagnoser.lab.real.incident import Incident, Phase
+from diagnoser.lab.real.load import Load
+from diagnoser.lab.real.server import BASE_ARGS, MODEL_NAME, VllmServer
+from diagnoser.lab.replay import Recording
+from diagnoser.site import Site
+
+SCRAPE = "5s"
+MAX_MODEL_LEN = 32768  # the model's position limit; the server's --max-model-len is lower
+
+
+def utc(t: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t))
+
+
+@dataclass
+class Outcome:
+    """What one run found: the first finding of each window, and the times it took."""
+
+    incident: str
+    expect: str | None
+    first: str | None = None
+    confidence: float | None = None
+    health: str = "unknown"
+    baseline_first: str | None = None
+    baseline_health: str = "unknown"
+    startup_seconds: list[float] = field(default_factory=list)
+    wall_seconds: float = 0.0
+    reasons: list[str] = field(default_factory=list)
+
+    @property
+    def named(self) -> bool:
+        return self.first == self.expect
+
+    @property
+    def clean_baseline(self) -> bool:
+        return self.baseline_first is None
+
+
+def summary(result: Diagnosis) -> tuple[str | None, float | None, str, list[str]]:
+    """(first finding, its confidence, the first scope's verdict, its reasons)."""
+    first = result.findings[0] if result.findings else None
+    h = result.health[0] if result.health else None
+    return (
+        first.playbook.id if first else None,
+        round(first.confidence, 3) if first else None,
+        h.verdict if h else "unknown",
+        list(h.reasons) if h else [],
+    )
+
+
+class Run:
+    """The state of one run, so that ``close`` can stop whatever was started."""
+
+    def __init__(self, incident: Incident, venv: Path, work: Path, log: Callable[[str], None]):
+        self.incident, self.venv, self.work, self.say = incident, venv, work, log
+        self.port = free_port()
+        self.server = VllmServer(
+            venv, work / "model", self.port, list(incident.server), work / "vllm.log"
+        )
+        self.prom: Prometheus | None = None
+        self.probe: subprocess.Popen[bytes] | None = None
+        self.load = Load(self.server.url, MODEL_NAME, incident.seed)
+        self.times: list[dict[str, Any]] = []
+        self.expositions: dict[str, str] = {}
+        self.startups: list[float] = []
+
+    def close(self) -> None:
+        """Stop the load, the probe, the server and Prometheus. A second Ctrl-C (or a
+        SIGTERM) while this runs is ignored, so nothing is left running."""
+        held = {s: signal.signal(s, signal.SIG_IGN) for s in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            self._close()
+        finally:
+            for s, handler in held.items():
+                signal.signal(s, handler)
+
+    def _close(self) -> None:
+        self.load.stop(drain=5.0)
+        if self.probe is not None:
+            self.probe.terminate()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.probe.wait(10)
+            if self.probe.poll() is None:
+                self.probe.kill()
+                self.probe.wait()
+        self.server.stop()
+        if self.prom is not None:
+            self.prom.close()
+
+    def start_server(self, args: list[str] | None = None) -> None:
+        if args is not None:
+            self.server.args = args
+        took = self.server.start()
+        self.startups.append(round(took, 1))
+        self.say(f"      vLLM answered /health after {took:.1f} s ({self.server.url})")
+
+    def start_prometheus(self) -> None:
+        jobs = [{"job_name": "vllm", "static_configs": [{"targets": [f"127.0.0.1:{self.port}"]}]}]
+        if self.incident.probe:
+            probe_port = free_port()
+            cmd = [
+                sys.executable, "-m", "diagnoser.cli", "probe",
+                "--target", self.server.url, "--model", MODEL_NAME, "--api", "completions",
+                "--classes", "128,1k", "--every", "15s", "--max-tokens", "16",
+                "--tokenizer", str(self.work / "model" / "tokenizer.json"),
+                "--listen", f"127.0.0.1:{probe_port}",
+            ]  # fmt: skip
+            with (self.work / "probe.log").open("wb") as fh:
+                self.probe = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT)
+            jobs.append(
+                {"job_name": "probe", "static_configs": [{"targets": [f"127.0.0.1:{probe_port}"]}]}
+            )
+        self.prom = Prometheus(
+            self.work / "tsdb",
+            scrape_configs=jobs,
+            config={"global": {"scrape_interval": SCRAPE, "evaluation_interval": SCRAPE}},
+        ).start()
+        self.say(f"      Prometheus {self.prom.url}, scraping every {SCRAPE}")
+
+    def phase(self, phase: Phase) -> None:
+        """Apply the phase's action, set its load, and wait its duration out."""
+        t0 = time.time()
+        entry: dict[str, Any] = {"name": phase.name, "start": utc(t0), "load": asdict(phase.load)}
+        if phase.action:
+            entry["action"] = phase.action
+        if phase.args:
+            entry["args"] = list(phase.args)
+        self.times.append(entry)
+        self.load.set(phase.load)
+        end = time.monotonic() + phase.duration
+        if phase.action == "restart":
+            self.server.stop()
+            self.start_server([*self.incident.server, *phase.args])
+        elif phase.action == "kill":
+            self.server.kill()
+        elif phase.action == "freeze":
+            n = self.server.freeze_engine()
+            self.say(f"      SIGSTOP to {n} engine process(es)")
+        elif phase.action == "crash_loop":
+            self._crash_loop(phase, end)
+        midway = time.monotonic() + phase.duration / 2
+        if phase is self.incident.incident and time.monotonic() < midway:
+            time.sleep(max(0.0, midway - time.monotonic()))
+            if self.server.proc is not None:
+                with contextlib.suppress(OSError):
+                    self.expositions["metrics-load.txt"] = record.fetch_text(
+                        f"{self.server.url}/metrics"
+                    )
+        time.sleep(max(0.0, end - time.monotonic()))
+        entry["end"] = utc(time.time())
+
+    def _crash_loop(self, phase: Phase, end: float) -> None:
+        kills = 0
+        while time.monotonic() + 10 < end:
+            self.server.kill()
+            kills += 1
+            self.say(f"      killed the server ({kills}); starting it again")
+            self.start_server()
+            next_kill = time.monotonic() + phase.every
+            if next_kill >= end:
+                break
+            time.sleep(next_kill - time.monotonic())
+        self.times[-1]["kills"] = kills
+
+
+def diagnosed(url: str, site: Site, since: float, end: float) -> tuple[Diagnosis, Recording]:
+    source = Recording(PrometheusSource(url))
+    result = diagnose(source, site, Window.plan(since, end))
+    return result, source
+
+
+def windows(incident: Incident, end: float) -> dict[str, tuple[float, float]]:
+    """(since, end) of the two diagnoses: the incident's last phase, and the second half of
+    the load before it (its first half, warm-up included, is that window's baseline)."""
+    since = incident.incident.duration
+    loaded = incident.warmup + sum(p.duration for p in incident.phases[:-1])
+    return {
+        "incident": (since, end),
+        "baseline": (loaded / 2, end - since),
+    }
+
+
+def run(
+    incident: Incident,
+    venv: Path,
+    out: Path | None,
+    say: Callable[[str], None],
+    scale: float = 1.0,
+) -> Outcome:
+    """Run ``incident`` (its phases' durations times ``scale``); record into ``out`` when
+    given. Raises ``LabError`` naming the failed step; nothing is left running."""
+    from dataclasses import replace
+
+    if scale != 1.0:
+        incident = replace(
+            incident,
+            warmup=incident.warmup * scale,
+            phases=tuple(replace(p, duration=p.duration * scale) for p in incident.phases),
+        )
+    outcome = Outcome(incident.name, incident.expect)
+    t_start = time.monotonic()
+    site = Site.default()
+    with tempfile.TemporaryDirectory(prefix="servediag-real-") as tmp:
+        work = Path(tmp)
+        model.make(work / "model", MAX_MODEL_LEN)
+        r = Run(incident, venv, work, say)
+        try:
+            say(f"[{incident.name}] starting vLLM: {' '.join(incident.server) or 'lab defaults'}")
+            r.start_server()
+            r.expositions["metrics-idle.txt"] = record.fetch_text(f"{r.server.url}/metrics")
+            r.start_prometheus()
+            t0 = time.time()
+            first = incident.phases[0]
+            r.load.start(first.load)
+            say(f"      warm-up {incident.warmup:.0f} s")
+            time.sleep(incident.warmup)
+            for phase in incident.phases:
+                say(
+                    f"      phase {phase.name}: {phase.duration:.0f} s at {phase.load.rate:g} req/s"
+                    + (f", {phase.action}" if phase.action else "")
+                )
+                r.phase(phase)
+            end = float(int(time.time()))
+            assert r.prom is not None
+            time.sleep(6)  # the last scrape lands
+            got = {}
+            for which, (since, until) in windows(incident, end).items():
+                result, rec = diagnosed(r.prom.url, site, since, until)
+                got[which] = (result, rec, until, since)
+            outcome.first, outcome.confidence, outcome.health, outcome.reasons = summary(
+                got["incident"][0]
+            )
+            outcome.baseline_first, _, outcome.baseline_health, _ = summary(got["baseline"][0])
+            outcome.startup_seconds = r.startups
+            if out is not None:
+                raw = record.openmetrics(record.raw_samples(r.prom, t0 - 60, end + 5))
+                files: dict[str, str | bytes] = {"raw.om.gz": raw, **r.expositions}
+                meta = {}
+                for which, (result, rec, until, since) in got.items():
+                    name = f"{which}.json.gz"
+                    files[name] = rec.dump(incident=incident.name, end=until, since=since)
+                    meta[which] = {"end": until, "since": since, "json": _brief(to_json(result))}
+                record.write(out / incident.name, files, _provenance(incident, r, venv, meta))
+        finally:
+            r.close()
+    outcome.wall_seconds = round(time.monotonic() - t_start, 1)
+    return outcome
+
+
+def _brief(doc: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "findings": [
+            {"id": f["id"], "confidence": f["confidence"]} for f in doc.get("findings", [])
+        ],
+        "health": [
+            {"verdict": h.get("verdict"), "reasons": h.get("reasons")}
+            for h in doc.get("health", [])
+        ],
+    }
+
+
+def _provenance(
+    incident: Incident, r: Run, venv: Path, diagnosed: dict[str, Any]
+) -> dict[str, Any]:
+    return {
+        "incident": incident.name,
+        "expect": incident.expect or "none",
+        "health": incident.health,
+        "vllm": lab_venv.version(venv),
+        "vllm_args": [*BASE_ARGS, *incident.server],
+        "model": {k: model.CONFIG[k] for k in ("hidden_size", "num_hidden_layers", "vocab_size")},
+        "scrape_interval": SCRAPE,
+        "phases": r.times,
+        "client_outcomes": dict(sorted(r.load.outcomes.items())),
+        "startup_seconds": r.startups,
+        "diagnosed": diagnosed,
+    }
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
+@contextlib.contextmanager
+def interrupted_cleanly() -> Iterator[None]:
+    """Ctrl-C or SIGTERM (``timeout``, CI's end): the ``finally`` blocks above stop what was
+    started; say so in one line, exit 130."""
+    previous = signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        yield
+    except KeyboardInterrupt:
+        print("real: interrupted; the server, Prometheus and the load stopped", file=sys.stderr)
+        raise SystemExit(130) from None
+    finally:
+        signal.signal(signal.SIGTERM, previous)

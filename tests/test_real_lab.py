@@ -1,0 +1,217 @@
+"""The real-vLLM lab's parts that run without vLLM: incident files, the load generator against
+a loopback server, the tiny model's tokenizer, and the failure paths of ``make real`` (a CPU
+without AVX2, a server that exits at start-up): one line naming the step, exit status 1, and
+nothing left running."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from diagnoser.lab.real import incident as incidents
+from diagnoser.lab.real import model
+from diagnoser.lab.real.incident import IncidentError
+from diagnoser.lab.real.load import Load, LoadSpec
+from diagnoser.lab.real.server import VllmServer
+from diagnoser.lab.real.venv import STAMP, TORCH, VLLM, LabError, check_cpu
+from tests.loopback import answer, serve
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_every_incident_file_loads_and_says_what_it_must_produce(catalog):
+    names = incidents.names()
+    assert len(names) >= 8
+    for name in names:
+        inc = incidents.find(name)
+        assert inc.description, name
+        assert inc.expect is None or inc.expect in catalog, (name, inc.expect)
+        assert inc.expect is not None or inc.health != "any", f"{name}: no finding, no verdict"
+        assert len(inc.phases) >= 2 and inc.baseline.action is None, name
+        # Bounded: every incident ends within 20 minutes of load.
+        assert inc.duration <= 20 * 60, name
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("expect: x\nphases: []\n", "phases: must list a baseline phase and the incident phase"),
+        (
+            "expect: x\nphases: [{duration: 1m}, {duration: soon}]\n",
+            "phases[1].duration: 'soon' is not a duration",
+        ),
+        (
+            "expect: x\nphases: [{duration: 1m, load: {rate: -1}}, {duration: 1m}]\n",
+            "phases[0].load.rate: must be a number >= 0",
+        ),
+        (
+            "expect: x\nphases: [{duration: 1m, load: {qps: 1}}, {duration: 1m}]\n",
+            "phases[0].load.qps: unknown",
+        ),
+        (
+            "expect: x\nphases: [{duration: 1m}, {duration: 1m, action: reboot}]\n",
+            "phases[1].action: must be one of restart, kill, crash_loop, freeze",
+        ),
+        (
+            "expect: x\nphases: [{duration: 1m}, {duration: 1m, action: crash_loop}]\n",
+            "phases[1].every: a crash loop needs 'every'",
+        ),
+        ("phases: [{duration: 1m}, {duration: 1m}]\n", "expect: must name a playbook"),
+        ("- a list\n", "an incident must be a YAML mapping"),
+    ],
+)
+def test_a_bad_incident_file_is_one_line_naming_the_field(tmp_path, text, message):
+    path = tmp_path / "bad.yaml"
+    path.write_text(text)
+    with pytest.raises(IncidentError) as err:
+        incidents.load(path)
+    assert message in str(err.value)
+    assert "\n" not in str(err.value)
+
+
+def test_phases_inherit_the_load_they_do_not_change(tmp_path):
+    path = tmp_path / "i.yaml"
+    path.write_text(
+        "expect: none\nhealth: healthy\nphases:\n"
+        "  - {duration: 1m, load: {rate: 2, prompt: 150, output: 60}}\n"
+        "  - {duration: 2m, load: {prompt: 2000}}\n"
+    )
+    inc = incidents.load(path)
+    assert inc.incident.load == LoadSpec(rate=2.0, prompt=2000, output=60)
+    assert inc.duration == 60 + 60 + 120
+
+
+def test_draws_follow_the_medians_and_the_long_share():
+    rng = random.Random(3)
+    spec = LoadSpec(rate=1, prompt=2000, output=60, sigma=0.2)
+    words, outs = zip(*(spec.draw(rng) for _ in range(2000)), strict=True)
+    assert sorted(words)[1000] == pytest.approx(1999, rel=0.05)  # n words, n + 1 tokens
+    assert sorted(outs)[1000] == pytest.approx(60, rel=0.05)
+    long = LoadSpec(rate=1, prompt=150, long_share=0.1, long_prompt=6000)
+    share = sum(long.draw(rng)[0] == 5999 for _ in range(4000)) / 4000
+    assert share == pytest.approx(0.1, abs=0.02)
+
+
+def test_the_tiny_models_tokenizer_counts_one_token_per_word_after_bos(tmp_path):
+    from tokenizers import Tokenizer
+
+    d = model.make(tmp_path / "m", 8192)
+    cfg = json.loads((d / "config.json").read_text())
+    assert cfg["architectures"] == ["LlamaForCausalLM"] and cfg["max_position_embeddings"] == 8192
+    tok = Tokenizer.from_file(str(d / "tokenizer.json"))
+    text = model.prompt(499, random.Random(1))
+    ids = tok.encode(text).ids
+    assert len(ids) == 500 and ids[0] == model.BOS and model.EOS not in ids
+    assert tok.decode(ids[1:4]) == " ".join(text.split()[:3])
+
+
+def test_the_load_is_open_loop_bounded_and_asks_vllm_for_exact_lengths():
+    with serve(lambda h, f: answer(h, {"choices": [{"finish_reason": "stop"}]})) as srv:
+        load = Load(srv.url, "m", seed=1, max_in_flight=4)
+        load.start(LoadSpec(rate=40, prompt=20, output=30, max_tokens=25, sigma=0.0))
+        time.sleep(1.0)
+        load.stop(drain=5)
+    sent = [json.loads(s.body) for s in srv.seen]
+    assert 20 <= len(sent) <= 70  # about 40 in the second
+    assert all(s["path"] == "/v1/completions" for s in (vars(x) for x in srv.seen))
+    body = sent[0]
+    assert body["max_tokens"] == 25 and body["min_tokens"] == 25  # answer capped: "length"
+    assert body["logit_bias"] == {str(model.EOS): 100}
+    assert len(body["prompt"].split()) == 19
+    assert load.outcomes["http_2xx"] == len(sent)
+
+
+def test_the_load_counts_refusals_and_a_dead_server():
+    with serve(lambda h, f: answer(h, {"error": "too long"}, status=400)) as srv:
+        load = Load(srv.url, "m", seed=1)
+        load.start(LoadSpec(rate=30))
+        time.sleep(0.5)
+        load.stop(drain=5)
+    assert load.outcomes["http_4xx"] > 0 and set(load.outcomes) == {"http_4xx"}
+    dead = Load(srv.url, "m", seed=1)  # the server is gone: connection refused
+    dead.start(LoadSpec(rate=30))
+    time.sleep(0.5)
+    dead.stop(drain=5)
+    assert dead.outcomes["connection_error"] > 0
+
+
+def test_a_cpu_without_avx2_is_refused_in_one_line(tmp_path):
+    info = tmp_path / "cpuinfo"
+    info.write_text("processor : 0\nflags : fpu sse sse2 avx\n")
+    with pytest.raises(LabError, match="no AVX2") as err:
+        check_cpu(info)
+    assert "\n" not in str(err.value)
+
+
+def _fake_venv(tmp_path: Path, script: str) -> Path:
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    py = venv / "bin" / "python"
+    py.write_text("#!/bin/sh\n" + textwrap.dedent(script))
+    py.chmod(0o755)
+    (venv / STAMP).write_text(json.dumps({"vllm": VLLM, "torch": TORCH}))
+    return venv
+
+
+def test_a_server_that_exits_at_start_is_named_with_its_last_log_lines(tmp_path):
+    venv = _fake_venv(tmp_path, "echo 'INFO loading'; echo 'ValueError: no memory' >&2; exit 3\n")
+    srv = VllmServer(venv, tmp_path / "model", 1, [], tmp_path / "vllm.log")
+    with pytest.raises(LabError) as err:
+        srv.start(timeout=30)
+    assert str(err.value) == "the vLLM server exited with status 3: ValueError: no memory"
+    assert srv.proc is None
+
+
+def test_a_server_that_never_answers_is_stopped_with_its_children(tmp_path):
+    # The "server" forks a child (as the engine core is) and never listens.
+    venv = _fake_venv(tmp_path, 'sleep 300 &\necho $! > "$0.child"\nsleep 300\n')
+    srv = VllmServer(venv, tmp_path / "model", 1, [], tmp_path / "vllm.log")
+    with pytest.raises(LabError, match=r"did not answer /health in 2 s"):
+        srv.start(timeout=2)
+    child = int((venv / "bin" / "python.child").read_text())
+    time.sleep(0.2)
+    assert not Path(f"/proc/{child}").exists() or "Z" in Path(f"/proc/{child}/stat").read_text()
+
+
+def test_make_real_names_the_failed_step_and_exits_1(tmp_path):
+    venv = _fake_venv(
+        tmp_path, "echo 'RuntimeError: Engine core initialization failed' >&2\nexit 1\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    proc = subprocess.run(
+        [sys.executable, "-m", "diagnoser.lab.real", "crash", "--venv", str(venv)],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=env,
+        timeout=120,
+        check=False,
+    )
+    assert proc.returncode == 1, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert lines[0] == (
+        "real: incident crash failed: the vLLM server exited with status 1: "
+        "RuntimeError: Engine core initialization failed"
+    )
+    assert lines[-1] == "real: nothing was left running"
+
+
+def test_an_unknown_incident_is_bad_usage():
+    proc = subprocess.run(
+        [sys.executable, "-m", "diagnoser.lab.real", "no-such-thing"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=60,
+        check=False,
+    )
+    assert proc.returncode == 2
+    assert proc.stderr.startswith("real: no-such-thing: no such incident (known: ")
