@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from diagnoser.catalog import Catalog
+from diagnoser.core.durations import parse_seconds
 from diagnoser.core.signals import Signal, Vocabulary
 from diagnoser.core.source import MetricSource, Series
 from diagnoser.diagnose.match import ScopeData
@@ -153,6 +154,9 @@ def fetch(
                 owner.series[sig.name] = s
     if any(s.attributed for s in signals):
         _attribute(out, by)
+    smoothing = parse_seconds(window.rate_window)
+    for data in (*out.models.values(), *out.targets.values()):
+        data.smoothing = smoothing
     return out
 
 

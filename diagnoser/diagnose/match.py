@@ -37,6 +37,9 @@ class ScopeData:
     # Signals the scope's engine does not have, and why (SGLang exports no finished_reason):
     # a playbook that needs one is undecided for that reason, whatever else its series say.
     gaps: dict[str, str] = field(default_factory=dict)
+    # The rate window the series were read with, in seconds: a change seen through it is
+    # spread over that long (a step becomes a ramp), which shapes of a trend must allow for.
+    smoothing: float = 0.0
 
     def has(self, name: str) -> bool:
         return name in self.series or name in self.classes

@@ -261,6 +261,15 @@ def bench_sglang() -> None:
     bench_accuracy(variants=(9, 10), scenarios=scenarios)
 
 
+def bench_real() -> None:
+    """AC@1 over the incidents recorded on a real vLLM server (``tests/data/real``), replayed;
+    ``make bench-real`` runs them live."""
+    from diagnoser.lab.real.__main__ import bench
+
+    print("accuracy on incidents recorded on a real vLLM server (CPU build), replayed:")
+    bench()
+
+
 def main() -> None:
     if sys.argv[1:] == ["sglang"]:  # python -m diagnoser.lab.bench sglang: that part only
         bench_sglang()
@@ -283,6 +292,7 @@ def main() -> None:
     print("accuracy on restart loops 5-6 (kept out of tuning):")
     bench_accuracy(scenarios=loops((5, 6)))
     bench_sglang()
+    bench_real()
     bench_fleet()
     catalog = load_catalog()
     load_s = timed(load_catalog)

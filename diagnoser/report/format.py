@@ -41,6 +41,14 @@ def evidence_lines(d: Diagnosis, m: Match, most: int) -> list[str]:
     return [d.evidence_text(r) for r in m.held()[:most]]
 
 
+def needs(m: Match) -> str:
+    """Why a playbook stayed undecided: the series it lacks, or else what its verdicts said
+    (too few samples, a window too short for the shape)."""
+    if m.missing:
+        return f"needs {', '.join(m.missing)}"
+    return f"({m.reason})" if m.reason else "needs more samples"
+
+
 def since(d: Diagnosis, m: Match) -> str:
     """When the finding began, as it is: inside the window, before it, or not known."""
     if m.onset is None:

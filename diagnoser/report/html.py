@@ -14,7 +14,7 @@ import numpy as np
 from diagnoser.core.source import Series
 from diagnoser.core.units import fmt
 from diagnoser.diagnose.model import Diagnosis, iso
-from diagnoser.report.format import health_line, scope_text, since
+from diagnoser.report.format import health_line, needs, scope_text, since
 
 W, H, PAD = 560, 120, 28
 
@@ -147,7 +147,7 @@ def render(d: Diagnosis) -> str:
         )
     if d.undecided:
         items = "".join(
-            f"<li><code>{e(u.playbook.id)}</code>: needs {e(', '.join(u.missing))}"
+            f"<li><code>{e(u.playbook.id)}</code>: {e(needs(u))}"
             + (f" ({e(d.engine_gap(u))})" if d.engine_gap(u) else "")
             + "</li>"
             for u in d.undecided

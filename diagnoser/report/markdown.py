@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from diagnoser.diagnose.model import Diagnosis, iso
-from diagnoser.report.format import health_line, scope_text, since
+from diagnoser.report.format import health_line, needs, scope_text, since
 
 
 def cell(text: str) -> str:
@@ -72,7 +72,7 @@ def markdown(d: Diagnosis) -> str:
     if d.undecided:
         out.append("### Undecided")
         out += [
-            f"- `{u.playbook.id}`: needs {', '.join(u.missing) or 'more samples'}"
+            f"- `{u.playbook.id}`: {needs(u)}"
             + (f" ({d.engine_gap(u)})" if d.engine_gap(u) else "")
             for u in d.undecided
         ]

@@ -8,6 +8,7 @@ from diagnoser.report.format import (
     day,
     evidence_lines,
     health_line,
+    needs,
     scope_text,
     since,
     wrap,
@@ -136,7 +137,7 @@ def text(d: Diagnosis, colour: bool = False) -> str:
         out += wrap(
             "undecided (missing data is not health): "
             + "; ".join(
-                f"{u.playbook.id} needs {', '.join(u.missing) or 'more samples'}"
+                f"{u.playbook.id} {needs(u)}"
                 + (f" from {' / '.join(d.providers(u))}" if d.providers(u) else "")
                 + (f" ({d.engine_gap(u)})" if d.engine_gap(u) else "")
                 for u in d.undecided

@@ -67,6 +67,11 @@ class Data(Protocol):
     @property
     def classes(self) -> Mapping[str, Mapping[str, Series]]: ...
 
+    @property
+    def smoothing(self) -> float:
+        """Seconds of the rate window the series were read with (0: unknown)."""
+        ...
+
 
 def finite(a: np.ndarray) -> np.ndarray:
     out: np.ndarray = a[np.isfinite(a)]

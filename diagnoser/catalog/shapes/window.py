@@ -22,9 +22,14 @@ from diagnoser.catalog.shapes.base import (
     value_text,
     values,
 )
+from diagnoser.core.durations import format_duration
 
 if TYPE_CHECKING:
     from diagnoser.catalog.model import Condition
+
+
+# A drift is told from a step only over a window of several rate windows.
+DRIFT_SPANS = 3
 
 
 def drifts(threshold: float, t: np.ndarray, v: np.ndarray, floor: float | None) -> Verdict:
@@ -119,6 +124,14 @@ class Drifts(Shape):
         return f"drifts up steadily to >= {cond.value}x"
 
     def evaluate(self, cond: Condition, data: Data, p: Periods) -> Verdict:
+        span = p.window[1] - p.window[0]
+        if data.smoothing and span < DRIFT_SPANS * data.smoothing:
+            # Read through a rate window as long as the window, a step is a straight ramp:
+            # the data cannot tell a drift from a step, and saying "drift" would be a guess.
+            return Verdict.undecided(
+                f"a window of {format_duration(span)} read through "
+                f"{format_duration(data.smoothing)} rates cannot tell a drift from a step"
+            )
         s = data.series[cond.signal]
         mask = (s.t >= p.window[0]) & (s.t <= p.window[1])
         return drifts(float(cond.value), s.t[mask], values(data, cond, p.window), cond.floor)

@@ -122,7 +122,7 @@ class Run:
         if self.incident.probe:
             probe_port = free_port()
             cmd = [
-                sys.executable, "-m", "diagnoser.cli", "probe",
+                sys.executable, "-m", "diagnoser", "probe",
                 "--target", self.server.url, "--model", MODEL_NAME, "--api", "completions",
                 "--classes", "128,1k", "--every", "15s", "--max-tokens", "16",
                 "--tokenizer", str(self.work / "model" / "tokenizer.json"),
