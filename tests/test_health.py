@@ -130,3 +130,72 @@ def test_a_healthy_model_reports_its_slos_met(served, site):
     for sli in ("availability", "ttft", "itl"):
         assert h["slo"][sli]["good_share"] >= h["slo"][sli]["objective"]
     assert doc["findings"] == [] and doc["lookback"] is None
+
+
+# --- one restart is a deploy: synthetic series, judged without a Prometheus ---------------------
+
+
+def _deployed(restarts: tuple[float, ...], down: tuple[float, float], ttft_good: float = 1.0):
+    """A 15-minute window at 15 s (t 900-1800): 2 req/s, SLOs met unless ``ttft_good`` says
+    otherwise, one target down over ``down``, a 5-minute restart count up after each restart."""
+    import numpy as np
+
+    from diagnoser.core.source import Series
+    from diagnoser.diagnose.match import ScopeData
+
+    t = np.arange(0.0, 1815.0, 15.0)
+    scope = {"model_name": "m"}
+
+    def s(v) -> Series:
+        return Series(dict(scope), t, np.broadcast_to(np.asarray(v, dtype=float), t.shape).copy())
+
+    count = np.zeros(t.size)
+    for at in restarts:
+        count[(at <= t) & (t < at + 300)] += 1
+    return ScopeData(
+        dict(scope),
+        {
+            "request_rate": s(2.0),
+            "http_request_rate": s(2.0),
+            "generation_tokens_rate": s(400.0),
+            "http_5xx_share": s(0.0),
+            "finished_error_share": s(0.0),
+            "ttft_slo_attainment": s(ttft_good),
+            "itl_slo_attainment": s(1.0),
+            "targets_total": s(1.0),
+            "targets_down": s(((down[0] <= t) & (t < down[1])).astype(float)),
+            "engine_restarts": s(count),
+        },
+    )
+
+
+def _assess(site, data):
+    from diagnoser.diagnose.health import assess
+
+    return assess(site, data, (900.0, 1800.0), (0.0, 900.0))
+
+
+def test_one_restart_with_a_minute_down_and_the_slos_met_is_a_deploy(site):
+    from diagnoser.report.format import health_line
+
+    h = _assess(site, _deployed((1080.0,), (1020.0, 1080.0)))
+    assert h.restarts == 1 and h.down_share == pytest.approx(4 / 61, abs=0.01)
+    assert h.verdict == "healthy" and h.reasons == []
+    assert h.notes == ["1 restart (a deploy or a single crash, a target down 60 s), SLOs met"]
+    assert "1 restart (a deploy or a single crash" in health_line(h)
+
+
+def test_a_restart_down_longer_than_a_model_load_or_with_slos_broken_is_unhealthy(site):
+    long_down = _assess(site, _deployed((1260.0,), (1020.0, 1260.0)))  # four minutes down
+    assert long_down.verdict == "unhealthy" and long_down.notes == []
+    assert long_down.reasons == ["a target was down 26% of the window"]
+    slow = _assess(site, _deployed((1080.0,), (1020.0, 1080.0), ttft_good=0.9))
+    assert slow.verdict == "unhealthy"
+    assert slow.reasons[0] == "a target was down 7% of the window"
+    assert any("TTFT" in r for r in slow.reasons) and slow.notes == []
+
+
+def test_two_restarts_in_a_short_window_are_unhealthy(site):
+    h = _assess(site, _deployed((1080.0, 1500.0), (1020.0, 1080.0)))
+    assert h.restarts == 2 and h.verdict == "unhealthy"
+    assert "2 restarts in the window" in h.reasons and h.notes == []

@@ -5,10 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from diagnoser.catalog.shapes.compare import compare
+from diagnoser.catalog.shapes.base import episodes
+from diagnoser.catalog.shapes.compare import compare, opposite
 from diagnoser.catalog.shapes.growth import class_size, grows_with
 from diagnoser.catalog.shapes.level import level
-from diagnoser.catalog.shapes.window import drifts, plateau, spikes, tracks
+from diagnoser.catalog.shapes.window import drifts, plateau, recurs, spikes, tracks
 from diagnoser.core.source import Series
 from diagnoser.diagnose.onset import change_point, periods_for
 
@@ -65,6 +66,41 @@ def test_spikes_and_plateau():
     pinned = np.minimum(noisy(300, 100, 0.3), 256)
     assert plateau(0.05, 0.5, pinned).holds
     assert not plateau(0.05, 0.5, noisy(100, 100, 0.3)).holds
+
+
+def test_recurs_counts_separate_rises_not_the_time_a_count_stays_up():
+    # A 15-minute window at 15 s: one restart holds a 5-minute changes() count at 1 for 20
+    # samples, a third of the window, which a level held for a quarter took for a loop.
+    one = np.zeros(60)
+    one[8:28] = 1
+    assert level("above", 1, one, "median", 0.25).holds
+    assert episodes(one) == 1
+    assert recurs(1, one).holds and not recurs(2, one).holds
+    two = one.copy()
+    two[36:56] = 1
+    v = recurs(2, two)
+    assert v.holds and v.numbers == {"episodes": 2.0}
+    # Two servers of a rolling deploy restarted within the rate window: one episode.
+    rolling = one.copy()
+    rolling[10:30] += 1
+    assert episodes(rolling) == 1
+    # A count already up when the window opens is one; a missing sample counts as zero.
+    assert episodes(np.array([1.0, 1, 0, np.nan, 1, 1])) == 2
+    assert recurs(1, np.array([1.0])).holds is None
+
+
+def test_a_change_the_other_way_contradicts_a_required_change():
+    fell = {"baseline": 135.0, "now": 15.0, "ratio": 15 / 135}
+    assert opposite("rises", 1.5, fell, None)
+    assert not opposite("rises", 1.5, {"baseline": 135.0, "now": 120.0}, None)  # too little
+    assert not opposite("rises", 1.5, {"baseline": 135.0, "now": 180.0}, None)  # right way
+    assert opposite("falls", 0.5, {"baseline": 10.0, "now": 25.0}, None)
+    assert opposite("rises_by", 0.1, {"baseline": 0.3, "now": 0.15}, None)
+    assert not opposite("rises_by", 0.1, {"baseline": 0.3, "now": 0.25}, None)
+    assert not opposite("flat", 0.3, {"baseline": 1.0, "now": 0.1}, None)
+    # Under its floor a level is noise: 10 ms to 1 ms is no fall for a floor of 50 ms.
+    assert not opposite("rises", 2, {"baseline": 0.01, "now": 0.001}, 0.05)
+    assert not opposite("rises", 2, {"baseline": 0.0, "now": 0.0}, None)
 
 
 def test_tracks_is_correlation():

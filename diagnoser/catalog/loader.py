@@ -140,6 +140,11 @@ def _condition(path: Path, where: str, raw: dict[str, Any]) -> Condition:
     )
 
 
+def _test(c: Condition) -> tuple[object, ...]:
+    """What a condition tests, whatever its group, weight or wording."""
+    return (c.signal, c.over, c.shape, c.value, c.held, c.stat, c.floor, c.min_corr, c.exponent)
+
+
 def _signature(path: Path, raw: dict[str, Any]) -> Signature:
     groups: dict[str, tuple[Condition, ...]] = {}
     for group in ("all", "any", "none", "supporting", "absolute"):
@@ -164,16 +169,16 @@ def _signature(path: Path, raw: dict[str, Any]) -> Signature:
                 raise CatalogError(
                     path, f"signature.{group}[{i}].instead", "only an exclusion (none) can name one"
                 )
-    seen: dict[str, str] = {}
+    # A parameter binds one test: several conditions may hold it only if they are that test
+    # (the same signal, shape and threshold, e.g. in ``absolute`` and ``any``).
+    seen: dict[str, tuple[str, Condition]] = {}
     for group in ("all", "any", "none", "supporting", "absolute"):
-        for i, c in enumerate(raw.get(group, [])):
-            if "param" in c:
+        for i, c in enumerate(groups[group]):
+            if c.param is not None:
                 where = f"signature.{group}[{i}].param"
-                if c["param"] in seen:
-                    raise CatalogError(
-                        path, where, f"{c['param']!r} is bound at {seen[c['param']]}"
-                    )
-                seen[c["param"]] = where
+                first = seen.setdefault(c.param, (where, c))
+                if _test(first[1]) != _test(c):
+                    raise CatalogError(path, where, f"{c.param!r} is bound at {first[0]}")
     onset = raw.get("onset")
     if onset is not None and onset not in SIGNALS:
         raise CatalogError(path, "signature.onset", f"unknown signal {onset!r}")
@@ -398,6 +403,7 @@ def with_param(pb: Playbook, name: str, value: float) -> Playbook:
         any=bind(sig.any),
         none=bind(sig.none),
         supporting=bind(sig.supporting),
+        absolute=bind(sig.absolute),
     )
     alert = replace(pb.alert, params={**pb.alert.params, name: value})
     return replace(pb, signature=signature, alert=alert)

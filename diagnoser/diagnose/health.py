@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from diagnoser.catalog.shapes.base import episodes
 from diagnoser.diagnose.match import ScopeData
 from diagnoser.site import Site
 
@@ -22,6 +23,11 @@ IDLE_RPS = 0.01  # finished requests per second below which a model counts as id
 UNHEALTHY_BURN = 2.0  # a burn rate from which the budget lasts under half the SLO period
 MIN_EVENTS = 30.0  # fewer requests in the window and a burn rate is not judged
 DOWN_SHARE = 0.05  # of the window with a target down
+# A single restart takes its target down while the model loads: one stretch of downtime up to
+# this long, with the model's only restart in the window, is that restart's (a deploy, or one
+# crash the server came back from), not a reason of its own while the SLOs hold. Longer, and
+# the target-down alert (for: 2m) fires: a symptom, and a reason.
+RESTART_DOWNTIME = 120.0
 STOPPED_TAIL = 600.0  # seconds at the end of the window with nothing finished: traffic stopped
 
 
@@ -53,9 +59,24 @@ class Health:
     targets_total: int | None = None
     targets_down: int | None = None  # at the end of the window
     down_share: float | None = None  # of the window with any target down
-    restarts: int = 0
+    down_seconds: float = 0.0  # how long any target was down in the window
+    down_episodes: int = 0  # separate stretches of it
+    restarts: int = 0  # distinct restarts (separate rises of the restart count)
     stopped_at: float | None = None  # traffic stopped (it served before, not in the window)
     reasons: list[str] = field(default_factory=list)
+    # What was seen but is no reason for concern (a single restart with the SLOs met).
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def single_restart(self) -> bool:
+        """One restart, and any downtime one stretch short enough to be its model load: a
+        deploy or a single crash the server came back from, not a loop."""
+        return (
+            self.restarts == 1
+            and not self.targets_down
+            and self.down_episodes <= 1
+            and self.down_seconds <= RESTART_DOWNTIME
+        )
 
     @property
     def judged(self) -> bool:
@@ -91,11 +112,11 @@ def _mean(values: np.ndarray | None) -> float | None:
     return float(v.mean()) if v.size else None
 
 
-def _rising_edges(values: np.ndarray | None) -> int:
-    if values is None or values.size == 0:
-        return 0
-    on = np.nan_to_num(values) > 0
-    return int(on[0]) + int(np.sum(on[1:] & ~on[:-1]))
+def _step(data: ScopeData, name: str) -> float:
+    s = data.series.get(name)
+    if s is None or s.t.size < 2:
+        return 0.0
+    return float(np.median(np.diff(s.t)))
 
 
 def assess(
@@ -137,7 +158,11 @@ def assess(
         h.targets_total = int(np.nanmax(total))
         h.targets_down = int(down[-1]) if down is not None and down.size else 0
         h.down_share = float(np.mean(np.nan_to_num(down) > 0)) if down is not None else 0.0
-    h.restarts = _rising_edges(_inside(data, "engine_restarts", window))
+        if down is not None:
+            h.down_episodes = episodes(down)
+            h.down_seconds = float(np.sum(np.nan_to_num(down) > 0)) * _step(data, "targets_down")
+    restarts = _inside(data, "engine_restarts", window)
+    h.restarts = episodes(restarts) if restarts is not None else 0
     h.stopped_at = _stopped(data, window, before)
     _verdict(h, window[1] - window[0])
     return h
@@ -163,10 +188,13 @@ def _stopped(
 
 def _verdict(h: Health, seconds: float) -> None:
     reasons = h.reasons
+    downtime = ""
     if h.targets_down:
         reasons.append(f"{h.targets_down} of {h.targets_total} target(s) down")
     elif h.down_share is not None and h.down_share >= DOWN_SHARE:
-        reasons.append(f"a target was down {h.down_share:.0%} of the window")
+        downtime = f"a target was down {h.down_share:.0%} of the window"
+        if not h.single_restart:
+            reasons.append(downtime)
     if h.restarts >= 2:
         reasons.append(f"{h.restarts} restarts in the window")
     if h.stopped_at is not None:
@@ -180,6 +208,8 @@ def _verdict(h: Health, seconds: float) -> None:
         burn = sli.burn
         if burn is not None and burn >= UNHEALTHY_BURN and events >= MIN_EVENTS:
             reasons.append(f"{describe(sli)}, against an SLO of {sli.objective * 100:g}%")
+    if h.single_restart and downtime and reasons:
+        reasons.insert(0, downtime)  # the restart's downtime, with the rest that went wrong
     if reasons:
         h.verdict = "unhealthy"
     elif h.request_rate is None and h.targets_total is None:
@@ -190,6 +220,10 @@ def _verdict(h: Health, seconds: float) -> None:
         h.verdict = "unknown"
     else:
         h.verdict = "healthy"
+    if h.single_restart and not reasons:
+        down = f", a target down {h.down_seconds:.0f} s" if h.down_seconds else ""
+        met = ", SLOs met" if h.verdict == "healthy" else ""
+        h.notes.append(f"1 restart (a deploy or a single crash{down}){met}")
 
 
 def describe(sli: Sli) -> str:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from diagnoser.catalog import Playbook
@@ -103,9 +103,11 @@ def reassess(
     fine: ScopeData,
     lb: Window,
     window: Window,
+    changes: Mapping[str, Match] | None = None,
 ) -> list[Match]:
     """Each playbook judged on the lookback (a change before the window), else on its
-    absolute state over the window; every verdict is returned (findings and not)."""
+    absolute state over the window (ruled out where ``changes``, each playbook's verdict on
+    the window's change, contradicts it); every verdict is returned (findings and not)."""
     out = []
     for pb in playbooks:
         periods = onset_periods(pb, data, lb, window)
@@ -113,7 +115,8 @@ def reassess(
         if periods is not None:
             found = evaluate(pb, data, window.span, window.baseline, lb.step, periods, "lookback")
         if found is None or found.status not in ("matched", "contested"):
-            absolute = evaluate_absolute(pb, fine, window.span)
+            change = (changes or {}).get(pb.id)
+            absolute = evaluate_absolute(pb, fine, window.span, change)
             if absolute.status in ("matched", "contested", "ruled_out") or found is None:
                 found = absolute
         out.append(found)

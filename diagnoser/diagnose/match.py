@@ -86,6 +86,9 @@ class Match:
     # What the verdict rests on: a change within the window ("window"), a change found in the
     # lookback before it ("lookback"), or an abnormal state with no change found ("absolute").
     basis: str = "window"
+    # On the absolute basis: the required condition that the window's change contradicts (the
+    # state began there with a change that is not this cause's), which ruled the state out.
+    contradiction: ConditionResult | None = None
 
     @property
     def onset(self) -> float | None:
@@ -172,9 +175,14 @@ def engine_gaps(pb: Playbook, data: ScopeData) -> dict[str, str]:
     return pb.signature.lacking(data.gaps) if data.gaps else {}
 
 
-def evaluate_absolute(pb: Playbook, data: ScopeData, window: tuple[float, float]) -> Match:
+def evaluate_absolute(
+    pb: Playbook, data: ScopeData, window: tuple[float, float], change: Match | None = None
+) -> Match:
     """The playbook's absolute state over the window, with the exclusions that need no
-    baseline; ``not_matched`` when the playbook has no absolute state."""
+    baseline; ``not_matched`` when the playbook has no absolute state. ``change`` is the
+    playbook's verdict on the window's change: where it contradicts the playbook over a clean
+    baseline (see ``contradicted``), the state is ruled out, since the change that brought it
+    is not this cause's."""
     sig = pb.signature
     assert sig is not None
     p = Periods(window, window, window, None)
@@ -200,12 +208,52 @@ def evaluate_absolute(pb: Playbook, data: ScopeData, window: tuple[float, float]
         match.status = "ruled_out"
         match.reason = hard[0].condition.why or hard[0].condition.describe()
         return match
+    against = contradicted(pb, data, change) if change is not None else None
+    if against is not None:
+        match.results.append(against)
+        match.contradiction = against
+        match.status = "ruled_out"
+        match.reason = (
+            f"its absolute state holds, but began in the window with a change that contradicts "
+            f"it: {against.condition.describe()}, yet {against.text('')}"
+        )
+        return match
     match.status = "contested" if excluded else "matched"
     margin = float(np.mean([r.verdict.margin for r in state]))
     match.confidence = round(
         min(sig.max_confidence, ABSOLUTE_CAP, BASE_CONFIDENCE + 0.05 * margin), 3
     )
     return match
+
+
+def contradicted(pb: Playbook, data: ScopeData, change: Match) -> ConditionResult | None:
+    """The required condition of the window's verdict that the change contradicts, when the
+    baseline was clean; else None.
+
+    Contradicted: the verdict is ``not_matched`` because a required condition moved clearly
+    the other way (its shape's ``contradicts``: a rise required, a fall as large seen), not
+    because it moved too little or could not be judged. Clean: the playbook's absolute state
+    did not hold over the verdict's baseline, with samples enough to say so; the state began
+    in the window, so the change seen there is what brought it. Over a baseline already in
+    that state (an incident older than the window) the change says nothing, and None."""
+    sig = pb.signature
+    if sig is None or change.status != "not_matched" or change.periods is None:
+        return None
+    against = next(
+        (
+            r
+            for r in change.results
+            if r.group == "all" and SHAPES[r.condition.shape].contradicts(r.condition, r.verdict)
+        ),
+        None,
+    )
+    if against is None:
+        return None
+    b = change.periods.baseline
+    before = [evaluate_condition(c, data, Periods(b, b, b, None))[0] for c in sig.absolute]
+    if any(v.holds is None for v in before) or all(v.holds for v in before):
+        return None
+    return against
 
 
 def confidence(m: Match, cap: float) -> float:

@@ -155,6 +155,7 @@ def health_json(d: Diagnosis, h: Health) -> dict[str, Any]:
         "scope": h.scope,
         "verdict": h.verdict,
         "reasons": h.reasons,
+        "notes": h.notes,
         "request_rate": r(h.request_rate, 4),
         "error_share": r(h.error_share),
         "http_5xx_share": r(h.http_5xx_share),

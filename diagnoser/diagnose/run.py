@@ -96,6 +96,11 @@ def diagnose(
     return result
 
 
+def window_verdicts(matches: Sequence[Match], scope: dict[str, str]) -> dict[str, Match]:
+    """Each playbook's verdict on the change within the window, for one scope."""
+    return {m.playbook.id: m for m in matches if m.basis == "window" and m.scope == scope}
+
+
 def _look_back(
     source: MetricSource,
     site: Site,
@@ -118,9 +123,12 @@ def _look_back(
         own = [m for m in matches if m.status in FOUND and covers(data.scope, m.scope)]
         if own and all(m.onset is not None for m in own) and health.verdict != "unhealthy":
             continue  # a change inside the window explains it, and the SLOs hold
+        changes = window_verdicts(matches, data.scope)
         absolute: list[Match] = []
         if not own:
-            absolute = [evaluate_absolute(pb, data, window.span) for pb in playbooks]
+            absolute = [
+                evaluate_absolute(pb, data, window.span, changes.get(pb.id)) for pb in playbooks
+            ]
             for m in absolute:
                 if m.status in FOUND:
                     flag(health, f"abnormal state of {m.playbook.id}")
@@ -128,6 +136,8 @@ def _look_back(
             continue  # nothing served to judge a pattern by, now or just before
         if own or health.verdict == "unhealthy":
             candidates.append((data, absolute))
+        else:  # healthy: say why an abnormal state was not taken for its cause
+            matches += [m for m in absolute if m.contradiction is not None]
     if not candidates:
         return
     if lookback <= window.end - window.first:
@@ -148,7 +158,14 @@ def _look_back(
     result.reach = reach
     for data, _ in candidates:
         coarse = fetched.models.get(tuple(data.scope.get(k, "") for k in site.config.by))
-        verdicts = reassess(playbooks, coarse or ScopeData(data.scope), data, lb, window)
+        verdicts = reassess(
+            playbooks,
+            coarse or ScopeData(data.scope),
+            data,
+            lb,
+            window,
+            window_verdicts(matches, data.scope),
+        )
         for m in verdicts:
             first = [x for x in matches if x.playbook.id == m.playbook.id and x.scope == m.scope]
             if m.basis == "lookback" and m.onset is not None and m.onset < window.start:

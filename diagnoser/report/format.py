@@ -38,7 +38,8 @@ def wrap(text: str, indent: str, width: int = WIDTH) -> list[str]:
 
 def evidence_lines(d: Diagnosis, m: Match, most: int) -> list[str]:
     """The conditions that held and point to the cause, in words, at most ``most``."""
-    return [d.evidence_text(r) for r in m.held()[:most]]
+    texts = dict.fromkeys(d.evidence_text(r) for r in m.held())  # one line per fact
+    return list(texts)[:most]
 
 
 def needs(m: Match) -> str:
@@ -86,6 +87,8 @@ def health_line(h: Health) -> str:
     if h.targets_total is not None:
         up = h.targets_total - (h.targets_down or 0)
         parts.append(f"targets {up}/{h.targets_total} up")
-    if h.restarts:
+    if h.notes:
+        parts += h.notes
+    elif h.restarts:
         parts.append(f"{h.restarts} restart(s)")
     return " | ".join(parts)

@@ -11,7 +11,7 @@ from diagnoser.catalog.shapes.base import Data, Periods, Shape, Verdict
 from diagnoser.catalog.shapes.compare import Falls, Flat, Rises, RisesBy
 from diagnoser.catalog.shapes.growth import GrowsWith, class_size
 from diagnoser.catalog.shapes.level import Above, Below
-from diagnoser.catalog.shapes.window import Drifts, Plateau, Spikes, Tracks
+from diagnoser.catalog.shapes.window import Drifts, Plateau, Recurs, Spikes, Tracks
 
 __all__ = ["MODIFIER_SCHEMAS", "SHAPES", "Data", "Periods", "Shape", "Verdict", "class_size"]
 
@@ -28,6 +28,7 @@ SHAPES: dict[str, Shape] = {
         Spikes(),
         Plateau(),
         Tracks(),
+        Recurs(),
         GrowsWith(),
     )
 }

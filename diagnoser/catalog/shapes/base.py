@@ -85,6 +85,16 @@ def summarise(values: np.ndarray, stat: str) -> float | None:
     return float(STATS[stat](v))
 
 
+def episodes(values: np.ndarray) -> int:
+    """How many separate times the series turns from zero (or no value) to above zero: for
+    a count over a sliding rate window (``changes(...[5m])``), how many distinct events it saw,
+    however long each stays counted. A missing sample counts as zero."""
+    if values.size == 0:
+        return 0
+    on = np.nan_to_num(values, nan=0.0) > 0
+    return int(on[0]) + int(np.sum(on[1:] & ~on[:-1]))
+
+
 def log_margin(ratio: float, threshold: float) -> float:
     """0 at the threshold, 1 when the ratio is the threshold squared (in log terms)."""
     if ratio <= 0 or threshold <= 0 or threshold == 1:
@@ -138,6 +148,12 @@ class Shape:
 
     def describe(self, cond: Condition) -> str:
         raise NotImplementedError
+
+    def contradicts(self, cond: Condition, verdict: Verdict) -> bool:
+        """Whether a verdict that fails shows the subject moving clearly the other way from
+        what the condition asks (a rise required, a fall as large seen), not merely too
+        little, or no change. Only a shape that compares two periods can say so."""
+        return False
 
     def evaluate(self, cond: Condition, data: Data, p: Periods) -> Verdict:
         raise NotImplementedError

@@ -56,9 +56,36 @@ def compare(
     raise ValueError(shape)
 
 
+def opposite(
+    shape: str, threshold: float, numbers: Mapping[str, float], floor: float | None
+) -> bool:
+    """The change went the other way by as much as the condition asks for: a fall to
+    1/value or below where a rise of value is required (and the reverse), a drop of value or
+    more where a rise by value is. Below ``floor`` a level counts as the floor (noise)."""
+    b, n = numbers.get("baseline"), numbers.get("now")
+    if b is None or n is None:
+        return False
+    if shape == "rises_by":
+        return n - b <= -threshold
+    if floor is not None:
+        b, n = max(b, floor), max(n, floor)
+    if b <= 0:
+        return False  # from zero nothing falls, and a rise from zero is no contradiction
+    if shape == "rises":
+        return n <= b / threshold
+    if shape == "falls":
+        return n >= b / threshold
+    return False  # flat has no direction
+
+
 class _Compare(Shape):
     modifiers: ClassVar[frozenset[str]] = frozenset({"floor"})
     relative: ClassVar[bool] = True
+
+    def contradicts(self, cond: Condition, verdict: Verdict) -> bool:
+        if verdict.holds is not False:
+            return False
+        return opposite(self.name, float(cond.value), verdict.numbers, cond.floor)
 
     def evaluate(self, cond: Condition, data: Data, p: Periods) -> Verdict:
         base, now = values(data, cond, p.baseline), values(data, cond, p.now)

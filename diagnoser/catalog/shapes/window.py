@@ -1,5 +1,5 @@
-"""Shapes over the whole window: a steady drift, spikes, a plateau at a ceiling, and two
-signals moving together."""
+"""Shapes over the whole window: a steady drift, spikes, a plateau at a ceiling, two signals
+moving together, and events that recur."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from diagnoser.catalog.shapes.base import (
     Periods,
     Shape,
     Verdict,
+    episodes,
     finite,
     log_margin,
     share_margin,
@@ -103,6 +104,15 @@ def tracks(min_corr: float, a: np.ndarray, b: np.ndarray) -> Verdict:
         return Verdict(False, {"corr": 0.0}, note="one series is constant")
     corr = float(np.corrcoef(a, b)[0, 1])
     return Verdict(corr >= min_corr, {"corr": corr}, share_margin(corr, min_corr))
+
+
+def recurs(times: float, window: np.ndarray) -> Verdict:
+    """At least ``times`` separate episodes above zero (see ``episodes``)."""
+    if finite(window).size < MIN_POINTS:
+        return Verdict.undecided("too few samples (window)")
+    n = episodes(window)
+    margin = float(np.clip((n - times) / times, 0, 1))
+    return Verdict(n >= times, {"episodes": float(n)}, margin)
 
 
 def _ratio_text(numbers: Mapping[str, float | None]) -> str:
@@ -217,3 +227,29 @@ class Tracks(Shape):
             if corr is not None
             else (f"{cond.signal} against {cond.value}")
         )
+
+
+class Recurs(Shape):
+    name = "recurs"
+    value_schema: ClassVar[dict[str, Any]] = {
+        "type": "integer",
+        "minimum": 1,
+        "description": "separate episodes: the signal turns from zero to above zero at least "
+        "value times in the window (a restart count over a 5-minute rate window that rises "
+        "twice is two restarts, however long each stays counted)",
+    }
+
+    def describe(self, cond: Condition) -> str:
+        if float(cond.value) == 1:
+            return "turns non-zero in the window"
+        return f"turns non-zero >= {cond.value} separate times in the window"
+
+    def evaluate(self, cond: Condition, data: Data, p: Periods) -> Verdict:
+        return recurs(float(cond.value), values(data, cond, p.window))
+
+    def evidence(self, cond: Condition, numbers: Mapping[str, float | None], unit: str) -> str:
+        n = numbers.get("episodes")
+        if n is None:
+            return subject(cond)
+        times = "once" if n == 1 else f"{n:.0f} separate times"
+        return f"{subject(cond)} turned non-zero {times} in the window"
