@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from diagnoser.catalog.shapes.base import episodes
+from diagnoser.catalog.shapes.base import episodes, events
 from diagnoser.catalog.shapes.compare import compare, opposite
 from diagnoser.catalog.shapes.growth import class_size, grows_with
 from diagnoser.catalog.shapes.level import level
@@ -68,24 +68,32 @@ def test_spikes_and_plateau():
     assert not plateau(0.05, 0.5, noisy(100, 100, 0.3)).holds
 
 
-def test_recurs_counts_separate_rises_not_the_time_a_count_stays_up():
+def test_recurs_counts_events_not_the_time_a_count_stays_up():
     # A 15-minute window at 15 s: one restart holds a 5-minute changes() count at 1 for 20
     # samples, a third of the window, which a level held for a quarter took for a loop.
     one = np.zeros(60)
     one[8:28] = 1
     assert level("above", 1, one, "median", 0.25).holds
-    assert episodes(one) == 1
+    assert events(one) == 1
     assert recurs(1, one).holds and not recurs(2, one).holds
     two = one.copy()
     two[36:56] = 1
     v = recurs(2, two)
-    assert v.holds and v.numbers == {"episodes": 2.0}
-    # Two servers of a rolling deploy restarted within the rate window: one episode.
+    assert v.holds and v.numbers == {"events": 2.0}
+    # A crash loop faster than the rate window: the worst server's count climbs 1, 2, 3 and
+    # never returns to zero; three restarts, not one long episode.
+    loop = np.zeros(60)
+    loop[5:], loop[15:], loop[25:] = 1, 2, 3
+    loop[45:] = 2
+    assert events(loop) == 3 and episodes(loop) == 1
+    # A rolling deploy: each server restarts once, so the worst server's count stays at 1.
     rolling = one.copy()
-    rolling[10:30] += 1
-    assert episodes(rolling) == 1
-    # A count already up when the window opens is one; a missing sample counts as zero.
-    assert episodes(np.array([1.0, 1, 0, np.nan, 1, 1])) == 2
+    rolling[28:40] = 1
+    assert events(rolling) == 1
+    # A count already up when the window opens counts; a scrape gap repeats the sample before.
+    assert events(np.array([1.0, 1, 0, np.nan, 1, 1])) == 2
+    assert events(np.array([1.0, 1, np.nan, 1, 2])) == 2
+    assert events(np.array([np.nan, np.nan])) == 0
     assert recurs(1, np.array([1.0])).holds is None
 
 

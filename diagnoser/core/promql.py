@@ -231,14 +231,15 @@ def share_by(name: str, label: str) -> Expr:
     return build
 
 
-def counter_resets(name: str) -> Expr:
-    """Restarts seen as counter resets: one per target, whatever its label values or engines."""
+def counter_resets(name: str, fn: str = "sum") -> Expr:
+    """Restarts seen as counter resets: one per target, whatever its label values or engines;
+    ``fn`` over the targets (``max``: the worst one's)."""
 
     def build(scope: Scope) -> str:
         per_series = f"resets({selector(name, scope.matchers)}[{scope.window}])"
         labels = [*scope.by, *(x for x in ("job", "instance") if x not in scope.by)]
         per_target = f"max by ({', '.join(labels)}) ({per_series})"
-        return agg("sum", scope, per_target)
+        return agg(fn, scope, per_target)
 
     return build
 

@@ -115,13 +115,14 @@ def rate_above(fam: Family, le: str) -> Expr:
     return build
 
 
-def counter_resets(fam: Family) -> Expr:
-    """Restarts seen as resets of a counter: one per target, whatever its label sets."""
+def counter_resets(fam: Family, fn: str = "sum") -> Expr:
+    """Restarts seen as resets of a counter: one per target, whatever its label sets; ``fn``
+    over the targets (``max``: the worst one's)."""
 
     def build(scope: Scope) -> str:
         per_series = f"resets({_sel(fam, scope)}[{scope.window}])"
         labels = [*scope.by, *(x for x in ("job", "instance") if x not in scope.by)]
-        return q.agg("sum", scope, f"max by ({', '.join(labels)}) ({per_series})")
+        return q.agg(fn, scope, f"max by ({', '.join(labels)}) ({per_series})")
 
     return build
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from diagnoser.catalog.shapes.base import episodes
+from diagnoser.catalog.shapes.base import episodes, events
 from diagnoser.diagnose.match import ScopeData
 from diagnoser.site import Site
 
@@ -162,7 +162,7 @@ def assess(
             h.down_episodes = episodes(down)
             h.down_seconds = float(np.sum(np.nan_to_num(down) > 0)) * _step(data, "targets_down")
     restarts = _inside(data, "engine_restarts", window)
-    h.restarts = episodes(restarts) if restarts is not None else 0
+    h.restarts = events(restarts) if restarts is not None else 0
     h.stopped_at = _stopped(data, window, before)
     _verdict(h, window[1] - window[0])
     return h

@@ -95,6 +95,24 @@ def episodes(values: np.ndarray) -> int:
     return int(on[0]) + int(np.sum(on[1:] & ~on[:-1]))
 
 
+def events(values: np.ndarray) -> int:
+    """How many events a count over a sliding window (``changes(...[5m])``, the worst
+    instance's) saw: every rise adds what it rose by, so a count that goes 1, 2, 3 saw three
+    restarts, one that stays at 1 for five minutes saw one, and a count already up when the
+    window opens saw that many. A missing sample (a scrape gap) repeats the one before it."""
+    v = np.asarray(values, dtype=np.float64)
+    if v.size == 0:
+        return 0
+    known = np.isfinite(v)
+    if not known.any():
+        return 0
+    idx = np.where(known, np.arange(v.size), 0)
+    filled = v[np.maximum.accumulate(idx)]
+    filled[: int(np.argmax(known))] = 0.0
+    rises = np.diff(filled, prepend=0.0)
+    return int(round(float(np.clip(rises, 0, None).sum())))
+
+
 def log_margin(ratio: float, threshold: float) -> float:
     """0 at the threshold, 1 when the ratio is the threshold squared (in log terms)."""
     if ratio <= 0 or threshold <= 0 or threshold == 1:

@@ -15,7 +15,7 @@ from diagnoser.catalog.shapes.base import (
     Periods,
     Shape,
     Verdict,
-    episodes,
+    events,
     finite,
     log_margin,
     share_margin,
@@ -107,12 +107,12 @@ def tracks(min_corr: float, a: np.ndarray, b: np.ndarray) -> Verdict:
 
 
 def recurs(times: float, window: np.ndarray) -> Verdict:
-    """At least ``times`` separate episodes above zero (see ``episodes``)."""
+    """At least ``times`` events counted by a windowed count (see ``events``)."""
     if finite(window).size < MIN_POINTS:
         return Verdict.undecided("too few samples (window)")
-    n = episodes(window)
+    n = events(window)
     margin = float(np.clip((n - times) / times, 0, 1))
-    return Verdict(n >= times, {"episodes": float(n)}, margin)
+    return Verdict(n >= times, {"events": float(n)}, margin)
 
 
 def _ratio_text(numbers: Mapping[str, float | None]) -> str:
@@ -234,22 +234,21 @@ class Recurs(Shape):
     value_schema: ClassVar[dict[str, Any]] = {
         "type": "integer",
         "minimum": 1,
-        "description": "separate episodes: the signal turns from zero to above zero at least "
-        "value times in the window (a restart count over a 5-minute rate window that rises "
-        "twice is two restarts, however long each stays counted)",
+        "description": "events: a count over a sliding window (restarts in the last 5 minutes) "
+        "rises by at least value in all over the window (a count that goes 1, 2 saw two "
+        "restarts; one that stays at 1, however long, saw one)",
     }
 
     def describe(self, cond: Condition) -> str:
         if float(cond.value) == 1:
-            return "turns non-zero in the window"
-        return f"turns non-zero >= {cond.value} separate times in the window"
+            return "counts an event in the window"
+        return f"counts >= {cond.value} events in the window"
 
     def evaluate(self, cond: Condition, data: Data, p: Periods) -> Verdict:
         return recurs(float(cond.value), values(data, cond, p.window))
 
     def evidence(self, cond: Condition, numbers: Mapping[str, float | None], unit: str) -> str:
-        n = numbers.get("episodes")
+        n = numbers.get("events")
         if n is None:
             return subject(cond)
-        times = "once" if n == 1 else f"{n:.0f} separate times"
-        return f"{subject(cond)} turned non-zero {times} in the window"
+        return f"{subject(cond)}: {n:.0f} in the window"

@@ -53,11 +53,13 @@ def restarts() -> list[Signal]:
         Signal(
             "engine_restarts",
             "restarts",
-            "API-server restarts in the window (process start time changed, or counters reset).",
-            q.either(q.on_targets(_api_restarts), q.counter_resets(SUCCESS)),
+            "Restarts of the model's most restarted server over the rate window (its API "
+            "server's start time changed, or its counters reset): a loop counts up on one "
+            "server, a rolling deploy counts one per server at a time.",
+            q.either(q.on_targets(_api_restarts, "max"), q.counter_resets(SUCCESS, "max")),
             ("vllm_restarts", "changes"),
             per_instance=True,
-            sglang=sg.counter_resets(SG.REALTIME_TOKENS),
+            sglang=sg.counter_resets(SG.REALTIME_TOKENS, "max"),
         )
     ]
 
