@@ -26,7 +26,9 @@ def test_every_signal_sglang_lacks_says_why():
 
 def test_playbooks_needing_finished_reason_are_undecided_on_sglang_and_the_rest_decided():
     rows = {pid: diag for pid, diag, _ in playbook_rows(Site.default())}
-    assert rows["stop-token-mismatch"].startswith("undecided: SGLang exports no finished_reason")
+    for pid in ("stop-token-mismatch", "max-tokens-truncation"):
+        assert rows[pid].startswith("undecided: SGLang exports no finished_reason"), pid
     detectable = [pb.id for pb in load_catalog().detectable()]
     decided = [p for p in detectable if rows[p].startswith("yes")]
-    assert len(decided) == len(detectable) - 2  # stop-token-mismatch, kv-cannot-fit
+    # stop-token-mismatch, max-tokens-truncation, kv-cannot-fit
+    assert len(decided) == len(detectable) - 3

@@ -21,6 +21,7 @@ HERE = Path(__file__).resolve().parent
 SCENARIOS = {
     "aged-prompts": aged(library.find("retrieval-launch"), 2),  # began 3 h before the window
     "aged-stop-token": aged(library.find("answers-that-never-ended"), 2),  # 3 h before
+    "aged-truncation": aged(library.find("max-tokens-truncation"), 2),  # 3 h before
     "loop": restart_loop(library.find("gpu-memory-contention"), 2),
     "crash": load_scenario(HERE / "scenarios" / "crash-stays-down.yaml"),
     "stopped": load_scenario(HERE / "scenarios" / "traffic-stops.yaml"),
@@ -73,6 +74,22 @@ def test_without_a_lookback_an_abnormal_state_is_still_reported(served, site):
     assert "no change found in the lookback" in render(result, "text")
     looked = run(served, site, "aged-stop-token")
     assert looked.findings[0].playbook.id == "stop-token-mismatch"
+    assert looked.findings[0].basis == "lookback"
+
+
+def test_answers_cut_by_a_low_max_tokens_are_not_taken_for_an_ignored_stop_token(served, site):
+    """Both states are a high length share; only the cap being the typical answer's length
+    tells a lowered max_tokens from a stop token ignored, with no change to go by."""
+    result = run(served, site, "aged-truncation", lookback=0)
+    assert [m.playbook.id for m in result.findings] == ["max-tokens-truncation"]
+    assert result.findings[0].basis == "absolute"
+    stop = [m for m in result.checked if m.playbook.id == "stop-token-mismatch"]
+    assert any(
+        m.basis == "absolute" and m.status == "ruled_out" and "max-tokens-truncation" in m.reason
+        for m in stop
+    ), [(m.basis, m.status, m.reason) for m in stop]
+    looked = run(served, site, "aged-truncation")
+    assert looked.findings[0].playbook.id == "max-tokens-truncation"
     assert looked.findings[0].basis == "lookback"
 
 

@@ -230,6 +230,7 @@ def workload(g: Board) -> list[object]:
             g,
             "Prompt tokens per request",
             [("prompt_tokens_per_request", "mean"), ("prompt_tokens_p95", "p95")],
+            w=12,
         ),
         series(
             g,
@@ -242,11 +243,27 @@ def workload(g: Board) -> list[object]:
             ],
             description="Output tokens per finished request. Longer answers hold KV cache and a "
             "batch slot longer; a p99 at max_tokens is answers cut short.",
+            w=12,
+        ),
+        series(
+            g,
+            "Output tokens against max_tokens requested",
+            [
+                ("generation_tokens_per_request", "output tokens {{model_name}}"),
+                ("max_tokens_per_request", "max_tokens requested {{model_name}}"),
+            ],
+            w=12,
+            description="Mean output tokens per finished request next to the mean max_tokens the "
+            "requests asked for. Far apart is normal: answers end on their own. The lines "
+            "meeting while the length share rises means answers are cut at the cap: when "
+            "max_tokens came down to the answers, a client or gateway lowered it; when the "
+            "answers rose to max_tokens, a stop token is being ignored.",
         ),
         series(
             g,
             "Stopped at max_tokens (finished_reason=length)",
             [("finished_length_share", "{{model_name}}")],
+            w=12,
         ),
     ]
 
