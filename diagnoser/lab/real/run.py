@@ -264,10 +264,24 @@ def run(
                     files[name] = rec.dump(incident=incident.name, end=until, since=since)
                     meta[which] = {"end": until, "since": since, "json": _brief(to_json(result))}
                 record.write(out / incident.name, files, _provenance(incident, r, venv, meta))
+                _check_replay(out / incident.name, site, got, say)
         finally:
             r.close()
     outcome.wall_seconds = round(time.monotonic() - t_start, 1)
     return outcome
+
+
+def _check_replay(
+    directory: Path, site: Site, got: dict[str, Any], say: Callable[[str], None]
+) -> None:
+    """The answers just written must give the diagnosis made live: say so when they do not
+    (an answer keyed by a query asked twice over different spans, say)."""
+    from diagnoser.lab.real.replayed import replayed
+
+    for which, (result, *_rest) in got.items():
+        again = summary(replayed(directory, which, site))[0]
+        if again != summary(result)[0]:
+            say(f"      warning: the {which} replay names {again}, live named {summary(result)[0]}")
 
 
 def _brief(doc: dict[str, Any]) -> dict[str, Any]:
@@ -290,6 +304,7 @@ def _provenance(
         "expect": incident.expect or "none",
         "health": incident.health,
         "vllm": lab_venv.version(venv),
+        "servediag_commit": _commit(),
         "vllm_args": [*BASE_ARGS, *incident.server],
         "model": {k: model.CONFIG[k] for k in ("hidden_size", "num_hidden_layers", "vocab_size")},
         "scrape_interval": SCRAPE,
@@ -302,6 +317,18 @@ def _provenance(
 
 def _interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt
+
+
+def _commit() -> str:
+    """The project's commit the run was made with ("unknown" outside a checkout)."""
+    out = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"],
+        capture_output=True,
+        text=True,
+        cwd=Path(__file__).parent,
+        check=False,
+    )
+    return out.stdout.strip() or "unknown"
 
 
 @contextlib.contextmanager

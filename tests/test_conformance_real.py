@@ -1,0 +1,123 @@
+"""The simulator's /metrics against a real vLLM server's, as recorded (``tests/data/real``).
+
+``tests/test_conformance.py`` holds the simulator to vLLM's metric code read from the wheel;
+this holds it to what a running server (vLLM's CPU build 0.32, one API-server process)
+actually wrote: every family, its type, its label names, its bucket bounds at the server's
+``--max-model-len``, the values of its enumerated labels, and which series exist only after
+the first request. Each difference is listed below with its reason; a new one fails, and so
+does a listed one that no longer holds.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from diagnoser.lab.real.replayed import provenance, recorded
+from tests.test_conformance import exposition, parsed
+
+RECORDINGS = [d for d in recorded() if (d / "metrics-load.txt").is_file()]
+
+# Families the real server writes and the simulator does not, with why that is right.
+REAL_ONLY = {
+    r".*_created": "prometheus_client writes a _created gauge beside every counter and "
+    "histogram series in the text format; no signal reads one",
+    r"process_(max_fds|open_fds|resident_memory_bytes|virtual_memory_bytes)": "prometheus_client's "
+    "process collector; the simulator writes the two the signals read (CPU seconds, start time)",
+    r"python_(gc_\w+|info)": "prometheus_client's platform and garbage-collector collectors",
+}
+# (family, label) whose names differ, with why.
+LABEL_NAMES = {
+    ("vllm:cache_config_info", "simple_cpu_offload_num_blocks"): "a CacheConfig field vLLM 0.33 "
+    "added; the simulator's profile is 0.33, the recording 0.32",
+}
+# (family, label): the values only the simulator writes, with why.
+LABEL_VALUES = {
+    ("http_requests", "status"): (
+        {"4xx", "5xx"},
+        "the simulator writes every status series from the start at zero; a real API server "
+        "creates each at its first answer with that status (diagnose reads a missing 4xx/5xx "
+        "series of a scraped family as a rate of 0)",
+    ),
+}
+# The series a real server creates at its first request (per handler, method, status).
+BORN_ON_FIRST_REQUEST = {
+    "http_request_duration_seconds",
+    "http_request_size_bytes",
+    "http_requests",
+    "http_response_size_bytes",
+}
+WORKLOAD_LABELS = {"handler"}  # which endpoint the traffic used: the load's, not the server's
+
+
+def _max_model_len(directory: Path) -> int:
+    args = provenance(directory)["vllm_args"]
+    return int(args[args.index("--max-model-len") + 1])
+
+
+def _values(text: str) -> dict[tuple[str, str], set[str]]:
+    out: dict[tuple[str, str], set[str]] = {}
+    for fam in text_string_to_metric_families(text):
+        if fam.name.endswith(("_created", "cache_config_info")) or fam.name.startswith("python_"):
+            continue
+        for s in fam.samples:
+            for k, v in s.labels.items():
+                if k not in ("le", "model_name", "engine", *WORKLOAD_LABELS):
+                    out.setdefault((fam.name, k), set()).add(v)
+    return out
+
+
+def _listed(name: str) -> bool:
+    return any(re.fullmatch(p, name) for p in REAL_ONLY)
+
+
+@pytest.fixture(scope="module", params=[d.name for d in RECORDINGS])
+def pair(request, tmp_path_factory):
+    directory = next(d for d in RECORDINGS if d.name == request.param)
+    real = (directory / "metrics-load.txt").read_text()
+    sim = exposition(tmp_path_factory.mktemp("sim"), "0.33", 1, _max_model_len(directory))
+    return real, sim
+
+
+def test_there_is_a_real_exposition_to_compare_with():
+    assert RECORDINGS, "no recording with metrics-load.txt under tests/data/real"
+
+
+def test_the_same_families_with_the_same_types_labels_and_buckets(pair):
+    real, sim = (parsed(t) for t in pair)
+    assert sorted(n for n in set(real) - set(sim) if not _listed(n)) == []
+    assert sorted(set(sim) - set(real)) == []
+    for pattern in REAL_ONLY:
+        assert any(re.fullmatch(pattern, n) for n in real), f"{pattern}: no longer differs"
+    for name in sorted(set(real) & set(sim)):
+        (rtype, rlabels, rbounds), (stype, slabels, sbounds) = real[name], sim[name]
+        assert rtype == stype, name
+        assert rbounds == sbounds, name
+        known = {label for fam, label in LABEL_NAMES if fam == name}
+        assert {ls - known for ls in rlabels} == {ls - known for ls in slabels}, name
+    for fam, label in LABEL_NAMES:
+        assert any(label in ls for ls in sim[fam][1]) != any(label in ls for ls in real[fam][1])
+
+
+def test_enumerated_label_values_are_vllms(pair):
+    real, sim = (_values(t) for t in pair)
+    for key in sorted(set(real) | set(sim)):
+        extra, _why = LABEL_VALUES.get(key, (set(), ""))
+        assert sim.get(key, set()) - extra == real.get(key, set()), key
+        assert extra <= sim.get(key, set()), f"{key}: no longer differs"
+
+
+@pytest.mark.parametrize("directory", RECORDINGS, ids=[d.name for d in RECORDINGS])
+def test_what_a_real_server_creates_only_at_its_first_request(directory):
+    def names(text: str) -> set[str]:
+        return {f.name for f in text_string_to_metric_families(text) if f.samples}
+
+    idle = names((directory / "metrics-idle.txt").read_text())
+    load = names((directory / "metrics-load.txt").read_text())
+    born = {n for n in load - idle if not n.endswith("_created")}
+    assert born == BORN_ON_FIRST_REQUEST
+    # Every vllm: family is there, at zero, before the first request.
+    assert not {n for n in born if n.startswith("vllm:")}
