@@ -95,7 +95,10 @@ class VllmServer:
             return "no log"
         keep = [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.startswith("$ ")]
         errors = [ln for ln in keep if "Error" in ln or "error" in ln]
-        return " | ".join((errors or keep)[-lines:])[-600:] or "no output"
+        text = " | ".join((errors or keep)[-lines:])
+        if len(text) > 600:  # the end says most; start it at a word
+            text = "..." + text[-600:].split(" ", 1)[-1]
+        return text or "no output"
 
     def engine_pids(self) -> list[int]:
         """The engine core and its workers: every descendant of the API server."""
