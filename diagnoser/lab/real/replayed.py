@@ -49,9 +49,10 @@ def replay_all() -> list[tuple[Outcome, str]]:
     return [outcome(d, site) for d in recorded()]
 
 
-def rerecord(name: str) -> str:
+def rerecord(name: str, which: tuple[str, ...] = WINDOWS, end: float | None = None) -> str:
     """Backfill ``name``'s raw samples into a throwaway Prometheus and record the answers of
-    both windows again; returns one line saying what was done."""
+    ``which`` windows again (ending at ``end`` instead of the recorded end, when given); returns
+    one line saying what was done."""
     directory = DATA / name
     site = Site.default()
     with tempfile.TemporaryDirectory(prefix="servediag-rerecord-") as tmp:
@@ -60,9 +61,11 @@ def rerecord(name: str) -> str:
         backfill(om, Path(tmp) / "tsdb")
         with Prometheus(Path(tmp) / "tsdb") as prom:
             firsts = []
-            for which in WINDOWS:
-                meta = Replay(directory / f"{which}.json.gz").meta
+            for w in which:
+                meta = Replay(directory / f"{w}.json.gz").meta
+                if end is not None:
+                    meta["end"] = end
                 result, rec = diagnosed(prom.url, site, meta["since"], meta["end"])
-                (directory / f"{which}.json.gz").write_bytes(rec.dump(**meta))
-                firsts.append(summary(result)[0] or "no finding")
-    return f"{name}: recorded again from raw samples; first findings {firsts[0]} / {firsts[1]}"
+                (directory / f"{w}.json.gz").write_bytes(rec.dump(**meta))
+                firsts.append(f"{w}: {summary(result)[0] or 'no finding'}")
+    return f"{name}: recorded again from raw samples; first findings {', '.join(firsts)}"

@@ -86,6 +86,7 @@ class Run:
         self.times: list[dict[str, Any]] = []
         self.expositions: dict[str, str] = {}
         self.startups: list[float] = []
+        self.began = 0.0  # when the phase under way began (epoch seconds)
 
     def close(self) -> None:
         """Stop the load, the probe, the server and Prometheus. A second Ctrl-C (or a
@@ -149,6 +150,7 @@ class Run:
         if phase.args:
             entry["args"] = list(phase.args)
         self.times.append(entry)
+        self.began = t0
         self.load.set(phase.load)
         end = time.monotonic() + phase.duration
         if phase.action == "restart":
@@ -192,14 +194,15 @@ def diagnosed(url: str, site: Site, since: float, end: float) -> tuple[Diagnosis
     return result, source
 
 
-def windows(incident: Incident, end: float) -> dict[str, tuple[float, float]]:
-    """(since, end) of the two diagnoses: the incident's last phase, and the second half of
-    the load before it (its first half, warm-up included, is that window's baseline)."""
-    since = incident.incident.duration
+def windows(incident: Incident, began: float, end: float) -> dict[str, tuple[float, float]]:
+    """(since, end) of the two diagnoses: the incident's last phase (which ``began`` at that
+    time, and may have run over its duration while a server restarted), and the second half of
+    the load before it, ending two scrapes before the incident's first action (its first half,
+    warm-up included, is that window's baseline)."""
     loaded = incident.warmup + sum(p.duration for p in incident.phases[:-1])
     return {
-        "incident": (since, end),
-        "baseline": (loaded / 2, end - since),
+        "incident": (incident.incident.duration, end),
+        "baseline": (loaded / 2, float(int(began)) - 10.0),
     }
 
 
@@ -247,7 +250,7 @@ def run(
             assert r.prom is not None
             time.sleep(6)  # the last scrape lands
             got = {}
-            for which, (since, until) in windows(incident, end).items():
+            for which, (since, until) in windows(incident, r.began, end).items():
                 result, rec = diagnosed(r.prom.url, site, since, until)
                 got[which] = (result, rec, until, since)
             outcome.first, outcome.confidence, outcome.health, outcome.reasons = summary(
