@@ -14,6 +14,8 @@ STEP = 15.0
 BASELINE, WINDOW = (0.0, 900.0), (900.0, 1800.0)  # a 15-minute window and its baseline
 grid = np.arange(0.0, 1800.0 + STEP, STEP)
 SCOPE = {"model_name": "m"}
+# The state stands: found, alone or with a look-alike it cannot be told from here.
+STANDS = ("matched", "contested")
 
 
 def series(before: float, after: float, at: float = 1000.0) -> Series:
@@ -55,8 +57,9 @@ def test_an_absolute_state_is_ruled_out_when_the_change_that_began_it_contradict
     # --explain shows the absolute state that held and the required change that contradicts it.
     groups = {(r.group, r.verdict.holds) for r in state.results}
     assert ("absolute", True) in groups and ("all", False) in groups
-    # Without the window's verdict (no change known) the state alone is still reported.
-    assert evaluate_absolute(pb, truncated(tokens_after=15.0), WINDOW).status == "matched"
+    # Without the window's verdict (no change known) the state alone is still reported
+    # (contested: answers at the cap point to max-tokens-truncation as well).
+    assert evaluate_absolute(pb, truncated(tokens_after=15.0), WINDOW).status in STANDS
 
 
 def test_a_change_too_small_or_absent_does_not_contradict_the_state(catalog):
@@ -64,7 +67,7 @@ def test_a_change_too_small_or_absent_does_not_contradict_the_state(catalog):
     for after in (135.0, 150.0):  # flat, or up but less than 1.5x: not the other way
         change, state = judge(pb, truncated(tokens_after=after))
         assert change.status == "not_matched"
-        assert state.status == "matched" and state.contradiction is None
+        assert state.status in STANDS and state.contradiction is None
 
 
 def test_over_a_baseline_already_in_the_state_the_change_says_nothing(catalog):
@@ -73,7 +76,7 @@ def test_over_a_baseline_already_in_the_state_the_change_says_nothing(catalog):
     pb = catalog["stop-token-mismatch"]
     change, state = judge(pb, truncated(tokens_after=15.0, length_before=0.84))
     assert change.status == "not_matched"
-    assert state.status == "matched"
+    assert state.status in STANDS
 
 
 def test_without_a_baseline_to_compare_the_state_stands(catalog):
@@ -89,7 +92,7 @@ def test_without_a_baseline_to_compare_the_state_stands(catalog):
     )
     change, state = judge(pb, d)
     assert change.status != "matched"
-    assert state.status == "matched" and state.contradiction is None
+    assert state.status in STANDS and state.contradiction is None
 
 
 # --- restarts: one is a deploy, two are a loop ------------------------------------------------
