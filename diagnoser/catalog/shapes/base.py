@@ -110,7 +110,7 @@ def events(values: np.ndarray) -> int:
     filled = v[np.maximum.accumulate(idx)]
     filled[: int(np.argmax(known))] = 0.0
     rises = np.diff(filled, prepend=0.0)
-    return int(round(float(np.clip(rises, 0, None).sum())))
+    return round(float(np.clip(rises, 0, None).sum()))
 
 
 def log_margin(ratio: float, threshold: float) -> float:
