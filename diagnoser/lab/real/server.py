@@ -16,7 +16,6 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
-from types import TracebackType
 
 from diagnoser.lab.real.venv import LabError, python
 
@@ -34,8 +33,8 @@ START_TIMEOUT = 300.0
 
 
 class VllmServer:
-    """``with VllmServer(venv, model_dir, port, args, log) as srv: ...``; ``stop`` is safe
-    to call at any time and leaves nothing running."""
+    """``start`` it, ``kill`` it, ``freeze_engine`` it, start it again; ``stop`` is safe to
+    call at any time and leaves nothing running."""
 
     def __init__(self, venv: Path, model_dir: Path, port: int, args: list[str], log: Path):
         self.venv, self.model_dir, self.port, self.args = venv.absolute(), model_dir, port, args
@@ -161,14 +160,3 @@ class VllmServer:
             return
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self.proc.pid, sig)
-
-    def __enter__(self) -> VllmServer:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
