@@ -152,7 +152,8 @@ class Run:
         self.times.append(entry)
         self.began = t0
         self.load.set(phase.load)
-        end = time.monotonic() + phase.duration
+        start = time.monotonic()
+        end = start + phase.duration
         if phase.action == "restart":
             self.server.stop()
             self.start_server([*self.incident.server, *phase.args])
@@ -163,9 +164,9 @@ class Run:
             self.say(f"      SIGSTOP to {n} engine process(es)")
         elif phase.action == "crash_loop":
             self._crash_loop(phase, end)
-        midway = time.monotonic() + phase.duration / 2
-        if phase is self.incident.incident and time.monotonic() < midway:
-            time.sleep(max(0.0, midway - time.monotonic()))
+        if phase is self.incident.incident:
+            # Under load: halfway through (at once when a crash loop took longer than that).
+            time.sleep(max(0.0, start + phase.duration / 2 - time.monotonic()))
             if self.server.proc is not None:
                 with contextlib.suppress(OSError):
                     self.expositions["metrics-load.txt"] = record.fetch_text(
