@@ -41,7 +41,7 @@ def _fail(step: str, exc: BaseException) -> None:
 
 
 def verdict(o: Outcome, health: str) -> str:
-    ok = o.named and o.clean_baseline and health in ("any", o.health)
+    ok = o.ok(health)
     found = f"{o.first} ({o.confidence:.0%})" if o.first else "no finding"
     base = "clean" if o.clean_baseline else f"FOUND {o.baseline_first}"
     return (
@@ -132,7 +132,7 @@ def main(
                 _say(f"      start-up {o.startup_seconds} s; run {o.wall_seconds / 60:.1f} min")
     except (LabError, PrometheusError, OSError) as exc:
         _fail(step, exc)
-    named = sum(o.named and o.clean_baseline and h in ("any", o.health) for o, h in outcomes)
+    named = sum(o.ok(h) for o, h in outcomes)
     _say(f"AC@1 {named}/{len(outcomes)} (named first, baseline clean, health as expected)")
     sys.exit(0 if named == len(outcomes) else 1)
 
@@ -145,7 +145,7 @@ def bench() -> None:
     results = replay_all()
     for o, health in results:
         click.echo(verdict(o, health))
-    named = sum(o.named and o.clean_baseline and h in ("any", o.health) for o, h in results)
+    named = sum(o.ok(h) for o, h in results)
     click.echo(
         f"real incidents, replayed: AC@1 {named}/{len(results)} in {time.monotonic() - t0:.1f} s"
     )

@@ -58,6 +58,10 @@ class Outcome:
     def clean_baseline(self) -> bool:
         return self.baseline_first is None
 
+    def ok(self, health: str) -> bool:
+        """Named first, nothing on the baseline, and the verdict ``health`` asks for."""
+        return self.named and self.clean_baseline and health in ("any", self.health)
+
 
 def summary(result: Diagnosis) -> tuple[str | None, float | None, str, list[str]]:
     """(first finding, its confidence, the first scope's verdict, its reasons)."""
