@@ -12,6 +12,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -98,6 +99,18 @@ def test_draws_follow_the_medians_and_the_long_share():
     long = LoadSpec(rate=1, prompt=150, long_share=0.1, long_prompt=6000)
     share = sum(long.draw(rng)[0] == 5999 for _ in range(4000)) / 4000
     assert share == pytest.approx(0.1, abs=0.02)
+
+
+def test_a_shared_system_prompt_is_one_text_and_a_unique_head_breaks_it():
+    load = Load("http://127.0.0.1:9", "m", seed=5)
+    shared = LoadSpec(rate=1, prompt=10, shared_prefix=300)
+    a, b = (load.text(shared, 9).split() for _ in range(2))
+    assert len(a) == len(b) == 309 and a[:300] == b[:300] and a[300:] != b[300:]
+    # Another seed, another phase: the same system prompt, so the cache keeps hitting.
+    assert Load("http://127.0.0.1:9", "m", seed=6).text(shared, 9).split()[:300] == a[:300]
+    unique = replace(shared, unique_head=12)
+    c, d = (load.text(unique, 9).split() for _ in range(2))
+    assert len(c) == 321 and c[12:312] == a[:300] and c[:12] != d[:12]
 
 
 def test_the_tiny_models_tokenizer_counts_one_token_per_word_after_bos(tmp_path):

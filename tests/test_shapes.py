@@ -39,6 +39,14 @@ def test_rises_by_is_absolute():
     assert v.holds and v.numbers["delta"] == pytest.approx(0.34, abs=0.02)
 
 
+def test_falls_by_is_absolute():
+    v = compare("falls_by", 0.2, noisy(0.9), noisy(0.03), "median", None)
+    assert v.holds and v.numbers["delta"] == pytest.approx(-0.87, abs=0.03)
+    # Two thirds of a small hit rate is no absolute fall.
+    assert not compare("falls_by", 0.2, noisy(0.03), noisy(0.01), "median", None).holds
+    assert opposite("falls_by", 0.2, {"baseline": 0.3, "now": 0.6}, None)
+
+
 def test_too_few_samples_is_undecided_not_false():
     v = compare("rises", 1.5, np.array([1.0]), noisy(2.0), "median", None)
     assert v.holds is None
@@ -157,6 +165,32 @@ def test_each_scope_keeps_its_own_findings(catalog):
     ]
     assert a.explained_by is None and b.explained_by == "long-context-crowding"
     assert b.confidence == 0.4
+
+
+@pytest.mark.parametrize(
+    ("kv_onset", "prefix_onset", "first"),
+    [
+        (1000.0, 1600.0, "kv-cache-pressure"),  # the cache filled, then evicted the prefixes
+        (1600.0, 1000.0, "prefix-cache-collapse"),  # the hits fell, then the cache filled
+        (None, 1000.0, "kv-cache-pressure"),  # no order of events: the stronger
+    ],
+)
+def test_of_two_that_explain_each_other_the_one_that_began_first_is_the_cause(
+    catalog, kv_onset, prefix_onset, first
+):
+    from diagnoser.catalog.shapes.base import Periods
+    from diagnoser.diagnose.match import Match
+    from diagnoser.diagnose.rank import rank
+
+    def match(pid, onset, confidence):
+        periods = Periods((0.0, 900.0), (900.0, 3600.0), (0.0, 3600.0), onset)
+        return Match(catalog[pid], {"model_name": "m"}, "matched", confidence, periods)
+
+    kv = match("kv-cache-pressure", kv_onset, 0.8)
+    prefix = match("prefix-cache-collapse", prefix_onset, 0.7)
+    ranked = rank([kv, prefix], catalog.advisory())
+    assert ranked[0].playbook.id == first
+    assert ranked[1].explained_by == first and ranked[0].explained_by is None
 
 
 # --- contested exclusions (diagnose.rank.resolve) ----------------------------------------------

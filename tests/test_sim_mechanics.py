@@ -137,3 +137,38 @@ def test_a_config_whose_cache_cannot_hold_max_model_len_does_not_start():
     tight = EngineConfig(max_model_len=131072, gpu_memory_utilization=0.35)
     assert not Engine(qwen, H100, tight).fits_max_model_len()
     assert Engine(qwen, H100, EngineConfig(max_model_len=32768)).fits_max_model_len()
+
+
+def test_a_hung_engine_stands_still_and_resumes_with_what_waited():
+    from diagnoser.core import families as F
+    from diagnoser.sim.server import ApiServerConfig, Fault, Server, ServerSpec
+
+    fault = Fault()
+    spec = ServerSpec("m", LLAMA3, H100, EngineConfig(), ApiServerConfig())
+    server = Server(spec, start=0.0, fault=fault)
+
+    def send(t: float, n: int) -> None:
+        reqs = [Request(int(t * 100) + i, t, 500, 400, 4096, False) for i in range(n)]
+        server.accept(reqs, np.zeros(n, dtype=bool))
+
+    send(0.0, 8)
+    server.advance(1.0, 1.0)
+    server.collect()
+    (engine,) = server.engines
+    running, tokens = engine.num_running(), server.em[0].counters
+    assert running == 8
+    fault.hung_instances = 1  # the engine hangs mid-answer
+    generated = tokens[F.GENERATION_TOKENS]
+    for t in range(2, 60):
+        send(float(t), 1)  # the API server still accepts; the engine reads nothing
+        server.advance(float(t), 1.0)
+        server.collect()
+    assert server.hung and engine.num_running() == running and len(server.held) == 58
+    assert tokens[F.GENERATION_TOKENS] == generated
+    fault.hung_instances = 0
+    server.advance(61.0, 1.0)
+    done = server.collect()
+    assert not server.held and engine.num_running() + len(engine.waiting) > 8
+    assert tokens[F.GENERATION_TOKENS] > generated
+    # A request held through the hang waited for it: its first token came after it ended.
+    assert all(r.first_token >= 60.0 for r in done if r.arrival >= 2.0)

@@ -338,8 +338,14 @@ class Catalog:
         self._check_explains_cycles()
 
     def _check_explains_cycles(self) -> None:
-        """A cause that (through others) explains itself would demote every member."""
-        graph = {p.id: p.signature.explains for p in self._by_id.values() if p.signature}
+        """A cause that (through others) explains itself would demote every member. Two
+        playbooks that explain each other are no such loop: each can be the other's
+        consequence, and the order of events decides which is the cause (``rank``)."""
+        explains = {p.id: p.signature.explains for p in self._by_id.values() if p.signature}
+        graph = {
+            pid: tuple(n for n in ids if pid not in explains.get(n, ()))
+            for pid, ids in explains.items()
+        }
         state: dict[str, int] = {}
 
         def visit(pid: str, trail: list[str]) -> None:

@@ -13,6 +13,8 @@ CHAPTERS = {
     "latency": "The anatomy of \u201cit feels slow\u201d",
     "batching": "Static vs continuous batching",
     "memory": "The GPU memory budget",
+    # Not a chapter of the seed: the features and topologies production servers run today.
+    "serving-stack": "Caches, drafts, replicas and adapters: today's serving stack",
 }
 GROUPS = ("all", "any", "none", "supporting", "absolute")
 

@@ -115,6 +115,15 @@ def rate_above(fam: Family, le: str) -> Expr:
     return build
 
 
+def stalled() -> Expr:
+    """Schedulers with running requests whose token counts (prefill computed, cached and
+    decoded, written at each of its log intervals) did not move over the rate window."""
+    return q.stalled(
+        lambda scope: _one_engine(SG.RUNNING, _sel(SG.RUNNING, scope)),
+        lambda scope: _rate(SG.REALTIME_TOKENS, scope),
+    )
+
+
 def counter_resets(fam: Family, fn: str = "sum") -> Expr:
     """Restarts seen as resets of a counter: one per target, whatever its label sets; ``fn``
     over the targets (``max``: the worst one's)."""

@@ -71,6 +71,20 @@ def _explains(m: Match) -> tuple[str, ...]:
     return m.playbook.signature.explains if m.playbook.signature else ()
 
 
+def _explained(m: Match, by: Match) -> bool:
+    """Whether ``by`` explains ``m``: its signature says so, and where each says it explains
+    the other (either can be the other's consequence: a prefix cache that stopped hitting
+    fills the KV cache, a full KV cache evicts the prefixes), the one that began first is
+    the cause; with no order of events, the stronger."""
+    if by is m or m.playbook.id not in _explains(by):
+        return False
+    if by.playbook.id not in _explains(m):
+        return True
+    if by.onset is not None and m.onset is not None and by.onset != m.onset:
+        return by.onset < m.onset
+    return (by.confidence, m.playbook.id) > (m.confidence, by.playbook.id)
+
+
 def rank(matches: list[Match], advisory: list[Playbook]) -> list[Match]:
     """Order findings: demote those explained by another finding of the same scope, attach
     advisory hints. Every scope (model or target) keeps its own findings."""
@@ -79,9 +93,7 @@ def rank(matches: list[Match], advisory: list[Playbook]) -> list[Match]:
     for same in by_scope(found):
         for m in same.values():
             for other in same.values():
-                sig = other.playbook.signature
-                explains = other is not m and sig is not None and m.playbook.id in sig.explains
-                if explains and (
+                if _explained(m, by=other) and (
                     m.explained_by is None or other.confidence > same[m.explained_by].confidence
                 ):
                     m.explained_by = other.playbook.id

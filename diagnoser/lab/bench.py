@@ -199,6 +199,14 @@ def bench_accuracy(variants: Sequence[int] = (), scenarios: Sequence[Scenario] =
     )
 
 
+def serving_stack() -> list[Scenario]:
+    """The library's incidents of the serving-stack playbooks (engine hangs, prefix caches,
+    ...), reported apart: they came after the seed's patterns."""
+
+    stack = {pb.id for pb in load_catalog() if pb.chapter == "serving-stack"}
+    return [sc for sc in vllm_library() if set(sc.labels.expect) & stack]
+
+
 def aged_set(ks: Sequence[int]) -> list[Scenario]:
     """Every library scenario whose story survives aging, aged by ``AGES[k-1]`` hours."""
     from diagnoser.sim import library
@@ -274,6 +282,9 @@ def main() -> None:
     if sys.argv[1:] == ["sglang"]:  # python -m diagnoser.lab.bench sglang: that part only
         bench_sglang()
         return
+    if sys.argv[1:] == ["serving-stack"]:  # the serving-stack playbooks' variants only
+        bench_accuracy(variants=tuple(range(1, 11)), scenarios=serving_stack())
+        return
     bench_step_costs()
     bench_simulator()
     bench_library()
@@ -283,6 +294,8 @@ def main() -> None:
     bench_accuracy(variants=(1, 2, 3, 4, 5, 6, 7, 8))
     print("accuracy on variants 9-10 (kept out of tuning):")
     bench_accuracy(variants=(9, 10))
+    print("accuracy on the serving-stack playbooks' variants 1-10 (engine hang, prefix cache):")
+    bench_accuracy(variants=tuple(range(1, 11)), scenarios=serving_stack())
     print("accuracy on incidents begun 1 h and 3 h before the window (tuned on):")
     bench_accuracy(scenarios=aged_set((1, 2)))
     print("accuracy on incidents begun 2 h and 4 h before the window (kept out of tuning):")

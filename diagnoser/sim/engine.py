@@ -81,6 +81,7 @@ class Request:
     to_prefill: int = 0  # tokens this admission must compute
     cached: int = 0  # tokens found in the prefix cache (this admission)
     first_cached: int = 0  # prefix-cache hits at the first admission (vLLM's PrefillStats)
+    shared: float = 0.0  # share of the prompt that repeats other requests' prefix
     preemptions: int = 0
     unreported_preemptions: int = 0  # preempted since its latest output
     probe: str | None = None  # prompt bucket, for synthetic probe requests
@@ -279,7 +280,8 @@ class Engine:
             if req.scheduled < 0:
                 req.scheduled = self.clock
                 self.stats.queue_times.append(self.clock - req.ready)
-                hit = cfg.prefix_hit_share if cfg.enable_prefix_caching else 0.0
+                share = max(cfg.prefix_hit_share, req.shared)
+                hit = share if cfg.enable_prefix_caching else 0.0
                 req.cached = req.first_cached = min(req.prompt - 1, int(req.prompt * hit))
                 # Scheduler: prefix-cache stats are recorded at admission, new requests only.
                 self.stats.prefix_queries += req.prompt

@@ -41,6 +41,7 @@ class ModelRun:
                         if m.platform == "kubernetes"
                         else f"gpu-node-{_slug(m.name)}-{i}:{PORTS[m.runtime]}"
                     ),
+                    ordinal=i,
                     pod=f"{_slug(m.name)}-{i}",
                     node=f"gpu-node-{_slug(m.name)}-{i}",
                     dcgm=m.dcgm,
@@ -123,6 +124,7 @@ class ModelRun:
                 target,
                 w.max_tokens,
                 length_stop=target >= w.max_tokens or target >= limit - prompts[i],
+                shared=w.prefix_share,
             )
             self.next_id += 1
             out.append((req, too_long))

@@ -126,12 +126,14 @@ LIMITS: dict[str, tuple[float, float]] = {
     "block_size": (1, 1024),
     "tensor_parallel": (1, 64),
     "prefix_hit_share": (0, 0.99),
+    "prefix_share": (0, 0.99),
     "mfu": (0.01, 1),
     "mbu": (0.01, 1),
     "step_overhead": (0, 1),
     "step_overhead_per_seq": (0, 0.01),
     "processes": (1, 64),
     "other_process_gb": (0, 1e4),
+    "hung_instances": (0, 256),
     "network_seconds": (0, 60),
 }
 # Duration fields -> (shortest, longest) in seconds, inclusive.
@@ -326,6 +328,7 @@ class _WorkloadRest:
     max_tokens: int = 2048
     stop_failure_share: float = 0.0
     overlong_share: float = 0.0
+    prefix_share: float = 0.0
 
 
 def _count(value: Any, path: Path, where: str) -> int:

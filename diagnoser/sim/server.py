@@ -47,6 +47,10 @@ class ApiServerConfig:
 class Fault:
     other_process_gb: float = 0.0  # GPU memory taken by another process
     restart_seconds: float = 60.0  # time to come back after a crash or deploy
+    # The model's first N servers whose engine hangs: the process lives and its API server
+    # answers, but no step runs (a collective waiting for a dead rank, a GPU that never
+    # returns). Requests sent to it wait; its metrics stay at the last step's values.
+    hung_instances: int = 0
 
 
 @dataclass
@@ -61,6 +65,7 @@ class ServerSpec:
     runtime: str = "vllm"  # or "sglang"
     job: str = "vllm"
     instance: str = "vllm-0:8000"
+    ordinal: int = 0  # the server's place among the model's instances
     namespace: str = "llm"
     pod: str = "vllm-0"
     node: str = "gpu-node-0"
@@ -83,6 +88,8 @@ class Server:
 
     def __post_init__(self) -> None:
         self.pending: tuple[float, EngineConfig] | None = None
+        self.held: list[Request] = []  # sent to a hung engine: they wait in its input queue
+        self.frozen = False  # the engines stood still at the last step
         self.cpu_seconds = 0.0
         self.cpu_free_at = self.start  # when the tokenizer queue drains
         self.http: dict[tuple[str, str], float] = {}
@@ -128,9 +135,15 @@ class Server:
         slack = self.s.gpu.memory_bytes * (1 - self.s.engine.gpu_memory_utilization)
         return self.fault.other_process_gb * GB > slack
 
+    @property
+    def hung(self) -> bool:
+        return self.up and self.s.ordinal < self.fault.hung_instances
+
     def crash(self, t: float) -> list[Request]:
         self.collect()  # what finished before the crash was served
         lost = [r for e in self.engines for r in e.abort_all()] if self.up else []
+        lost += self.held
+        self.held = []
         self.up = False
         self.engines = []
         self.down_until = t + self.fault.restart_seconds
@@ -166,6 +179,9 @@ class Server:
                 self._http(req, "4xx", self.cpu_free_at - req.arrival)
                 continue
             req.ready = self.cpu_free_at
+            if self.hung:  # the engine reads nothing from its input queue
+                self.held.append(req)
+                continue
             engine = min(self.engines, key=lambda e: e.num_running() + len(e.waiting))
             engine.submit(req)
 
@@ -192,9 +208,19 @@ class Server:
         """Run the engines to ``t_end`` (observations wait in them until ``collect``)."""
         if not self.up:
             return
+        self.cpu_seconds += self.s.api.idle_cpu * dt
+        if self.hung:
+            self.frozen = True
+            return  # no step runs; the engines' clocks stop with them
+        if self.frozen:  # back from a hang: the engines resume now, with what waited
+            self.frozen = False
+            for engine in self.engines:
+                engine.clock = max(engine.clock, t_end - dt)
+            for req in self.held:
+                min(self.engines, key=lambda e: e.num_running() + len(e.waiting)).submit(req)
+            self.held = []
         for engine in self.engines:
             engine.run_until(t_end)
-        self.cpu_seconds += self.s.api.idle_cpu * dt
 
     def collect(self) -> list[Request]:
         """Fold the engines' observations into the metrics; returns the finished requests."""

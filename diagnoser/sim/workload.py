@@ -79,6 +79,10 @@ class Workload:
     # Share of requests whose prompt the client miscounted: longer than max_model_len, so the
     # server answers 400 before the engine sees them.
     overlong_share: float = 0.0
+    # Share of each prompt that repeats a prefix other recent requests sent (a system prompt,
+    # tool definitions, a shared document): what the prefix cache can serve. A template that
+    # puts something unique (a timestamp, a request id) ahead of it makes it 0.
+    prefix_share: float = 0.0
     _noise: float = field(default=0.0, repr=False)
 
     def step_noise(self, rng: np.random.Generator, dt: float) -> float:

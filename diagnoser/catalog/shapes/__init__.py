@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from diagnoser.catalog.shapes.base import Data, Periods, Shape, Verdict
-from diagnoser.catalog.shapes.compare import Falls, Flat, Rises, RisesBy
+from diagnoser.catalog.shapes.compare import Falls, FallsBy, Flat, Rises, RisesBy
 from diagnoser.catalog.shapes.growth import GrowsWith, class_size
 from diagnoser.catalog.shapes.level import Above, Below
 from diagnoser.catalog.shapes.window import Drifts, Plateau, Recurs, Spikes, Tracks
@@ -22,6 +22,7 @@ SHAPES: dict[str, Shape] = {
         Falls(),
         Flat(),
         RisesBy(),
+        FallsBy(),
         Above(),
         Below(),
         Drifts(),

@@ -1,4 +1,4 @@
-"""rises, falls, flat, rises_by: a summary of *now* against one of the *baseline*."""
+"""rises, falls, flat, rises_by, falls_by: a summary of *now* against one of the *baseline*."""
 
 from __future__ import annotations
 
@@ -36,6 +36,10 @@ def compare(
         delta = n - b
         nums["delta"] = delta
         return Verdict(delta >= threshold, nums, float(np.clip(delta / threshold - 1, 0, 1)))
+    if shape == "falls_by":
+        drop = b - n
+        nums["delta"] = -drop
+        return Verdict(drop >= threshold, nums, float(np.clip(drop / threshold - 1, 0, 1)))
     denom = max(b, floor) if floor is not None else b
     if denom <= 0:
         if shape == "rises":
@@ -67,6 +71,8 @@ def opposite(
         return False
     if shape == "rises_by":
         return n - b <= -threshold
+    if shape == "falls_by":
+        return n - b >= threshold
     if floor is not None:
         b, n = max(b, floor), max(n, floor)
     if b <= 0:
@@ -147,3 +153,15 @@ class RisesBy(_Compare):
 
     def describe(self, cond: Condition) -> str:
         return f"rises by >= {cond.value}"
+
+
+class FallsBy(_Compare):
+    name = "falls_by"
+    value_schema: ClassVar[dict[str, Any]] = {
+        "type": "number",
+        "exclusiveMinimum": 0,
+        "description": "baseline - now >= value (absolute, for shares)",
+    }
+
+    def describe(self, cond: Condition) -> str:
+        return f"falls by >= {cond.value}"

@@ -9,6 +9,7 @@ from diagnoser.core import promql_sglang as sg
 from diagnoser.core.buckets import le_label
 from diagnoser.core.signals.base import Signal
 from diagnoser.core.signals.names import (
+    GENERATION_TOKENS,
     KV_USAGE,
     PREEMPTIONS,
     PREFILL_COMPUTED,
@@ -80,6 +81,24 @@ def signals() -> list[Signal]:
             sglang=sg.gauge("max", SG.TOKEN_USAGE),
         ),
         s(
+            "stalled_engines",
+            "engines",
+            "Engines holding running requests that produced no token in the last two minutes "
+            "(or the rate window, if shorter): vllm:num_requests_running above 0, "
+            "vllm:generation_tokens_total flat; SGLang: sglang:num_running_reqs and "
+            "sglang:realtime_tokens_total. Hung, not idle. An engine whose counter has too few "
+            "samples for a rate (just started) is not judged.",
+            q.stalled(
+                lambda scope: q.selector(RUNNING, scope.matchers),
+                lambda scope: (
+                    f"rate({q.selector(GENERATION_TOKENS, scope.matchers)}[{scope.window}])"
+                ),
+            ),
+            ("vllm_engines_stalled", "count"),
+            per_instance=True,
+            sglang=sg.stalled(),
+        ),
+        s(
             "preemptions_rate",
             "1/s",
             "Preemptions per second (preempted requests recompute); SGLang's retractions.",
@@ -148,6 +167,16 @@ def signals() -> list[Signal]:
             ),
             ("vllm_prompt_tokens_computed", "rate"),
             sglang=sg.hist_sum_rate(SG.PROMPT_UNCACHED),
+        ),
+        s(
+            "prompt_tokens_by_source_rate",
+            "tokens/s",
+            "Prompt tokens per second by where their KV came from: local_compute (prefilled), "
+            "local_cache_hit (the prefix cache), external_kv_transfer (another instance, "
+            "disaggregated prefill); vllm:prompt_tokens_by_source_total, vLLM >= 0.16.",
+            q.counter_rate_by(PROMPT_TOKENS_BY_SOURCE, "source"),
+            ("vllm_prompt_tokens_by_source", "rate"),
+            sglang_gap="SGLang counts cached prompt tokens, not tokens by source",
         ),
         s(
             "prefix_cache_hit_rate",

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from diagnoser.lab.real.model import EOS, prompt
 
 REQUEST_TIMEOUT = 120.0
+SYSTEM_SEED = 20261202  # the shared system prompt's words
 
 
 @dataclass(frozen=True)
@@ -38,6 +39,11 @@ class LoadSpec:
     sigma: float = 0.3  # log-normal spread of both lengths
     long_share: float = 0.0  # share of requests with a long prompt instead
     long_prompt: int = 0  # their prompt tokens
+    # Words of a system prompt every request starts with (the same text in every phase), which
+    # the prefix cache can serve; and words of unique text put ahead of it (a timestamp or a
+    # request id a template added), after which nothing of the prompt can hit.
+    shared_prefix: int = 0
+    unique_head: int = 0
 
     def draw(self, rng: random.Random) -> tuple[int, int]:
         """(prompt words, answer tokens) for one request."""
@@ -56,6 +62,7 @@ class Load:
         self.url = f"{url}/v1/completions"
         self.model = model
         self.rng = random.Random(seed)
+        self._system: dict[int, str] = {}
         self.spec = LoadSpec(rate=0.0)
         self.outcomes: Counter[str] = Counter()
         self._slots = threading.BoundedSemaphore(max_in_flight)
@@ -96,7 +103,7 @@ class Load:
             words, out = spec.draw(self.rng)
             body = {
                 "model": self.model,
-                "prompt": prompt(words, self.rng),
+                "prompt": self.text(spec, words),
                 "max_tokens": spec.max_tokens,
                 "min_tokens": min(out, spec.max_tokens),
                 "logit_bias": {str(EOS): 100},
@@ -108,6 +115,19 @@ class Load:
             self._workers = [x for x in self._workers if x.is_alive()]
             self._workers.append(w)
             w.start()
+
+    def text(self, spec: LoadSpec, words: int) -> str:
+        """A request's prompt: the unique head, the shared system prompt, the user's words."""
+        parts = [prompt(spec.unique_head, self.rng)] if spec.unique_head else []
+        if spec.shared_prefix:
+            system = self._system.get(spec.shared_prefix)
+            if system is None:  # the same text whatever the phase or the seed
+                system = self._system[spec.shared_prefix] = prompt(
+                    spec.shared_prefix, random.Random(SYSTEM_SEED)
+                )
+            parts.append(system)
+        parts.append(prompt(words, self.rng))
+        return " ".join(parts)
 
     def _send(self, body: bytes) -> None:
         try:

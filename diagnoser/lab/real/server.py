@@ -118,9 +118,29 @@ class VllmServer:
                 todo.append(child)
         return out
 
-    def freeze_engine(self) -> int:
+    def running(self) -> float:
+        """Requests the engine reports running now (``vllm:num_requests_running``); 0 when
+        ``/metrics`` does not answer."""
+        try:
+            with urllib.request.urlopen(f"{self.url}/metrics", timeout=5) as resp:
+                text = resp.read().decode("utf-8", "replace")
+        except (OSError, ValueError):
+            return 0.0
+        total = 0.0
+        for line in text.splitlines():
+            if line.startswith("vllm:num_requests_running"):
+                with contextlib.suppress(ValueError, IndexError):
+                    total += float(line.rsplit(" ", 1)[1])
+        return total
+
+    def freeze_engine(self, busy_within: float = 30.0) -> int:
         """``SIGSTOP`` to the engine core and its workers: the API server still answers
-        ``/metrics`` and accepts requests, and no token is produced. Returns how many."""
+        ``/metrics`` and accepts requests, and no token is produced. A hang happens in a step,
+        so it waits (up to ``busy_within`` seconds) for the engine to be running requests.
+        Returns how many processes it stopped."""
+        deadline = time.monotonic() + busy_within
+        while self.running() <= 0 and time.monotonic() < deadline:
+            time.sleep(0.2)
         self.frozen = self.engine_pids()
         for pid in self.frozen:
             with contextlib.suppress(ProcessLookupError):

@@ -143,6 +143,18 @@ def build(site: Site) -> Dashboard:
             "or a cache too small to keep shared prefixes: prefill work and TTFT go up.",
         ),
     ]
+    panels.append(
+        series(
+            g,
+            "Prompt tokens by source (vLLM >= 0.16)",
+            [("prompt_tokens_by_source_rate", "{{source}}")],
+            w=24,
+            description="Where each prompt token's KV came from: computed here (local_compute), "
+            "the prefix cache (local_cache_hit) or another instance (external_kv_transfer). "
+            "local_compute jumping while the total holds is a prefix cache that stopped "
+            "hitting (prefix-cache-collapse).",
+        )
+    )
     panels.append(g.row("Batching"))
     panels += [
         series(
@@ -170,9 +182,17 @@ def build(site: Site) -> Dashboard:
         ),
         series(
             g,
+            "Stalled engines",
+            [("stalled_engines", "{{instance}}")],
+            per_instance=True,
+            description="Engines holding running requests that produced no token over the "
+            "rate window: hung, not idle (engine-hang). Any value above 0 for minutes means "
+            "requests on that server get nothing.",
+        ),
+        series(
+            g,
             "Waiting by reason (vLLM >= 0.20)",
             [("requests_waiting_by_reason", "{{reason}}")],
-            w=24,
             description="capacity: no free slot or KV room; deferred: held back by the "
             "scheduler (LoRA budget, KV transfer). A standing capacity queue is the engine full.",
         ),
