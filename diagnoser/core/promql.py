@@ -456,9 +456,9 @@ def stalled(running: Expr, progress: Expr) -> Expr:
     (it just started), so only a counter seen flat over the whole window counts."""
 
     def build(scope: Scope) -> str:
-        keys = _labels(*scope.by, *(k for k in ENGINE_KEYS if k not in scope.by))
         from diagnoser.core.durations import parse_duration
 
+        keys = _labels(*scope.by, *(k for k in ENGINE_KEYS if k not in scope.by))
         try:
             short = parse_duration(scope.window) < parse_duration(STALL_WINDOW)
         except ValueError:  # a Grafana variable such as $__rate_interval
