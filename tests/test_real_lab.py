@@ -156,6 +156,24 @@ def test_the_load_counts_refusals_and_a_dead_server():
     assert dead.outcomes["connection_error"] > 0
 
 
+def test_the_running_count_is_read_from_the_real_exposition(tmp_path):
+    """What ``freeze_engine`` waits on, read from a real server's /metrics under load (two
+    data-parallel engines' worth: the sum); an unreachable or garbled /metrics reads 0."""
+    real = (Path(__file__).parent / "data/real/engine-hang/metrics-load.txt").read_text()
+    line = next(x for x in real.splitlines() if x.startswith("vllm:num_requests_running{"))
+    other = line.replace('engine="0"', 'engine="1"')
+    two = real.replace(line, f"{line}\n{other}")
+    each = float(line.rsplit(" ", 1)[1])
+    for text, expected in ((real, each), (two, 2 * each), ("garbage {{{", 0.0)):
+        with serve(
+            lambda h, f, t=text: answer(h, t.encode(), headers={"Content-Type": "text/plain"})
+        ) as srv:
+            port = int(srv.url.rsplit(":", 1)[1])
+            server = VllmServer(tmp_path, tmp_path / "m", port, [], tmp_path / "log")
+            assert server.running() == expected
+    assert VllmServer(tmp_path, tmp_path / "m", 9, [], tmp_path / "log").running() == 0.0
+
+
 def test_a_cpu_without_avx2_is_refused_in_one_line(tmp_path):
     info = tmp_path / "cpuinfo"
     info.write_text("processor : 0\nflags : fpu sse sse2 avx\n")

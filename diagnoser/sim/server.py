@@ -182,8 +182,11 @@ class Server:
             if self.hung:  # the engine reads nothing from its input queue
                 self.held.append(req)
                 continue
-            engine = min(self.engines, key=lambda e: e.num_running() + len(e.waiting))
-            engine.submit(req)
+            self._least_busy().submit(req)
+
+    def _least_busy(self) -> Engine:
+        """The data-parallel engine a new request goes to: the fewest running and waiting."""
+        return min(self.engines, key=lambda e: e.num_running() + len(e.waiting))
 
     def _http(self, req: Request, status: str, seconds: float) -> None:
         """The instrumentator's middleware, when the response (a whole stream) is done."""
@@ -217,7 +220,7 @@ class Server:
             for engine in self.engines:
                 engine.clock = max(engine.clock, t_end - dt)
             for req in self.held:
-                min(self.engines, key=lambda e: e.num_running() + len(e.waiting)).submit(req)
+                self._least_busy().submit(req)
             self.held = []
         for engine in self.engines:
             engine.run_until(t_end)

@@ -17,6 +17,10 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+from prometheus_client.parser import text_string_to_metric_families
+
+from diagnoser.core.families import RUNNING
+from diagnoser.lab.real.record import fetch_text
 from diagnoser.lab.real.venv import LabError, python
 
 MODEL_NAME = "tiny-llama"
@@ -122,16 +126,10 @@ class VllmServer:
         """Requests the engine reports running now (``vllm:num_requests_running``); 0 when
         ``/metrics`` does not answer."""
         try:
-            with urllib.request.urlopen(f"{self.url}/metrics", timeout=5) as resp:
-                text = resp.read().decode("utf-8", "replace")
+            families = list(text_string_to_metric_families(fetch_text(f"{self.url}/metrics", 5)))
         except (OSError, ValueError):
             return 0.0
-        total = 0.0
-        for line in text.splitlines():
-            if line.startswith("vllm:num_requests_running"):
-                with contextlib.suppress(ValueError, IndexError):
-                    total += float(line.rsplit(" ", 1)[1])
-        return total
+        return sum(s.value for f in families if f.name == RUNNING.name for s in f.samples)
 
     def freeze_engine(self, busy_within: float = 30.0) -> int:
         """``SIGSTOP`` to the engine core and its workers: the API server still answers
