@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from diagnoser.core.source import PrometheusSource
@@ -114,10 +115,17 @@ def test_a_server_that_died_is_reported_for_its_model(served, site):
     result = run(served, site, "crash")
     (health,) = result.health
     assert health.verdict == "unhealthy" and health.targets_down == 1
-    assert "1 of 1 target(s) down" in health.reasons
-    # The dead target's finding is about the model it served.
-    assert result.findings and result.findings[0].scope["model_name"] == health.scope["model_name"]
-    assert "No known problem pattern matches" not in render(result, "text")
+    (reason,) = health.reasons
+    assert reason.startswith("1 of 1 target(s) down since ") and "after serving" in reason
+    assert health.down_since is not None and health.down_since > result.window.start
+    # It served before: not a server that never started (the metrics cannot say why it stays
+    # down), so no playbook is named and none is offered as near.
+    assert not result.findings
+    text = " ".join(render(result, "text").split())
+    assert "is UNHEALTHY and no known problem pattern explains it: 1 of 1 target(s) down" in text
+    assert "nearest playbooks" not in text and "No known problem pattern matches" not in text
+    served_flag = next(d for d in result.data.values() if "target_served" in d.series)
+    assert np.nanmin(served_flag.series["target_served"].v) == 1.0
 
 
 def test_an_unexplained_sick_model_is_said_to_be_in_words_that_cannot_pass_for_healthy(
@@ -216,3 +224,31 @@ def test_two_restarts_in_a_short_window_are_unhealthy(site):
     h = _assess(site, _deployed((1080.0, 1500.0), (1020.0, 1080.0)))
     assert h.restarts == 2 and h.verdict == "unhealthy"
     assert "2 restarts in the window" in h.reasons and h.notes == []
+
+
+def test_a_target_that_never_served_goes_to_the_one_model_whose_targets_left_its_job():
+    from diagnoser.diagnose.fetch import Fetched
+    from diagnoser.diagnose.health import Health
+    from diagnoser.diagnose.match import ScopeData
+    from diagnoser.diagnose.run import _heirs
+    from diagnoser.diagnose.targets import Served
+
+    def fetched(owners: dict) -> Fetched:
+        f = Fetched(owners=owners)
+        for key in (*owners, ("vllm", "new-0:8000"), ("other", "new-1:8000")):
+            f.targets[key] = ScopeData({"job": key[0], "instance": key[1]})
+        return f
+
+    by = ("model_name",)
+    gone = Health({"model_name": "a"}, targets_gone_at=100.0)
+    serving = Health({"model_name": "b"})
+    one = fetched({("vllm", "old-0:8000"): Served(("a",), 90.0)})
+    assert {t: s.model for t, s in _heirs(one, [gone, serving], by).items()} == {
+        ("vllm", "new-0:8000"): ("a",)  # the other job's new target is not its heir
+    }
+    assert _heirs(one, [Health({"model_name": "a"}), serving], by) == {}  # nothing left
+    two = fetched(
+        {("vllm", "old-0:8000"): Served(("a",), 90.0), ("vllm", "old-1:8000"): Served(("b",), 90.0)}
+    )
+    gone_too = Health({"model_name": "b"}, targets_gone_at=100.0)
+    assert _heirs(two, [gone, gone_too], by) == {}  # two models left the job: anyone's guess

@@ -59,7 +59,7 @@ def test_every_incident_file_loads_and_says_what_it_must_produce(catalog):
         ),
         (
             "expect: x\nphases: [{duration: 1m}, {duration: 1m, action: reboot}]\n",
-            "phases[1].action: must be one of restart, kill, crash_loop, freeze",
+            "phases[1].action: must be one of restart, kill, crash_loop, freeze, replace",
         ),
         (
             "expect: x\nphases: [{duration: 1m}, {duration: 1m, action: crash_loop}]\n",
@@ -246,3 +246,31 @@ def test_an_unknown_incident_is_bad_usage():
     )
     assert proc.returncode == 2
     assert proc.stderr.startswith("real: no-such-thing: no such incident (known: ")
+
+
+def test_a_replacement_that_never_starts_is_a_new_target_started_again_with_back_off(
+    tmp_path, monkeypatch
+):
+    from diagnoser.lab.real import run as lab_run
+
+    venv = _fake_venv(tmp_path, "echo 'ValueError: To serve at least one request' >&2; exit 1\n")
+    inc = incidents.find("kv-cannot-fit-max-model-len")
+    phase = replace(inc.incident, duration=8.0)
+    r = lab_run.Run(replace(inc, phases=(inc.phases[0], phase)), venv, tmp_path, lambda _: None)
+    r.targets()
+    old = json.loads((tmp_path / "targets.json").read_text())
+    monkeypatch.setattr(lab_run, "BACKOFF", 0.5)
+    said: list[str] = []
+    r.say = said.append
+    r.times.append({"name": phase.name})
+    try:
+        r._replace(phase, time.monotonic() + phase.duration)
+    finally:
+        r.close()
+    new = json.loads((tmp_path / "targets.json").read_text())
+    assert old != new == [{"targets": [f"127.0.0.1:{r.port}"]}]  # the old target left
+    assert r.server.args[-4:] == ["--max-model-len", "8192", "--kv-cache-memory-bytes", "4194304"]
+    starts = r.times[-1]["starts"]
+    assert starts >= 2 and len(said) == starts  # 0.5 s, then 1 s: the back-off doubles
+    assert all("To serve at least one request" in line for line in said)
+    assert r.server.proc is None

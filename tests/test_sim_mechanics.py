@@ -172,3 +172,56 @@ def test_a_hung_engine_stands_still_and_resumes_with_what_waited():
     assert tokens[F.GENERATION_TOKENS] > generated
     # A request held through the hang waited for it: its first token came after it ended.
     assert all(r.first_token >= 60.0 for r in done if r.arrival >= 2.0)
+
+
+@pytest.mark.parametrize(("rollout", "new_target"), [("in-place", False), ("new-pods", True)])
+def test_a_deploy_restarts_the_same_target_or_brings_a_new_pod(rollout, new_target):
+    from diagnoser.sim.server import ApiServerConfig, Server, ServerSpec
+
+    spec = ServerSpec(
+        "m", LLAMA3, H100, EngineConfig(), ApiServerConfig(), pod="m-0", instance="m-0:8000"
+    )
+    spec.rollout = rollout
+    server = Server(spec, start=0.0)
+    before = server.target_labels()
+    server.schedule_restart(10.0, EngineConfig(max_model_len=8192))
+    server.maintain(10.0)
+    assert not server.up and server.s.engine.max_model_len == 8192
+    after = server.target_labels()
+    assert (after != before) is new_target
+    if new_target:  # a pod of the next revision: its name and its target are new
+        assert after["pod"] == "m-0-r1" and after["instance"] == "m-0-r1:8000"
+    server.maintain(10.0 + server.fault.restart_seconds)
+    assert server.up and server.target_labels() == after
+
+
+@pytest.mark.parametrize("alpha", [0.3, 0.75])
+def test_speculation_gives_each_step_one_token_plus_the_accepted_run(alpha):
+    k = 4
+    eng = Engine(LLAMA3, H100, EngineConfig(num_speculative_tokens=k), seed=3)
+    for i in range(32):
+        req = Request(i, 0.0, 200, 100_000, 100_000, False, accept=alpha)
+        eng.submit(req)
+    eng.run_until(1.0)  # prefill them
+    eng.drain()
+    eng.run_until(31.0)
+    st = eng.drain()
+    steps = sum(n for _, n in st.itl)  # one ITL observation per request and step
+    # E[accepted] = alpha (1 - alpha^k) / (1 - alpha): leading successes of k trials.
+    expected = 1 + alpha * (1 - alpha**k) / (1 - alpha)
+    assert st.generation_tokens / steps == pytest.approx(expected, rel=0.02)
+    assert st.drafts == steps and st.draft_tokens == k * steps
+    assert st.accepted == st.generation_tokens - steps
+    # Position i is accepted when the first i + 1 drafts are: alpha^(i+1) of the drafts.
+    assert st.accepted_per_pos / st.drafts == pytest.approx(alpha ** np.arange(1, k + 1), abs=0.02)
+    assert st.accepted_per_pos.sum() == st.accepted
+
+
+def test_a_speculative_step_costs_more_than_a_plain_one_and_yields_more():
+    plain = Engine(LLAMA3, H100, EngineConfig())
+    spec = Engine(LLAMA3, H100, EngineConfig(num_speculative_tokens=4))
+    t_plain, t_spec = plain.decode_step_time(64, 64 * 2000), spec.decode_step_time(64, 64 * 2000)
+    # Verifying 4 more tokens a sequence is cheap while decode is bandwidth-bound...
+    assert t_plain < t_spec < 1.3 * t_plain
+    # ...so even a low acceptance (1.4 tokens a step) beats no speculation at this batch.
+    assert t_spec / 1.4 < t_plain

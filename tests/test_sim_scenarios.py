@@ -78,6 +78,16 @@ def _write(tmp_path: Path, text: str, name: str = "s.yaml") -> Path:
             "models[0].platform",
             "must be one of kubernetes, bare-metal",
         ),
+        (
+            ("gpu: H100-80GB", "gpu: H100-80GB\n    rollout: blue-green"),
+            "models[0].rollout",
+            "must be one of in-place, new-pods",
+        ),
+        (
+            ("gpu: H100-80GB", "gpu: H100-80GB\n    platform: bare-metal\n    rollout: new-pods"),
+            "models[0].rollout",
+            "new-pods needs platform kubernetes",
+        ),
     ],
 )
 def test_bad_scenarios_name_the_file_and_the_field(tmp_path, edit, where, says):

@@ -30,6 +30,7 @@ ALWAYS = (
     "request_rate",
     "requests_running",
     "target_up",
+    "target_served",
     "sglang_target_up",
     "targets_down",
     "targets_total",
@@ -177,6 +178,11 @@ def _attribute(out: Fetched, by: tuple[str, ...]) -> None:
         for name in ("sglang_target_up", "target_up")
         if name in d.series
     }
+    for key, s in up.items():  # served within the lookback: it came up at least once
+        served = 1.0 if key in out.owners else 0.0
+        out.targets[key].series["target_served"] = Series(
+            {"job": key[0], "instance": key[1]}, s.t, np.where(np.isfinite(s.v), served, np.nan)
+        )
     for model, (down, total) in by_model(up, out.owners).items():
         data = out.models.setdefault(model, ScopeData(dict(zip(by, model, strict=True))))
         labels = dict(data.scope)

@@ -28,6 +28,9 @@ DOWN_SHARE = 0.05  # of the window with a target down
 # crash the server came back from), not a reason of its own while the SLOs hold. Longer, and
 # the target-down alert (for: 2m) fires: a symptom, and a reason.
 RESTART_DOWNTIME = 120.0
+# Seconds (or steps, whichever is longer) between a model's last target sample and the
+# window's end after which its targets are gone, not late: a slow scrape and a query step.
+GONE_AFTER, GONE_STEPS = 120.0, 4
 STOPPED_TAIL = 600.0  # seconds at the end of the window with nothing finished: traffic stopped
 
 
@@ -58,6 +61,8 @@ class Health:
     slis: list[Sli] = field(default_factory=list)
     targets_total: int | None = None
     targets_down: int | None = None  # at the end of the window
+    down_since: float | None = None  # when the targets down at the end went down (or None)
+    targets_gone_at: float | None = None  # the last scrape of any of its targets, if long ago
     down_share: float | None = None  # of the window with any target down
     down_seconds: float = 0.0  # how long any target was down in the window
     down_episodes: int = 0  # separate stretches of it
@@ -89,6 +94,27 @@ def _inside(data: ScopeData, name: str, span: tuple[float, float]) -> np.ndarray
         return None
     out: np.ndarray = s.v[(s.t >= span[0]) & (s.t <= span[1])]
     return out
+
+
+def _down_since(data: ScopeData, span: tuple[float, float]) -> float | None:
+    """When the stretch of downtime that lasts to the window's end began (None: all along)."""
+    s = data.series["targets_down"]
+    inside = (s.t >= span[0]) & (s.t <= span[1])
+    t, v = s.t[inside], np.nan_to_num(s.v[inside])
+    up = np.flatnonzero(v < v[-1])
+    return float(t[up[-1] + 1]) if up.size else None
+
+
+def _gone(data: ScopeData, span: tuple[float, float]) -> float | None:
+    """The last scrape of any of the model's targets, when every one of them left service
+    discovery well before the window's end (a deleted pod's series end; a down target's go on
+    with ``up`` 0)."""
+    s = data.series["targets_total"]
+    seen = s.t[np.isfinite(s.v) & (s.v > 0)]
+    late = max(GONE_AFTER, GONE_STEPS * _step(data, "targets_total"))
+    if not seen.size or seen[-1] < span[0] or span[1] - seen[-1] <= late:
+        return None
+    return float(seen[-1])
 
 
 def _weighted(data: ScopeData, share: str, weight: str, span: tuple[float, float]) -> float | None:
@@ -157,7 +183,9 @@ def assess(
     if total is not None and total.size:
         h.targets_total = int(np.nanmax(total))
         h.targets_down = int(down[-1]) if down is not None and down.size else 0
+        h.down_since = _down_since(data, window) if h.targets_down else None
         h.down_share = float(np.mean(np.nan_to_num(down) > 0)) if down is not None else 0.0
+        h.targets_gone_at = _gone(data, window)
         if down is not None:
             h.down_episodes = episodes(down)
             h.down_seconds = float(np.sum(np.nan_to_num(down) > 0)) * _step(data, "targets_down")
@@ -189,8 +217,24 @@ def _stopped(
 def _verdict(h: Health, seconds: float) -> None:
     reasons = h.reasons
     downtime = ""
-    if h.targets_down:
-        reasons.append(f"{h.targets_down} of {h.targets_total} target(s) down")
+    if h.targets_gone_at is not None:
+        when = time.strftime("%H:%M UTC", time.gmtime(h.targets_gone_at))
+        reasons.append(
+            f"no scrape target since {when}: every target that served it left service "
+            "discovery (pods replaced by new ones that never served, a scale to zero, or a "
+            "relabelling)"
+        )
+    elif h.targets_down:
+        since = (
+            f" since {time.strftime('%H:%M UTC', time.gmtime(h.down_since))}"
+            if h.down_since is not None
+            else " all through the window"
+        )
+        reasons.append(
+            f"{h.targets_down} of {h.targets_total} target(s) down{since}, after serving: "
+            "a crash or kill with no restart, or a restart that fails to start (the server's "
+            "log and exit status tell which)"
+        )
     elif h.down_share is not None and h.down_share >= DOWN_SHARE:
         downtime = f"a target was down {h.down_share:.0%} of the window"
         if not h.single_restart:

@@ -77,8 +77,12 @@ class Diagnosis:
         first required condition that failed (by the share of required conditions held)."""
         key = tuple(sorted(scope.items()))
         health = next((h for h in self.health if h.scope == scope), None)
-        if health is not None and health.stopped_at is not None:
-            return []  # no traffic: no pattern comes near or far
+        if health is not None and (
+            health.stopped_at is not None
+            or health.targets_gone_at is not None
+            or (health.targets_down and health.targets_down == health.targets_total)
+        ):
+            return []  # no traffic, or no server up: no pattern comes near or far
         best: dict[str, tuple[float, Match, ConditionResult | None]] = {}
         for m in (*self.checked, *self.undecided):
             if tuple(sorted(m.scope.items())) != key:
@@ -166,6 +170,8 @@ def health_json(d: Diagnosis, h: Health) -> dict[str, Any]:
             "total": h.targets_total,
             "down": h.targets_down,
             "down_share": r(h.down_share, 4),
+            "down_since": iso(h.down_since),
+            "gone_at": iso(h.targets_gone_at),
         },
         "restarts": h.restarts,
         "traffic_stopped_at": iso(h.stopped_at),

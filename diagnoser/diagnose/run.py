@@ -11,12 +11,13 @@ from collections.abc import Sequence
 
 from diagnoser.catalog import Playbook
 from diagnoser.core.source import MetricSource, one_operation, warnings_of
-from diagnoser.diagnose.fetch import fetch, needed_signals
+from diagnoser.diagnose.fetch import Fetched, fetch, needed_signals
 from diagnoser.diagnose.health import Health, assess, flag
 from diagnoser.diagnose.lookback import fetch_lookback, reassess
 from diagnoser.diagnose.match import Match, ScopeData, evaluate, evaluate_absolute
 from diagnoser.diagnose.model import Diagnosis, covers
 from diagnoser.diagnose.rank import rank
+from diagnoser.diagnose.targets import Served
 from diagnoser.diagnose.window import Window
 from diagnoser.site import Site
 
@@ -63,9 +64,10 @@ def diagnose(
         for pb in model_level:
             matches.append(evaluate(pb, data, span, base, window.step))
     by = site.config.by
+    heirs = _heirs(fetched, result.health, by)
     for target, data in sorted(fetched.targets.items()):
         result.data[data.key] = data
-        owner = fetched.owners.get(target)
+        owner = fetched.owners.get(target) or heirs.get(target)
         for pb in catalog.detectable():
             if _target_level(pb, site):
                 m = evaluate(pb, data, span, base, window.step)
@@ -94,6 +96,27 @@ def diagnose(
         if found:
             flag(health, f"a known pattern matched: {found[0].playbook.id}")
     return result
+
+
+def _heirs(
+    fetched: Fetched, health: Sequence[Health], by: tuple[str, ...]
+) -> dict[tuple[str, str], Served]:
+    """Targets that never served, each given to the model whose targets all left service
+    discovery in its job: a rollout's new pods that never came up (one such model per job;
+    with two the heir is anyone's guess, and stays unattributed)."""
+    gone = [tuple(h.scope[k] for k in by) for h in health if h.targets_gone_at is not None]
+    if not gone:
+        return {}
+    jobs: dict[str, set[tuple[str, ...]]] = {}
+    for (job, _), owner in fetched.owners.items():
+        if owner.model in gone:
+            jobs.setdefault(job, set()).add(owner.model)
+    out = {}
+    for target in fetched.targets:
+        models = jobs.get(target[0], set())
+        if target not in fetched.owners and len(models) == 1:
+            out[target] = Served(next(iter(models)), float("nan"))
+    return out
 
 
 def window_verdicts(matches: Sequence[Match], scope: dict[str, str]) -> dict[str, Match]:

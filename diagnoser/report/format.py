@@ -84,7 +84,9 @@ def health_line(h: Health) -> str:
     parts += [_sli(s) for s in h.slis if s.good is not None]
     if h.finished_abort_share:
         parts.append(f"aborted {h.finished_abort_share:.1%}")
-    if h.targets_total is not None:
+    if h.targets_gone_at is not None:
+        parts.append("no targets")
+    elif h.targets_total is not None:
         up = h.targets_total - (h.targets_down or 0)
         parts.append(f"targets {up}/{h.targets_total} up")
     if h.notes:

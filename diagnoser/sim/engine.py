@@ -30,6 +30,7 @@ import numpy as np
 
 from diagnoser.hardware.presets import GB, GpuSpec, ModelSpec, kv_capacity_tokens
 from diagnoser.sim import costs
+from diagnoser.sim.speculation import speculate
 
 CHAT = "/v1/chat/completions"
 
@@ -51,6 +52,10 @@ class EngineConfig:
     step_overhead: float = costs.STEP_OVERHEAD  # seconds per step (inter-step gap, sampling)
     step_overhead_per_seq: float = costs.PER_SEQUENCE  # seconds per decoding sequence per step
     phase_quantum: float = 0.25  # longest decode phase, seconds
+    # Speculative decoding (--speculative-config): draft tokens proposed per sequence per
+    # step (0: off). The target model verifies them with its own token in one forward pass.
+    num_speculative_tokens: int = 0
+    draft_overhead: float = 0.05  # the drafter's time, as a share of the target's step
 
     def num_gpu_blocks(self, spec: ModelSpec, g: GpuSpec) -> int:
         tokens = kv_capacity_tokens(
@@ -82,6 +87,7 @@ class Request:
     cached: int = 0  # tokens found in the prefix cache (this admission)
     first_cached: int = 0  # prefix-cache hits at the first admission (vLLM's PrefillStats)
     shared: float = 0.0  # share of the prompt that repeats other requests' prefix
+    accept: float = 0.0  # speculative decoding: chance each draft token is accepted
     preemptions: int = 0
     unreported_preemptions: int = 0  # preempted since its latest output
     probe: str | None = None  # prompt bucket, for synthetic probe requests
@@ -117,6 +123,12 @@ class EngineStats:
     cached_tokens: int = 0  # of those, found in the prefix cache
     generation_tokens: int = 0
     busy_seconds: float = 0.0
+    # Speculative decoding (SpecDecodingStats.observe_draft, once per request and step with
+    # a draft): drafts, draft tokens, accepted tokens, and accepted tokens by position.
+    drafts: int = 0
+    draft_tokens: int = 0
+    accepted: int = 0
+    accepted_per_pos: np.ndarray = field(default_factory=lambda: np.zeros(0))
     # What SGLang observes apart (sglang_metrics): each request's wait before its first
     # forward, its prefill (seconds from that forward to its last prompt chunk, and the steps
     # it spanned) as its first token comes, and each retraction (prompt, generated tokens).
@@ -134,6 +146,7 @@ class Batch:
         self.generated = np.zeros(0, dtype=np.int64)
         self.target = np.zeros(0, dtype=np.int64)
         self.last = np.zeros(0, dtype=np.float64)  # time of each sequence's latest token
+        self.accept = np.zeros(0, dtype=np.float64)
         self._context = 0  # tokens held by the batch, kept up to date (a hot path)
 
     def __len__(self) -> int:
@@ -145,6 +158,7 @@ class Batch:
         self.generated = np.append(self.generated, req.generated)
         self.target = np.append(self.target, req.target_out)
         self.last = np.append(self.last, req.last_token)
+        self.accept = np.append(self.accept, req.accept)
         self._context += req.prompt + req.generated
 
     def pop(self) -> Request:
@@ -152,11 +166,12 @@ class Batch:
         req.generated = int(self.generated[-1])
         req.last_token = float(self.last[-1])
         self._context -= req.prompt + req.generated
-        self.prompt, self.generated, self.target, self.last = (
+        self.prompt, self.generated, self.target, self.last, self.accept = (
             self.prompt[:-1],
             self.generated[:-1],
             self.target[:-1],
             self.last[:-1],
+            self.accept[:-1],
         )
         return req
 
@@ -180,11 +195,12 @@ class Batch:
 
     def keep(self, mask: np.ndarray) -> None:
         self.reqs = [r for r, k in zip(self.reqs, mask, strict=True) if k]
-        self.prompt, self.generated, self.target, self.last = (
+        self.prompt, self.generated, self.target, self.last, self.accept = (
             self.prompt[mask],
             self.generated[mask],
             self.target[mask],
             self.last[mask],
+            self.accept[mask],
         )
         self._context = int(self.prompt.sum() + self.generated.sum())
 
@@ -192,8 +208,11 @@ class Batch:
 class Engine:
     """A single vLLM engine (one data-parallel rank)."""
 
-    def __init__(self, spec: ModelSpec, g: GpuSpec, cfg: EngineConfig, start: float = 0.0):
+    def __init__(
+        self, spec: ModelSpec, g: GpuSpec, cfg: EngineConfig, start: float = 0.0, seed: int = 0
+    ):
         self.spec, self.gpu, self.cfg = spec, g, cfg
+        self.rng = np.random.default_rng(seed)  # draws only for speculative decoding
         self.num_blocks = cfg.num_gpu_blocks(spec, g)
         self.costs = costs.StepCosts.build(
             spec,
@@ -235,7 +254,13 @@ class Engine:
     # --- step costs ---------------------------------------------------------------------
 
     def decode_step_time(self, n: int, context_tokens: float) -> float:
-        return self.costs.step(n, context_tokens)
+        k = self.cfg.num_speculative_tokens
+        if not k:
+            return self.costs.step(n, context_tokens)
+        # The target verifies each sequence's k draft tokens with its own in one pass (k more
+        # query tokens a sequence over the same cache), after the drafter has proposed them.
+        step = self.costs.step(n, context_tokens, chunk=n * k)
+        return step * (1.0 + self.cfg.draft_overhead)
 
     def mixed_step_time(
         self, n_dec: int, context_tokens: float, chunk: int, attn_flops_per_step: float
@@ -391,14 +416,21 @@ class Engine:
 
         Returns the tokens each of the ``steps`` output."""
         run = self.running
-        got = np.minimum(run.target - run.generated, steps)
-        tokens = int(got.sum())
-        # Step j (1-based) outputs a token for every sequence with at least j left.
-        if tokens == len(got) * steps:  # nobody finishes within the steps
-            per_step = np.full(steps, len(got))
+        if self.cfg.num_speculative_tokens:
+            got, finished_at, per_step = speculate(
+                self.rng, run, self.cfg.num_speculative_tokens, steps, self.stats
+            )
         else:
-            per_step = len(got) - np.searchsorted(np.sort(got), np.arange(1, steps + 1))
-        self.stats.itl.append((step_time, tokens))
+            got = np.minimum(run.target - run.generated, steps)
+            finished_at = got
+            # Step j (1-based) outputs a token for every sequence with at least j left.
+            if int(got.sum()) == len(got) * steps:  # nobody finishes within the steps
+                per_step = np.full(steps, len(got))
+            else:
+                per_step = len(got) - np.searchsorted(np.sort(got), np.arange(1, steps + 1))
+        tokens = int(got.sum())
+        # One ITL observation per sequence and step, however many tokens the step gave it.
+        self.stats.itl.append((step_time, int(finished_at.sum())))
         self.stats.generation_tokens += tokens
         run.grow(got)
         done = run.generated >= run.target
@@ -407,7 +439,7 @@ class Engine:
             for i in np.flatnonzero(done):
                 req = run.reqs[i]
                 req.generated = int(run.generated[i])
-                self._finish(req, start + int(got[i]) * step_time)
+                self._finish(req, start + int(finished_at[i]) * step_time)
             run.keep(~done)
         # Sequences still running saw their last token at the end of the steps.
         run.last[:] = self.clock + steps * step_time
@@ -423,7 +455,11 @@ class Engine:
         self._decode_steps(steps, step)
 
     def _decode_steps(self, steps: int, step: float | None = None) -> None:
-        self._preempt_for(steps)
+        k = self.cfg.num_speculative_tokens
+        if k and len(self.running):  # up to k more a step, and k lookahead slots
+            self._preempt_for(steps + k + int(steps * k * float(self.running.accept.mean())))
+        else:
+            self._preempt_for(steps)
         if not len(self.running):
             return
         if step is None:

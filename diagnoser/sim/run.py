@@ -46,6 +46,7 @@ class ModelRun:
                     node=f"gpu-node-{_slug(m.name)}-{i}",
                     dcgm=m.dcgm,
                     kubernetes=m.platform == "kubernetes",
+                    rollout=m.rollout,
                 ),
                 start=start,
                 fault=m.fault,
@@ -125,6 +126,7 @@ class ModelRun:
                 w.max_tokens,
                 length_stop=target >= w.max_tokens or target >= limit - prompts[i],
                 shared=w.prefix_share,
+                accept=w.draft_acceptance,
             )
             self.next_id += 1
             out.append((req, too_long))

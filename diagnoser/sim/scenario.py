@@ -26,6 +26,8 @@ from diagnoser.sim.server import RUNTIMES, ApiServerConfig, Fault
 from diagnoser.sim.workload import Lengths, Rate, Workload
 
 PLATFORMS = ("kubernetes", "bare-metal")
+# How a deploy replaces a server: the same target restarts, or a new pod takes its place.
+ROLLOUTS = ("in-place", "new-pods")
 
 
 class ScenarioError(FileFieldError):
@@ -75,6 +77,9 @@ class ModelScenario:
     dcgm: bool = True
     # kubernetes (namespace and pod labels, dcgm-exporter's pod mapping) or bare-metal
     platform: str = "kubernetes"
+    # in-place (a StatefulSet, a systemd unit: the same target restarts) or new-pods (a
+    # Deployment: each server comes back as a new pod, a new target); kubernetes only
+    rollout: str = "in-place"
     timeline: list[Change] = field(default_factory=list)
 
 
@@ -127,6 +132,9 @@ LIMITS: dict[str, tuple[float, float]] = {
     "tensor_parallel": (1, 64),
     "prefix_hit_share": (0, 0.99),
     "prefix_share": (0, 0.99),
+    "draft_acceptance": (0, 0.99),
+    "num_speculative_tokens": (0, 16),
+    "draft_overhead": (0, 5),
     "mfu": (0.01, 1),
     "mbu": (0.01, 1),
     "step_overhead": (0, 1),
@@ -245,6 +253,7 @@ def _model(raw: Any, path: Path, where: str) -> ModelScenario:
         "runtime",
         "dcgm",
         "platform",
+        "rollout",
         "timeline",
     }
     for key in raw:
@@ -290,6 +299,11 @@ def _model(raw: Any, path: Path, where: str) -> ModelScenario:
     platform = str(raw.get("platform", "kubernetes"))
     if platform not in PLATFORMS:
         raise ScenarioError(path, f"{where}.platform", f"must be one of {', '.join(PLATFORMS)}")
+    rollout = str(raw.get("rollout", "in-place"))
+    if rollout not in ROLLOUTS:
+        raise ScenarioError(path, f"{where}.rollout", f"must be one of {', '.join(ROLLOUTS)}")
+    if rollout == "new-pods" and platform != "kubernetes":
+        raise ScenarioError(path, f"{where}.rollout", "new-pods needs platform kubernetes")
     runtime = str(raw.get("runtime", "vllm"))
     if runtime not in RUNTIMES:
         raise ScenarioError(path, f"{where}.runtime", f"must be one of {', '.join(RUNTIMES)}")
@@ -315,6 +329,7 @@ def _model(raw: Any, path: Path, where: str) -> ModelScenario:
         runtime=runtime,
         dcgm=bool(raw.get("dcgm", True)),
         platform=platform,
+        rollout=rollout,
     )
     timeline = raw.get("timeline") or []
     if not isinstance(timeline, list):
@@ -329,6 +344,7 @@ class _WorkloadRest:
     stop_failure_share: float = 0.0
     overlong_share: float = 0.0
     prefix_share: float = 0.0
+    draft_acceptance: float = 0.7
 
 
 def _count(value: Any, path: Path, where: str) -> int:

@@ -74,6 +74,11 @@ class ServerSpec:
     # dcgm-exporter maps each GPU to its pod. Bare metal: neither, the server is reached on
     # its node (``instance`` is NODE:8000) and the GPUs meet it by host.
     kubernetes: bool = True
+    # A deploy's rollout: "in-place" (a StatefulSet, a systemd unit, a compose service: the
+    # same target restarts) or "new-pods" (a Deployment: the server comes back as a new pod
+    # and a new scrape target, and the old pod's target leaves service discovery).
+    rollout: str = "in-place"
+    revision: int = 0
 
 
 @dataclass
@@ -95,6 +100,7 @@ class Server:
         self.http: dict[tuple[str, str], float] = {}
         self.http_pending: dict[tuple[str, str], list[tuple[float, int]]] = {}
         self.busy: list[float] = []
+        self.pod_root = self.s.pod
         self._boot(self.start)
 
     # --- lifecycle ------------------------------------------------------------------------
@@ -110,7 +116,8 @@ class Server:
         self.up = True
         self.started_at = t
         self.engines = [
-            Engine(self.s.spec, self.s.gpu, self.s.engine, start=t) for _ in range(self.s.engines)
+            Engine(self.s.spec, self.s.gpu, self.s.engine, start=t, seed=self._seed(t, i))
+            for i in range(self.s.engines)
         ]
         if self.s.runtime == "sglang":
             self.sched = [sgm.SchedulerMetrics() for _ in self.engines]
@@ -130,6 +137,10 @@ class Server:
         self.http_size: dict[str, list[float]] = {}  # handler -> [count, request bytes]
         self.http_pending = {}
         self.busy = [0.0] * len(self.engines)
+
+    def _seed(self, t: float, engine: int) -> int:
+        """Each engine's own draws, the same on every run of the scenario."""
+        return (int(t) * 1_000_003 + self.s.ordinal * 1009 + engine) % (1 << 63)
 
     def _oom(self) -> bool:
         slack = self.s.gpu.memory_bytes * (1 - self.s.engine.gpu_memory_utilization)
@@ -158,12 +169,23 @@ class Server:
         if self.pending is not None and t >= self.pending[0]:
             self.s.engine = self.pending[1]
             self.pending = None
-            return self.crash(t)
+            lost = self.crash(t)
+            if self.s.rollout == "new-pods":
+                self._new_pod()
+            return lost
         if self.up and self._oom():
             return self.crash(t)
         if not self.up and t >= self.down_until:
             self._boot(t)
         return []
+
+    def _new_pod(self) -> None:
+        """The server comes back as the next revision's pod, a target never seen before."""
+        s = self.s
+        s.revision += 1
+        port = s.instance.rsplit(":", 1)[1]
+        s.pod = f"{self.pod_root}-r{s.revision}"
+        s.instance = f"{s.pod}:{port}"
 
     # --- traffic --------------------------------------------------------------------------
 

@@ -76,6 +76,9 @@ class EngineMetrics:
             0.0,
         )
         self.by_source = dict.fromkeys(F.PROMPT_TOKENS_BY_SOURCE.values, 0.0)
+        # --speculative-config: vllm/v1/spec_decode/metrics.py's counters (none without it).
+        self.spec = dict.fromkeys((F.SPEC_DRAFTS, F.SPEC_DRAFT_TOKENS, F.SPEC_ACCEPTED), 0.0)
+        self.accepted_per_pos = np.zeros(0)
 
     def absorb(self, st: EngineStats, block_size: int) -> list[Request]:
         """Fold an engine's observations in; returns the finished requests."""
@@ -102,6 +105,13 @@ class EngineMetrics:
         unit = 1 if _at_least(self.profile, "0.9") else block_size
         c[F.PREFIX_QUERIES] += st.prefix_queries // unit
         c[F.PREFIX_HITS] += st.prefix_hits // unit
+        if st.drafts:
+            self.spec[F.SPEC_DRAFTS] += st.drafts
+            self.spec[F.SPEC_DRAFT_TOKENS] += st.draft_tokens
+            self.spec[F.SPEC_ACCEPTED] += st.accepted
+            if self.accepted_per_pos.size != st.accepted_per_pos.size:
+                self.accepted_per_pos = np.zeros(st.accepted_per_pos.size)
+            self.accepted_per_pos += st.accepted_per_pos
         self.by_source["local_compute"] += st.prompt_tokens - st.cached_tokens
         self.by_source["local_cache_hit"] += st.cached_tokens
         return fin
@@ -263,6 +273,15 @@ def record_engine(
                 rec.sample(fam.name, fam.type, fam.help, labels, t, values.get(value, 0.0))
         else:  # counters; the ones the simulator does not drive stay at 0
             rec.sample(fam.name, fam.type, fam.help, lb, t, counters.get(fam, 0.0))
+    k = engine.cfg.num_speculative_tokens
+    if k:  # SpecDecodingProm: created at start-up with the config, positions 0..k-1
+        for spec_fam, count in em.spec.items():
+            rec.sample(spec_fam.name, spec_fam.type, spec_fam.help, lb, t, count)
+        fam = F.SPEC_ACCEPTED_PER_POS
+        per_pos = em.accepted_per_pos if em.accepted_per_pos.size == k else np.zeros(k)
+        for pos in range(k):
+            labels = _labels(lb, position=str(pos))
+            rec.sample(fam.name, fam.type, fam.help, labels, t, float(per_pos[pos]))
 
 
 def record_api_server(rec: Recorder, t: float, base: Labels, profile: str) -> None:

@@ -83,6 +83,10 @@ class Workload:
     # tool definitions, a shared document): what the prefix cache can serve. A template that
     # puts something unique (a timestamp, a request id) ahead of it makes it 0.
     prefix_share: float = 0.0
+    # With speculative decoding: how often the drafter's next token is the one the target
+    # model would give, each given the ones before it matched (alpha). Text that repeats its
+    # context (code edits, extraction, templated answers) drafts well; open chat does not.
+    draft_acceptance: float = 0.7
     _noise: float = field(default=0.0, repr=False)
 
     def step_noise(self, rng: np.random.Generator, dt: float) -> float:

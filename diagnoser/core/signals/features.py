@@ -9,6 +9,8 @@ from dataclasses import replace
 from diagnoser.core import promql as q
 from diagnoser.core.signals.base import Signal
 from diagnoser.core.signals.names import (
+    GENERATION_TOKENS,
+    ITL,
     KV_FETCH_BY_STAGE,
     KV_OFFLOAD_ALLOC_FAILURES,
     KV_OFFLOAD_CPU_USAGE,
@@ -23,6 +25,7 @@ from diagnoser.core.signals.names import (
     SPEC_ACCEPTED_PER_POS,
     SPEC_DRAFT_TOKENS,
     SPEC_DRAFTS,
+    TTFT,
 )
 
 ACCEPTED = q.counter_rate(SPEC_ACCEPTED)
@@ -41,9 +44,28 @@ def _acceptance_by_position(scope: q.Scope) -> str:
     return f"{per_pos} / ignoring (position) group_left () ({drafts} > 0)"
 
 
+def _tokens_per_decode_step(scope: q.Scope) -> str:
+    """Output tokens per request and decode step: vLLM observes one inter-token latency per
+    request and step however many tokens the step gave it, and counts every token; the first
+    token of each request (counted, with its TTFT, not as a decode step) is taken off."""
+    tokens = q.counter_rate(GENERATION_TOKENS)(scope)
+    first = q.hist_rate(TTFT)(scope)
+    steps = q.either(*(q.hist_rate(name) for name in ITL))(scope)
+    return f"({tokens} - {first}) / (({steps}) > 0)"
+
+
 def speculative_decoding() -> list[Signal]:
     s = Signal
     return [
+        s(
+            "tokens_per_decode_step",
+            "tokens",
+            "Output tokens a decoding request gets per engine step: 1 without speculative "
+            "decoding, 1 plus its accepted draft tokens with it (steps with no draft included). "
+            "vLLM's ITL is per step, so time per output token is ITL over this.",
+            _tokens_per_decode_step,
+            ("vllm_decode_tokens_per_step", "ratio"),
+        ),
         s(
             "spec_decode_acceptance_rate",
             "ratio",

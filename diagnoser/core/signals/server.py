@@ -206,6 +206,20 @@ def targets() -> list[Signal]:
             "start when one max_model_len sequence does not fit the KV cache",
         ),
         Signal(
+            "target_served",
+            "targets",
+            "1 where the vLLM target has exported vLLM's series within the lookback (it came up "
+            "at least once), 0 where it never has: a server that never started, not one that "
+            "served and then went down.",
+            _target_served,
+            ("up_served", "max"),
+            by=TARGET,
+            attributed=True,
+            engine="vllm",
+            sglang_gap="only vLLM's targets are judged: the check stands for vLLM's refusal to "
+            "start when one max_model_len sequence does not fit the KV cache",
+        ),
+        Signal(
             "sglang_target_up",
             "ratio",
             "Scrape health of each SGLang target (1 up, 0 down).",
@@ -215,6 +229,17 @@ def targets() -> list[Signal]:
             engine="sglang",
         ),
     ]
+
+
+def _target_served(scope: q.Scope) -> str:
+    """The same from Prometheus alone, remembering TARGET_MEMORY (diagnose remembers the
+    lookback): 1 where vLLM's running gauge was seen, else 0 for every scraped target."""
+    seen = q.selector(q.MODEL_MAP_METRICS[0], scope.target_matchers())
+    up = q.selector(UP, scope.target_matchers())
+    return (
+        f"group by (job, instance) (last_over_time({seen}[{TARGET_MEMORY}])) "
+        f"or (max by (job, instance) ({up}) * 0)"
+    )
 
 
 def _target_up(scope: q.Scope) -> str:

@@ -43,7 +43,10 @@ def _fail(step: str, exc: BaseException) -> None:
 def verdict(o: Outcome, health: str) -> str:
     ok = o.ok(health)
     found = f"{o.first} ({o.confidence:.0%})" if o.first else "no finding"
-    base = "clean" if o.clean_baseline else f"FOUND {o.baseline_first}"
+    if o.clean_baseline:
+        base = f"as built ({o.baseline_expect})" if o.baseline_expect else "clean"
+    else:
+        base = f"FOUND {o.baseline_first}"
     return (
         f"{'ok  ' if ok else 'MISS'} {o.incident:<28} expect {o.expect or 'none':<26} "
         f"first {found:<34} health {o.health:<9} baseline {base}"

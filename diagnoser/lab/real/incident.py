@@ -7,11 +7,15 @@ before) and at most one action on the server at its start:
 - ``restart``: stop the server and start it again with ``args`` (a planned deploy);
 - ``kill``: ``SIGKILL`` the server and leave it down (a crash);
 - ``crash_loop``: kill it every ``every`` seconds and start it again (a loop);
-- ``freeze``: ``SIGSTOP`` its engine core and workers (a hang: the API server still answers).
+- ``freeze``: ``SIGSTOP`` its engine core and workers (a hang: the API server still answers);
+- ``replace``: a rollout to a new pod: the server is stopped and its target leaves service
+  discovery; a new server with ``args`` on a new port (a new target) takes its place, and is
+  started again each time it exits, after the kubelet's back-off (10 s, doubling).
 
 ``expect`` is the playbook ``diagnose`` must name first over the last phase (``none``: no
 finding), ``health`` the verdict it must give (``unhealthy``, ``healthy``, or ``any``). The
-baseline (the phase before the last) must give no finding.
+baseline (the phase before the last) must give no finding, and a healthy verdict, unless
+``baseline_expect`` names the finding its traffic is built to give.
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ from diagnoser.core.durations import parse_duration
 from diagnoser.errors import FileFieldError, read_yaml_mapping
 from diagnoser.lab.real.load import LoadSpec
 
-ACTIONS = ("restart", "kill", "crash_loop", "freeze")
+ACTIONS = ("restart", "kill", "crash_loop", "freeze", "replace")
 HEALTH = ("healthy", "unhealthy", "any")
 
 
@@ -39,7 +43,7 @@ class Phase:
     duration: float
     load: LoadSpec
     action: str | None = None
-    args: tuple[str, ...] = ()  # restart: the new flags
+    args: tuple[str, ...] = ()  # restart, replace: the new flags
     every: float = 0.0  # crash_loop: seconds between kills
 
 
@@ -55,6 +59,9 @@ class Incident:
     probe: bool = False
     seed: int = 1
     path: Path | None = None
+    # What the baseline must give: nothing (None), or a finding its traffic is built with
+    # (answers that end on max_tokens where vLLM refuses the lab's exact-length method).
+    baseline_expect: str | None = None
 
     @property
     def duration(self) -> float:
@@ -160,6 +167,9 @@ def load(path: Path) -> Incident:
     seed = doc.get("seed", 1)
     if isinstance(seed, bool) or not isinstance(seed, int):
         raise IncidentError(path, "seed", "must be an integer")
+    baseline = doc.get("baseline_expect", "none")
+    if not isinstance(baseline, str) or not baseline:
+        raise IncidentError(path, "baseline_expect", "must name a playbook, or say none")
     return Incident(
         name=path.stem,
         description=" ".join(str(doc.get("description", "")).split()),
@@ -171,4 +181,5 @@ def load(path: Path) -> Incident:
         probe=bool(doc.get("probe", False)),
         seed=seed,
         path=path,
+        baseline_expect=None if baseline == "none" else baseline,
     )

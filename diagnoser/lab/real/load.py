@@ -44,6 +44,12 @@ class LoadSpec:
     # request id a template added), after which nothing of the prompt can hit.
     shared_prefix: int = 0
     unique_head: int = 0
+    # Sampling temperature sent with each request (None: the server's default, 1.0). 0 is
+    # greedy: the tiny model's answers then repeat themselves, which n-gram drafting guesses.
+    temperature: float | None = None
+    # 1: end each answer at its drawn length with max_tokens and ignore_eos instead (vLLM
+    # refuses logit_bias with speculative decoding); every answer then ends on "length".
+    ignore_eos: int = 0
 
     def draw(self, rng: random.Random) -> tuple[int, int]:
         """(prompt words, answer tokens) for one request."""
@@ -101,13 +107,17 @@ class Load:
             if delay > 0 and self._stop.wait(delay):
                 return
             words, out = spec.draw(self.rng)
-            body = {
-                "model": self.model,
-                "prompt": self.text(spec, words),
-                "max_tokens": spec.max_tokens,
-                "min_tokens": min(out, spec.max_tokens),
-                "logit_bias": {str(EOS): 100},
-            }
+            body: dict[str, object] = {"model": self.model, "prompt": self.text(spec, words)}
+            if spec.ignore_eos:
+                body.update(max_tokens=min(out, spec.max_tokens), ignore_eos=True)
+            else:
+                body.update(
+                    max_tokens=spec.max_tokens,
+                    min_tokens=min(out, spec.max_tokens),
+                    logit_bias={str(EOS): 100},
+                )
+            if spec.temperature is not None:
+                body["temperature"] = spec.temperature
             if not self._slots.acquire(blocking=False):
                 self._count("client_overflow")
                 continue

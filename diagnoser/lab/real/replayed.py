@@ -11,6 +11,7 @@ from typing import Any
 
 from diagnoser.diagnose import Diagnosis, Window, diagnose
 from diagnoser.lab.promserver import Prometheus, backfill
+from diagnoser.lab.real import incident as incidents
 from diagnoser.lab.real.record import DATA
 from diagnoser.lab.real.run import Outcome, diagnosed, summary
 from diagnoser.lab.replay import Replay
@@ -38,7 +39,8 @@ def replayed(directory: Path, which: str, site: Site) -> Diagnosis:
 def outcome(directory: Path, site: Site) -> tuple[Outcome, str]:
     prov = provenance(directory)
     expect = None if prov["expect"] == "none" else prov["expect"]
-    o = Outcome(directory.name, expect, startup_seconds=prov.get("startup_seconds", []))
+    built_in = incidents.find(directory.name).baseline_expect
+    o = Outcome(directory.name, expect, built_in, startup_seconds=prov.get("startup_seconds", []))
     o.first, o.confidence, o.health, o.reasons = summary(replayed(directory, "incident", site))
     o.baseline_first, _, o.baseline_health, _ = summary(replayed(directory, "baseline", site))
     return o, str(prov["health"])

@@ -6,6 +6,7 @@ stop everything it started (also on failure or Ctrl-C).
 from __future__ import annotations
 
 import contextlib
+import json
 import signal
 import subprocess
 import sys
@@ -23,12 +24,14 @@ from diagnoser.lab.real import model, record
 from diagnoser.lab.real import venv as lab_venv
 from diagnoser.lab.real.incident import Incident, Phase
 from diagnoser.lab.real.load import Load
-from diagnoser.lab.real.server import BASE_ARGS, MODEL_NAME, VllmServer
+from diagnoser.lab.real.server import BASE_ARGS, MODEL_NAME, START_TIMEOUT, VllmServer
+from diagnoser.lab.real.venv import LabError
 from diagnoser.lab.replay import Recording
 from diagnoser.site import Site
 
 SCRAPE = "5s"
 MAX_MODEL_LEN = 32768  # the model's position limit; the server's --max-model-len is lower
+BACKOFF, MAX_BACKOFF = 10.0, 300.0  # the kubelet's restart back-off: 10 s, doubling to 5 min
 
 
 def utc(t: float) -> str:
@@ -41,6 +44,7 @@ class Outcome:
 
     incident: str
     expect: str | None
+    baseline_expect: str | None = None
     first: str | None = None
     confidence: float | None = None
     health: str = "unknown"
@@ -56,7 +60,8 @@ class Outcome:
 
     @property
     def clean_baseline(self) -> bool:
-        return self.baseline_first is None
+        """The baseline gave nothing, or what its traffic is built to give."""
+        return self.baseline_first == self.baseline_expect
 
     def ok(self, health: str) -> bool:
         """Named first, nothing on the baseline, and the verdict ``health`` asks for."""
@@ -115,15 +120,25 @@ class Run:
         if self.prom is not None:
             self.prom.close()
 
-    def start_server(self, args: list[str] | None = None) -> None:
+    def start_server(self, args: list[str] | None = None, timeout: float = START_TIMEOUT) -> None:
         if args is not None:
             self.server.args = args
-        took = self.server.start()
+        took = self.server.start(timeout)
         self.startups.append(round(took, 1))
         self.say(f"      vLLM answered /health after {took:.1f} s ({self.server.url})")
 
+    def targets(self) -> None:
+        """The vLLM job's service discovery: the server's target, as a file Prometheus watches
+        (written whole, then renamed, so it never reads half a file)."""
+        path = self.work / "targets.json"
+        part = path.with_suffix(".part")
+        part.write_text(json.dumps([{"targets": [f"127.0.0.1:{self.port}"]}]))
+        part.replace(path)
+
     def start_prometheus(self) -> None:
-        jobs = [{"job_name": "vllm", "static_configs": [{"targets": [f"127.0.0.1:{self.port}"]}]}]
+        self.targets()
+        sd = {"files": [str(self.work / "targets.json")], "refresh_interval": "5s"}
+        jobs: list[dict[str, Any]] = [{"job_name": "vllm", "file_sd_configs": [sd]}]
         if self.incident.probe:
             probe_port = free_port()
             cmd = [
@@ -168,6 +183,8 @@ class Run:
             self.say(f"      SIGSTOP to {n} engine process(es)")
         elif phase.action == "crash_loop":
             self._crash_loop(phase, end)
+        elif phase.action == "replace":
+            self._replace(phase, end)
         if phase is self.incident.incident:
             # Under load: halfway through (at once when a crash loop took longer than that).
             time.sleep(max(0.0, start + phase.duration / 2 - time.monotonic()))
@@ -191,6 +208,29 @@ class Run:
                 break
             time.sleep(next_kill - time.monotonic())
         self.times[-1]["kills"] = kills
+
+    def _replace(self, phase: Phase, end: float) -> None:
+        """A rollout's new pod in place of the server: the old one stops and leaves service
+        discovery, the new one (on a new port, with the phase's flags) is started again after
+        each exit with the kubelet's back-off until the phase ends."""
+        self.server.stop()
+        self.port = free_port()
+        log = self.work / "vllm-new.log"
+        args = [*self.incident.server, *phase.args]
+        self.server = VllmServer(self.venv, self.work / "model", self.port, args, log)
+        self.targets()
+        backoff, starts = BACKOFF, 0
+        while time.monotonic() + 5 < end:
+            starts += 1
+            try:
+                self.start_server(timeout=max(5.0, end - time.monotonic()))
+            except LabError as exc:
+                self.say(f"      the new server exited ({starts}): {exc}")
+            else:
+                break  # it came up: the rollout went through
+            time.sleep(max(0.0, min(backoff, end - time.monotonic())))
+            backoff = min(2 * backoff, MAX_BACKOFF)
+        self.times[-1]["starts"] = starts
 
 
 def diagnosed(url: str, site: Site, since: float, end: float) -> tuple[Diagnosis, Recording]:
@@ -228,7 +268,7 @@ def run(
             warmup=incident.warmup * scale,
             phases=tuple(replace(p, duration=p.duration * scale) for p in incident.phases),
         )
-    outcome = Outcome(incident.name, incident.expect)
+    outcome = Outcome(incident.name, incident.expect, incident.baseline_expect)
     t_start = time.monotonic()
     site = Site.default()
     with tempfile.TemporaryDirectory(prefix="servediag-real-") as tmp:

@@ -180,6 +180,25 @@ def latency(g: Board) -> list[object]:
             "Finished requests per second in each end-to-end latency bucket: a band at the "
             "client's timeout, or at the longest answers, shows here first.",
         ),
+        series(
+            g,
+            "Tokens per decode step",
+            [("tokens_per_decode_step", "{{model_name}}")],
+            w=12,
+            description="Output tokens a decoding request gets per engine step: 1 without "
+            "speculation, 1 plus its accepted draft tokens with it, steps where the n-gram "
+            "drafter found nothing to propose included. vLLM observes ITL once per step, so "
+            "the time per output token is ITL divided by this.",
+        ),
+        series(
+            g,
+            "Time per output token",
+            [("tpot_mean", "mean {{model_name}}"), ("itl_p50", "ITL p50 {{model_name}}")],
+            w=12,
+            description="Each finished request's decode time over its tokens, the mean (the "
+            "histogram's first bound is 10 ms, too coarse for fast speculative streams), next "
+            "to the per-step ITL median. The gap between them is what speculation buys.",
+        ),
     ]
 
 
@@ -292,7 +311,8 @@ def speculative_decoding(g: Board) -> list[object]:
             w=12,
             description="Share of draft tokens the target model accepted. Low (under about "
             "0.5) means the drafter guesses badly for this traffic: verification spends compute "
-            "on tokens thrown away, and ITL can be worse than without speculation.",
+            "on tokens thrown away, and time per output token can be worse than without "
+            "speculation. A large drop against yesterday: speculative-decoding-misfire.",
         ),
         series(
             g,

@@ -1,0 +1,45 @@
+"""Speculative decoding in the simulated engine: per sequence and step, the drafter proposes
+``k`` tokens and the target model accepts the run of them before the first miss, each with
+the sequence's acceptance (its traffic's ``draft_acceptance``), and adds its own token. The
+counters follow ``SpecDecodingStats.observe_draft`` (vllm/v1/spec_decode/metrics.py): one
+draft per request and step with a draft, ``k`` draft tokens, the accepted ones, and the
+accepted ones by position (position i when the first i + 1 were)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from diagnoser.sim.engine import Batch, EngineStats
+
+
+def speculate(
+    rng: np.random.Generator, run: Batch, k: int, steps: int, st: EngineStats
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``steps`` speculative steps of the running sequences ``run``, counted into ``st``.
+    Returns each sequence's tokens, the steps it took part in (to its last token), and the
+    tokens output at each step."""
+    n = len(run)
+    left = run.target - run.generated
+    # Accepted draft tokens: leading successes of k Bernoulli trials, per sequence and step.
+    hits = rng.random((n, steps, k)) < run.accept[:, None, None]
+    accepted = np.cumprod(hits, axis=2).sum(axis=2)
+    made = np.cumsum(accepted + 1, axis=1)
+    # The step in which each sequence reaches its last token (steps if it does not).
+    active = np.ones((n, steps), dtype=bool)
+    active[:, 1:] = made[:, :-1] < left[:, None]
+    taken = active.sum(axis=1)
+    got = np.minimum(made[:, -1], left)
+    out = np.where(active, accepted + 1, 0)
+    last = np.arange(n), taken - 1
+    out[last] -= made[last] - np.minimum(made[last], left)  # past the answer's end: discarded
+    drafted = accepted[active]
+    st.drafts += int(active.sum())
+    st.draft_tokens += int(active.sum()) * k
+    st.accepted += int(drafted.sum())
+    if st.accepted_per_pos.size != k:
+        st.accepted_per_pos = np.zeros(k)
+    st.accepted_per_pos += (drafted[:, None] > np.arange(k)).sum(axis=0)
+    return got, taken, out.sum(axis=0).astype(np.float64)
