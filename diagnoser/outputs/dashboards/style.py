@@ -38,7 +38,6 @@ UNITS = {
     "B/s": "Bps",
     "restarts": "short",
     "engines": "short",
-    "x": "short",
     "targets": "short",
     "W": "watt",
     "celsius": "celsius",
