@@ -42,7 +42,8 @@ models:
     version: "{version}"
     engines: 2
     api_server: {{processes: {processes}}}
-    engine: {{max_model_len: {max_model_len}, prefix_hit_share: 0.3}}
+    engine:
+      {{max_model_len: {max_model_len}, prefix_hit_share: 0.3, num_speculative_tokens: {spec}}}
     workload:
       rate: {{mean: 6}}
       prompt: {{median: 900, sigma: 0.8}}
@@ -74,10 +75,19 @@ def expected(ref: dict[str, Any], processes: int) -> dict[str, dict[str, Any]]:
 
 
 def exposition(
-    tmp_path: Path, profile: str, processes: int, max_model_len: int = MAX_MODEL_LEN
+    tmp_path: Path,
+    profile: str,
+    processes: int,
+    max_model_len: int = MAX_MODEL_LEN,
+    speculative_tokens: int = 0,
 ) -> str:
     """The live /metrics of the scenario's server after five simulated minutes."""
-    text = SCENARIO.format(version=profile, processes=processes, max_model_len=max_model_len)
+    text = SCENARIO.format(
+        version=profile,
+        processes=processes,
+        max_model_len=max_model_len,
+        spec=speculative_tokens,
+    )
     path = tmp_path / "s.yaml"
     path.write_text(textwrap.dedent(text))
     sc = load_scenario(path)

@@ -10,6 +10,7 @@ does a listed one that no longer holds.
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -58,6 +59,14 @@ def _max_model_len(directory: Path) -> int:
     return int(args[args.index("--max-model-len") + 1])
 
 
+def _speculative_tokens(directory: Path) -> int:
+    """The recorded server's draft tokens a step (0: no --speculative-config)."""
+    args = provenance(directory)["vllm_args"]
+    if "--speculative-config" not in args:
+        return 0
+    return int(json.loads(args[args.index("--speculative-config") + 1])["num_speculative_tokens"])
+
+
 def _values(text: str) -> dict[tuple[str, str], set[str]]:
     out: dict[tuple[str, str], set[str]] = {}
     for fam in text_string_to_metric_families(text):
@@ -78,7 +87,13 @@ def _listed(name: str) -> bool:
 def pair(request, tmp_path_factory):
     directory = next(d for d in RECORDINGS if d.name == request.param)
     real = (directory / "metrics-load.txt").read_text()
-    sim = exposition(tmp_path_factory.mktemp("sim"), "0.33", 1, _max_model_len(directory))
+    sim = exposition(
+        tmp_path_factory.mktemp("sim"),
+        "0.33",
+        1,
+        _max_model_len(directory),
+        _speculative_tokens(directory),
+    )
     return real, sim
 
 

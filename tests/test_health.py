@@ -151,7 +151,13 @@ def test_a_healthy_model_reports_its_slos_met(served, site):
     doc = to_json(run(served, site, "healthy"))
     (h,) = doc["health"]
     assert h["verdict"] == "healthy" and h["reasons"] == []
-    assert h["targets"] == {"total": 2, "down": 0, "down_share": 0.0}
+    assert h["targets"] == {
+        "total": 2,
+        "down": 0,
+        "down_share": 0.0,
+        "down_since": None,
+        "gone_at": None,
+    }
     for sli in ("availability", "ttft", "itl"):
         assert h["slo"][sli]["good_share"] >= h["slo"][sli]["objective"]
     assert doc["findings"] == [] and doc["lookback"] is None

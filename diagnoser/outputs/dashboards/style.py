@@ -110,9 +110,14 @@ class Board:
     def engines_note(self, signals: Sequence[str]) -> str:
         """A note saying the panel is vLLM only, and why, when a signal has no SGLang series
         (it stays empty on SGLang's models); else "". Scrape health (``up``) is every
-        target's."""
+        target's; a target-level signal that reads vLLM's series is vLLM's."""
         sigs = [self.site.vocabulary[s] for s in signals]
-        gaps = [s.sglang_gap for s in sigs if not s.on_sglang and not s.target_level]
+        gaps = [
+            s.sglang_gap
+            for s in sigs
+            if not s.on_sglang
+            and (not s.target_level or any(f.startswith("vllm:") for f in s.families))
+        ]
         return f" vLLM only: {gaps[0]}." if gaps else ""
 
     def families(self, *signals: str) -> list[str]:
