@@ -400,3 +400,25 @@ def test_a_port_in_use_is_one_line_and_exit_2():
         )
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.count("\n") == 1 and f"cannot listen on 127.0.0.1:{port}" in proc.stderr
+
+
+def test_the_message_names_the_cause_that_stands_in_for_the_alerts_playbook(site):
+    record = {
+        "alert": "VllmRequestQueueSaturated",
+        "severity": "warning",
+        "summary": "Requests are queueing.",
+        "playbook": "queue-saturation",
+        "runbook_url": "https://rb/queue",
+        "scope": {"model_name": "m"},
+        "since_seconds": 3600.0,
+        "playbook_rank": None,
+        "explained_by": "replica-imbalance",
+        "diagnosis": {"findings": []},
+        "error": None,
+    }
+    text = message(record, None, site)
+    assert "`queue-saturation` (not matched on its own; `replica-imbalance` above" in text
+    record |= {"playbook_rank": 2}
+    assert "ranked 2 in the diagnosis, behind its cause `replica-imbalance`" in message(
+        record, None, site
+    )

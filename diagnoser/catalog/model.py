@@ -148,3 +148,8 @@ class Playbook:
     @property
     def chapter_title(self) -> str:
         return CHAPTERS[self.chapter]
+
+    def explains(self, other: str | None) -> bool:
+        """Whether a finding of this playbook accounts for ``other``'s symptoms (its
+        signature's ``explains``)."""
+        return self.signature is not None and other in self.signature.explains

@@ -102,11 +102,16 @@ class Diagnosis:
     def for_alert(self, playbook: str | None) -> list[Match]:
         """The findings as an alert's record ranks them: the alert's own playbook first when
         the diagnosis confirms it, behind the cause that explains it if one was found (the
-        cause first, its symptom second); the rest in the diagnosis's order."""
+        cause first, its symptom second). When the alert's playbook is not among the findings
+        but one found explains it (a replica's imbalance explains the model's queue), that
+        cause comes first. The rest in the diagnosis's order."""
         ranked = list(self.findings)
         own = next((m for m in ranked if m.playbook.id == playbook), None)
         if own is None:
-            return ranked
+            cause = next((m for m in ranked if m.playbook.explains(playbook)), None)
+            if cause is None:
+                return ranked
+            return [cause] + [m for m in ranked if m is not cause]
         cause = next((m for m in ranked if m.playbook.id == own.explained_by), None)
         lead = [cause, own] if cause is not None else [own]
         return lead + [m for m in ranked if all(m is not x for x in lead)]

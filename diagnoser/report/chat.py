@@ -89,8 +89,13 @@ def message(record: dict[str, Any], d: Diagnosis | None, site: Site) -> str:
             lines.append(["*Runbook:*", link(record["runbook_url"], record["alert"])])
         return _text(lines)
     if top is None or top.playbook.id != playbook:
-        rank = record.get("playbook_rank")
-        state = f"ranked {rank} in the diagnosis" if rank else "not confirmed by the diagnosis"
+        rank, cause = record.get("playbook_rank"), record.get("explained_by")
+        if cause and rank:
+            state = f"ranked {rank} in the diagnosis, behind its cause `{cause}`"
+        elif cause:
+            state = f"not matched on its own; `{cause}` above accounts for its symptoms"
+        else:
+            state = f"ranked {rank} in the diagnosis" if rank else "not confirmed by the diagnosis"
         lines.append(f"*The alert's playbook* `{playbook}` ({state}):")
         if playbook in site.catalog:
             lines.append(f"*Cause:* {' '.join(site.catalog[playbook].cause.split())}")

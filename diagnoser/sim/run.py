@@ -200,7 +200,7 @@ class ModelRun:
                     if req.probe is not None:
                         self._probe_failed(req.probe)
             else:
-                pick = self.rng.integers(0, len(up), len(incoming))
+                pick = self._route(len(up), len(incoming))
                 for k, server in enumerate(up):
                     batch = [incoming[i] for i in np.flatnonzero(pick == k)]
                     if batch:
@@ -211,6 +211,15 @@ class ModelRun:
                                 self._probe_failed(req.probe)
         for server in self.servers:
             server.advance(t + dt, dt)
+
+    def _route(self, servers: int, n: int) -> np.ndarray:
+        """Which live server each of ``n`` requests goes to: evenly at random, or the first
+        takes ``hot_share`` of them and the rest share what is left."""
+        hot = self.m.workload.hot_share
+        if hot <= 0 or servers < 2:
+            return self.rng.integers(0, servers, n)
+        rest = (1.0 - hot) / (servers - 1)
+        return self.rng.choice(servers, n, p=[hot, *([rest] * (servers - 1))])
 
     def _probe_failed(self, label: str) -> None:
         self.probe.count(label, "http_error")

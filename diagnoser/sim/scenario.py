@@ -133,6 +133,7 @@ LIMITS: dict[str, tuple[float, float]] = {
     "prefix_hit_share": (0, 0.99),
     "prefix_share": (0, 0.99),
     "draft_acceptance": (0, 0.99),
+    "hot_share": (0, 1),
     "num_speculative_tokens": (0, 16),
     "draft_overhead": (0, 5),
     "mfu": (0.01, 1),
@@ -345,6 +346,7 @@ class _WorkloadRest:
     overlong_share: float = 0.0
     prefix_share: float = 0.0
     draft_acceptance: float = 0.7
+    hot_share: float = 0.0
 
 
 def _count(value: Any, path: Path, where: str) -> int:

@@ -87,6 +87,10 @@ class Workload:
     # model would give, each given the ones before it matched (alpha). Text that repeats its
     # context (code edits, extraction, templated answers) drafts well; open chat does not.
     draft_acceptance: float = 0.7
+    # Share of the requests the router sends to the model's first live server (0: spread
+    # evenly): session affinity on a few heavy tenants, a hash ring out of balance, a router
+    # that does not look at load.
+    hot_share: float = 0.0
     _noise: float = field(default=0.0, repr=False)
 
     def step_noise(self, rng: np.random.Generator, dt: float) -> float:

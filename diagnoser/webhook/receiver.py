@@ -290,6 +290,7 @@ class Webhook:
             "group_key": group_key,
             "top_finding": ids[0] if ids else None,
             "playbook_rank": ids.index(playbook) + 1 if playbook in ids else None,
+            "explained_by": _explained_by(result, playbook, ids),
             "since_seconds": self.since,
             "diagnosis": to_json(result) if result else None,
             "error": error,
@@ -341,3 +342,12 @@ class Webhook:
 
 def _fmt_scope(scope: dict[str, str]) -> str:
     return ", ".join(f"{k}={v}" for k, v in scope.items()) or "every model"
+
+
+def _explained_by(result: Diagnosis | None, playbook: str | None, ids: list[str]) -> str | None:
+    """The finding ranked ahead of the alert's playbook because it is the cause of it (a
+    replica's imbalance behind the model's queue), or None."""
+    if result is None or not ids or ids[0] == playbook:
+        return None
+    top = next(m for m in result.findings if m.playbook.id == ids[0])
+    return top.playbook.id if top.playbook.explains(playbook) else None

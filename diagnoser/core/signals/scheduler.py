@@ -33,9 +33,37 @@ SGLANG_RETRACTIONS = sg.or_zero(sg.counter_rate(SG.RETRACTIONS))
 NO_STEP_TOKENS = "SGLang exports no histogram of tokens per engine step"
 
 
+def _load_imbalance(running: str, waiting: str) -> q.Expr:
+    """The busiest server's load over the mean server's, per model: each server's requests
+    in the engine (running plus waiting), averaged over the rate window so that a burst is
+    not taken for a router's preference."""
+
+    def build(scope: q.Scope) -> str:
+        w = scope.window
+        each = (
+            f"avg_over_time({q.selector(running, scope.matchers)}[{w}]) "
+            f"+ avg_over_time({q.selector(waiting, scope.matchers)}[{w}])"
+        )
+        keys = [k for k in ("job", "instance") if k not in scope.by]
+        per_server = q.agg("sum", scope, each, *keys)
+        return f"{q.agg('max', scope, per_server)} / ({q.agg('avg', scope, per_server)} > 0)"
+
+    return build
+
+
 def signals() -> list[Signal]:
     s = Signal
     return [
+        s(
+            "load_imbalance",
+            "x",
+            "The busiest server's requests in the engine (running plus waiting, averaged over "
+            "the rate window) over the mean of the model's servers: 1 when the router spreads "
+            "the load evenly, the number of servers when one takes it all.",
+            _load_imbalance(RUNNING, WAITING),
+            ("vllm_server_load_imbalance", "ratio"),
+            sglang=_load_imbalance(SG.RUNNING.name, SG.WAITING.name),
+        ),
         s(
             "engines",
             "engines",

@@ -164,6 +164,25 @@ def build(site: Site) -> Dashboard:
         ),
         series(
             g,
+            "Requests in the engine by instance",
+            [
+                ("requests_running", "running {{instance}}"),
+                ("requests_waiting", "waiting {{instance}}"),
+            ],
+            per_instance=True,
+            description="Each replica's running batch and queue. One replica full and queueing "
+            "while the others run half empty is the router's doing (replica-imbalance).",
+        ),
+        series(
+            g,
+            "Replica load imbalance",
+            [("load_imbalance", "{{model_name}}")],
+            description="The busiest replica's requests in the engine (running plus waiting, "
+            "over the rate window) over the mean replica's: 1 is an even spread, the number of "
+            "replicas is one taking all. Above 1.5 for a quarter of an hour is an alert.",
+        ),
+        series(
+            g,
             "Tokens per output batch",
             [("output_batch_tokens_mean", "mean"), ("output_batch_tokens_p99", "p99")],
             description="vllm:iteration_tokens_total: per engine step that produced output, "

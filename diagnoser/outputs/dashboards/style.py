@@ -38,6 +38,7 @@ UNITS = {
     "B/s": "Bps",
     "restarts": "short",
     "engines": "short",
+    "x": "short",
     "targets": "short",
     "W": "watt",
     "celsius": "celsius",
