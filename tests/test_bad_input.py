@@ -376,3 +376,13 @@ def test_generate_into_an_unwritable_out_is_one_line(tmp_path):
 )
 def test_usage_errors_are_one_line_naming_the_option(args, says):
     one_line(run(*args), 2, says)
+
+
+def test_a_throwaway_prometheus_refuses_a_second_start(tmp_path):
+    from diagnoser.lab.promserver import Prometheus, PrometheusError
+
+    with Prometheus(tmp_path) as prom:
+        url = prom.url
+        with pytest.raises(PrometheusError, match="already running"):
+            prom.start()
+        assert prom.url == url and prom.proc is not None and prom.proc.poll() is None

@@ -50,7 +50,7 @@ def run(*args: str):
 def test_catalog_list_shows_all_playbooks():
     res = run("catalog", "list")
     assert res.exit_code == 0
-    assert "25 playbooks: 21 detectable, 4 advisory" in res.output
+    assert "27 playbooks: 23 detectable, 4 advisory" in res.output
     rows = json.loads(run("catalog", "list", "--format", "json").output)
     assert {r["id"] for r in rows} >= {"kv-cache-pressure", "hidden-tail"}
 

@@ -32,7 +32,7 @@ def test_pip_install_gives_a_working_catalog(tmp_path):
         cwd=work,
     )
     ids = {row["id"] for row in json.loads(listed.stdout)}
-    assert len(ids) == 25 and "stop-token-mismatch" in ids
+    assert len(ids) == 27 and "stop-token-mismatch" in ids
     # The data came from the installed package, not from this checkout.
     where = subprocess.run(
         [

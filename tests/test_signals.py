@@ -24,8 +24,10 @@ def reference() -> dict[str, str]:
     (scripts/sglang-metrics-reference)."""
     types: dict[str, str] = data_json("reference-metric-types.json")
     for name, fam in data_json("vllm-0.33.0.json")["families"].items():
-        if fam["scope"] != "v0-engine" and fam["type"] in TYPED:
-            types.setdefault(name, fam["type"])
+        # The wheel's type where the reference's prose gives none it can parse
+        # (vllm:lora_requests_info: "gauge, value = wall-clock timestamp").
+        if fam["scope"] != "v0-engine" and fam["type"] in TYPED and types.get(name) not in TYPED:
+            types[name] = fam["type"]
     sglang = data_json("sglang-0.5.23.json")["families"]
     types.update({name: fam["type"] for name, fam in sglang.items()})
     return types

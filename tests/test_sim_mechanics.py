@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from diagnoser.hardware.presets import GB, GIB, gpu, kv_budget_bytes, kv_capacity_tokens, model
-from diagnoser.sim.engine import Engine, EngineConfig, Request
+from diagnoser.sim.engine import CHAT, Engine, EngineConfig, Request
 
 H100 = gpu("H100-80GB")
 LLAMA3 = model("llama-3.1-8b")
@@ -225,3 +225,77 @@ def test_a_speculative_step_costs_more_than_a_plain_one_and_yields_more():
     assert t_plain < t_spec < 1.3 * t_plain
     # ...so even a low acceptance (1.4 tokens a step) beats no speculation at this batch.
     assert t_spec / 1.4 < t_plain
+
+
+def test_a_request_for_an_adapter_beyond_max_loras_waits_while_the_batch_has_room():
+    from diagnoser.core import families as F
+    from diagnoser.core.exposition import Recorder
+    from diagnoser.sim.server import ApiServerConfig, Server, ServerSpec
+
+    spec = ServerSpec("m", LLAMA3, H100, EngineConfig(max_loras=1), ApiServerConfig())
+    server = Server(spec, start=0.0)
+    (engine,) = server.engines
+    # Two requests for adapter 0, then one for adapter 1 and another for adapter 0.
+    reqs = [
+        Request(i, 0.0, 300, out, 4096, False, adapter=a)
+        for i, (a, out) in enumerate([(0, 400), (0, 400), (1, 20), (0, 400)])
+    ]
+    server.accept(reqs, np.zeros(4, dtype=bool))
+    server.advance(1.0, 1.0)
+    # The one slot holds adapter 0: its later request passes the skipped one, which waits.
+    assert engine.adapters_in_use() == {0}
+    assert [r.rid for r in engine.waiting] == [2] and engine.waiting[0].deferred
+    assert engine.num_running() == 3 < engine.cfg.max_num_seqs and engine.kv_usage() < 0.01
+    rec = Recorder()
+    server.record_metrics(rec, 1.0, {"job": "vllm", "instance": "m-0:8000"})
+    by_reason = {
+        dict(labels)["reason"]: points[-1][1]
+        for labels, points in rec.families[F.WAITING_BY_REASON.name].points.items()
+    }
+    assert by_reason == {"capacity": 0.0, "deferred": 1.0}
+    ((labels, points),) = rec.families[F.LORA_INFO.name].points.items()
+    info = dict(labels)
+    assert info["max_lora"] == "1" and points == [(1.0, 1.0)]
+    # vLLM lists the adapters in use in both labels: the waiting adapter 1 is in neither.
+    assert info["running_lora_adapters"] == info["waiting_lora_adapters"] == "lora-00"
+    # Once adapter 0 has no request left, adapter 1 gets the slot.
+    while any(r.adapter == 0 for r in (*engine.running.reqs, *engine.prefilling)):
+        server.advance(server.engines[0].clock + 1.0, 1.0)
+        server.collect()
+    server.advance(engine.clock + 1.0, 1.0)
+    assert not engine.waiting and reqs[2].scheduled > 0 and not reqs[2].deferred
+    assert reqs[2].scheduled >= max(reqs[i].last_token for i in (0, 1, 3))
+
+
+def test_a_kv_consumer_waits_for_each_prompts_kv_and_a_failed_load_is_an_error():
+    from diagnoser.core import families as F
+    from diagnoser.core.exposition import Recorder
+    from diagnoser.sim.server import ApiServerConfig, Fault, Server, ServerSpec
+
+    fault = Fault(kv_transfer_gbps=1.0)  # TCP: a 2,000-token prompt's KV takes a quarter second
+    spec = ServerSpec("m", LLAMA3, H100, EngineConfig(kv_consumer=True), ApiServerConfig())
+    server = Server(spec, start=0.0, fault=fault)
+    (engine,) = server.engines
+    reqs = [Request(i, 0.0, 2000, 50, 4096, False) for i in range(4)]
+    server.accept(reqs, np.zeros(4, dtype=bool))
+    transfer = 2000 * engine.costs.kv_bytes_per_token / 1e9
+    assert all(r.ready - r.fetch_start == pytest.approx(0.002 + transfer) for r in reqs)
+    fault.kv_transfer_failure = 1.0  # every later load fails
+    failing = [Request(10 + i, 0.0, 2000, 50, 4096, False) for i in range(2)]
+    server.accept(failing, np.zeros(2, dtype=bool))
+    server.advance(10.0, 10.0)
+    done = server.collect()
+    ok = [r for r in done if r.outcome == "finished"]
+    assert len(ok) == 4 and len(done) == 6
+    # The prompt's KV came by transfer: the first token waited for it and computed one token.
+    assert all(r.first_token - r.arrival > transfer for r in ok)
+    em = server.em[0]
+    assert em.by_source["external_kv_transfer"] == 4 * 1999
+    assert em.by_source["local_compute"] == 4
+    assert em.finished["error"] == 2 and em.nixl.counters[F.NIXL_FAILED] == 2
+    assert em.nixl.h[F.NIXL_XFER_TIME].counts.sum() == 4
+    assert server.http[(CHAT, "5xx")] == 2 and server.http[(CHAT, "2xx")] == 4
+    rec = Recorder()
+    server.record_metrics(rec, 10.0, {"job": "vllm", "instance": "m-0:8000"})
+    for fam in (F.NIXL_FAILED, F.NIXL_BYTES, F.KV_FETCH_BY_STAGE, F.NIXL_EXPIRED):
+        assert fam.name in rec.families

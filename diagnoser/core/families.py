@@ -403,6 +403,55 @@ NIXL_FAILED = _v(
     since="0.12",
     requires=_NIXL,
 )
+NIXL_POST_TIME = _v(
+    "vllm:nixl_post_time_seconds",
+    _H,
+    "Histogram of transfer post time for NIXL KV Cache transfers.",
+    since="0.12",
+    buckets=(0.001, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 5.0),
+    requires=_NIXL,
+)
+NIXL_BYTES = _v(
+    "vllm:nixl_bytes_transferred",
+    _H,
+    "Histogram of bytes transferred per NIXL KV Cache transfers.",
+    since="0.12",
+    buckets=tuple(float(2 ** (11 + 2 * i)) for i in range(12)),
+    requires=_NIXL,
+)
+NIXL_DESCRIPTORS = _v(
+    "vllm:nixl_num_descriptors",
+    _H,
+    "Histogram of number of descriptors per NIXL  KV Cache transfers.",
+    since="0.12",
+    buckets=(10, 20, 30, 50, 75, 100, 200, 400, 1000, 2000, 4000, 10000, 20000, 50000),
+    requires=_NIXL,
+)
+NIXL_FAILED_NOTIFICATIONS = _v(
+    "vllm:nixl_num_failed_notifications_total",
+    _C,
+    "Number of failed NIXL KV Cache notifications. Retained for compatibility; these failures "
+    "are also included in vllm:nixl_num_failed_transfers.",
+    since="0.12",
+    requires=_NIXL,
+)
+NIXL_EXPIRED = _v(
+    "vllm:nixl_num_kv_expired_reqs_total",
+    _C,
+    "Number of requests that had their KV expire. NOTE: This metric is tracked on the P instance.",
+    since="0.12",
+    requires=_NIXL,
+)
+# In 0.32's and 0.33's wheels; earlier releases not read.
+NIXL_AFTER_EXPIRY = _v(
+    "vllm:nixl_num_notifications_after_expiry_total",
+    _C,
+    "Number of completion notifications for requests that were no longer tracked, usually "
+    "because their KV lease expired. The KV blocks may have been reused before the transfer "
+    "finished. Counted per notification (one per remote rank), not per request.",
+    since="0.32",
+    requires=_NIXL,
+)
 KV_FETCH_BY_STAGE = _v(
     "vllm:num_requests_kv_fetch_by_stage",
     _G,

@@ -4,8 +4,9 @@ them: the families a unified server started with ``--enable-metrics`` exports by
 SGLang runs prometheus_client in multiprocess mode, so a family is exported once a process
 has written a value to it: the scheduler's gauges from its first stats log (every batch, and
 every 30 s when idle), its constants at start-up, counters and histograms from their first
-observation. Families behind an option (LoRA, hierarchical cache, speculative decoding,
-grammars, disaggregation, DP attention, MFU and device-timer metrics) are not in the table.
+observation. Families behind an option (hierarchical cache, speculative decoding, grammars,
+disaggregation, DP attention, MFU and device-timer metrics) are not in the table, except
+LoRA's adapter slots (``requires="--enable-lora"``), which a signal reads.
 Scheduler series carry ``model_name, engine_type, tp_rank, pp_rank, moe_ep_rank`` (``dp_rank``
 with data parallelism, ``priority`` with priority scheduling); tokenizer series ``model_name,
 engine_type``. A gauge without a ``multiprocess_mode`` keeps each process's value apart,
@@ -110,6 +111,27 @@ SPEC_NUM_DRAFT_TOKENS = _s(
     "sglang:spec_num_draft_tokens",
     _G,
     "Currently active speculative_num_draft_tokens (decouples from steps under topk>1).",
+)
+# With --enable-lora: the adapter slots of a batch (--max-loras-per-batch) and how many hold
+# an adapter of a running request (SchedulerMetricsReporter: the distinct lora_ids of the
+# running batch), set at each stats log.
+LORA_SLOTS_TOTAL = _s(
+    "sglang:lora_pool_slots_total",
+    _G,
+    "Total number of LoRA adapter slots available (max_loras_per_batch).",
+    requires="--enable-lora",
+)
+LORA_SLOTS_USED = _s(
+    "sglang:lora_pool_slots_used",
+    _G,
+    "Number of LoRA adapter slots currently occupied in GPU memory.",
+    requires="--enable-lora",
+)
+LORA_UTILIZATION = _s(
+    "sglang:lora_pool_utilization",
+    _G,
+    "LoRA pool utilization ratio (used/total). 1.0 means pool is full.",
+    requires="--enable-lora",
 )
 NUM_RETRACTED_REQS = _s(
     "sglang:num_retracted_reqs", _G, "The number of retracted requests.", labels=("pid",)

@@ -294,7 +294,10 @@ def main() -> None:
     bench_accuracy(variants=(1, 2, 3, 4, 5, 6, 7, 8))
     print("accuracy on variants 9-10 (kept out of tuning):")
     bench_accuracy(variants=(9, 10))
-    print("accuracy on the serving-stack playbooks' variants 1-10 (hang, prefix, speculation):")
+    print(
+        "accuracy on the serving-stack playbooks' variants 1-10 "
+        "(hangs, caches, drafts, replicas, adapters, KV transfer):"
+    )
     bench_accuracy(variants=tuple(range(1, 11)), scenarios=serving_stack())
     print("accuracy on incidents begun 1 h and 3 h before the window (tuned on):")
     bench_accuracy(scenarios=aged_set((1, 2)))

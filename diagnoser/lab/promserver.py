@@ -108,6 +108,8 @@ class LocalServer:
         raise NotImplementedError
 
     def start(self: _S) -> _S:
+        if self.proc is not None:  # ``with server.start():`` would start a second process
+            raise PrometheusError(f"{self.NAMES[0]} is already running at {self.url}")
         exe = binary(*self.NAMES, package=self.PACKAGE)
         self._tmp = tempfile.TemporaryDirectory(prefix=f"servediag-{self.NAMES[0]}-")
         log = self.workdir / "server.log"

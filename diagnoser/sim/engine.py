@@ -30,6 +30,7 @@ import numpy as np
 
 from diagnoser.hardware.presets import GB, GpuSpec, ModelSpec, kv_capacity_tokens
 from diagnoser.sim import costs
+from diagnoser.sim.batch import Batch
 from diagnoser.sim.speculation import speculate
 
 CHAT = "/v1/chat/completions"
@@ -56,6 +57,14 @@ class EngineConfig:
     # step (0: off). The target model verifies them with its own token in one forward pass.
     num_speculative_tokens: int = 0
     draft_overhead: float = 0.05  # the drafter's time, as a share of the target's step
+    # LoRA (--enable-lora --max-loras): adapters a step may serve at once (0: LoRA off). A
+    # waiting request whose adapter is not among the running requests' waits while all the
+    # slots are taken, however much room the batch and the KV cache have.
+    max_loras: int = 0
+    # Disaggregated prefill (--kv-transfer-config, NixlConnector, kv_role kv_consumer): the
+    # decode side. Each prompt's KV comes from a prefill instance (not simulated): the request
+    # waits for the transfer, then computes only the prompt's last token.
+    kv_consumer: bool = False
 
     def num_gpu_blocks(self, spec: ModelSpec, g: GpuSpec) -> int:
         tokens = kv_capacity_tokens(
@@ -92,7 +101,16 @@ class Request:
     unreported_preemptions: int = 0  # preempted since its latest output
     probe: str | None = None  # prompt bucket, for synthetic probe requests
     handler: str = CHAT  # the API route it arrived on
-    outcome: str = ""  # "finished" or "aborted" (a crash) once it has left the engine
+    adapter: int = -1  # the LoRA adapter it names (-1: the base model)
+    deferred: bool = False  # skipped by the scheduler for its adapter, not scheduled since
+    # A KV consumer's request: when the transfer of its prompt's KV began (it is ready once
+    # the KV has arrived), the bytes moved, whether the transfer failed, and the prompt
+    # tokens whose KV it brought (from the first admission).
+    fetch_start: float = -1.0
+    fetch_bytes: float = 0.0
+    kv_failed: bool = False
+    external: int = 0
+    outcome: str = ""  # "finished", "aborted" (a crash) or "error" (its KV load failed)
 
 
 Observations = list[tuple[np.ndarray, np.ndarray]]  # (values, how many times each)
@@ -120,7 +138,13 @@ class EngineStats:
     prefix_queries: int = 0  # prompt tokens looked up at first admission (scheduler stats)
     prefix_hits: int = 0
     prompt_tokens: int = 0  # prompt tokens of requests whose first token was output
-    cached_tokens: int = 0  # of those, found in the prefix cache
+    cached_tokens: int = 0  # of those, found in the prefix cache or brought by KV transfer
+    external_tokens: int = 0  # of those, brought by KV transfer
+    # A KV consumer's transfers: (seconds, bytes) of each that completed, and those that
+    # failed; the requests a failed transfer ended (finished_reason "error").
+    transfers: list[tuple[float, float]] = field(default_factory=list)
+    failed_transfers: int = 0
+    errors: list[Request] = field(default_factory=list)
     generation_tokens: int = 0
     busy_seconds: float = 0.0
     # Speculative decoding (SpecDecodingStats.observe_draft, once per request and step with
@@ -135,74 +159,6 @@ class EngineStats:
     queue_times: list[float] = field(default_factory=list)
     prefills: list[tuple[float, int]] = field(default_factory=list)
     retractions: list[tuple[int, int]] = field(default_factory=list)
-
-
-class Batch:
-    """The decoding sequences, in admission order, as arrays (the hot path is vectorised)."""
-
-    def __init__(self) -> None:
-        self.reqs: list[Request] = []
-        self.prompt = np.zeros(0, dtype=np.int64)
-        self.generated = np.zeros(0, dtype=np.int64)
-        self.target = np.zeros(0, dtype=np.int64)
-        self.last = np.zeros(0, dtype=np.float64)  # time of each sequence's latest token
-        self.accept = np.zeros(0, dtype=np.float64)
-        self._context = 0  # tokens held by the batch, kept up to date (a hot path)
-
-    def __len__(self) -> int:
-        return len(self.reqs)
-
-    def add(self, req: Request) -> None:
-        self.reqs.append(req)
-        self.prompt = np.append(self.prompt, req.prompt)
-        self.generated = np.append(self.generated, req.generated)
-        self.target = np.append(self.target, req.target_out)
-        self.last = np.append(self.last, req.last_token)
-        self.accept = np.append(self.accept, req.accept)
-        self._context += req.prompt + req.generated
-
-    def pop(self) -> Request:
-        req = self.reqs.pop()
-        req.generated = int(self.generated[-1])
-        req.last_token = float(self.last[-1])
-        self._context -= req.prompt + req.generated
-        self.prompt, self.generated, self.target, self.last, self.accept = (
-            self.prompt[:-1],
-            self.generated[:-1],
-            self.target[:-1],
-            self.last[:-1],
-            self.accept[:-1],
-        )
-        return req
-
-    def context(self) -> int:
-        return self._context
-
-    def progress(self, req: Request) -> tuple[int, float] | None:
-        """A running sequence's tokens so far and its latest token's time (None: not here)."""
-        for i, r in enumerate(self.reqs):
-            if r is req:
-                return int(self.generated[i]), float(self.last[i])
-        return None
-
-    def grow(self, tokens: np.ndarray) -> None:
-        """Each sequence generated ``tokens[i]`` more."""
-        self.generated = self.generated + tokens
-        self._context += int(tokens.sum())
-
-    def blocks(self, block_size: int, extra: int = 0) -> int:
-        return int((-(-(self.prompt + self.generated + extra) // block_size)).sum())
-
-    def keep(self, mask: np.ndarray) -> None:
-        self.reqs = [r for r, k in zip(self.reqs, mask, strict=True) if k]
-        self.prompt, self.generated, self.target, self.last, self.accept = (
-            self.prompt[mask],
-            self.generated[mask],
-            self.target[mask],
-            self.last[mask],
-            self.accept[mask],
-        )
-        self._context = int(self.prompt.sum() + self.generated.sum())
 
 
 class Engine:
@@ -291,16 +247,30 @@ class Engine:
         free = self.num_blocks - self.used_blocks()
         budget = cfg.max_num_batched_tokens - len(self.running)
         budget -= sum(r.to_prefill - r.prefilled for r in self.prefilling)
+        # As vLLM: a request whose adapter would exceed --max-loras is skipped (it keeps its
+        # place at the head of the queue) and the scheduler looks at the next one.
+        loras = self.adapters_in_use() if cfg.max_loras else set()
+        skipped: list[Request] = []
         while self.waiting and self.waiting[0].ready <= self.clock:
             if self.num_running() >= cfg.max_num_seqs:
-                return
+                break
             if budget <= 0 and self.prefilling:
-                return
+                break
             req = self.waiting[0]
+            if req.kv_failed:  # kv_load_failure_policy "fail" (vLLM's default): an error
+                self._fail(self.waiting.popleft())
+                continue
+            if 0 <= req.adapter not in loras and 0 < cfg.max_loras <= len(loras):
+                req.deferred = True
+                skipped.append(self.waiting.popleft())
+                continue
             need = self.blocks_for(req.prompt + req.generated + 1)
             if need > free:
-                return
+                break
             self.waiting.popleft()
+            req.deferred = False
+            if req.adapter >= 0:
+                loras.add(req.adapter)
             free -= need
             if req.scheduled < 0:
                 req.scheduled = self.clock
@@ -311,6 +281,10 @@ class Engine:
                 # Scheduler: prefix-cache stats are recorded at admission, new requests only.
                 self.stats.prefix_queries += req.prompt
                 self.stats.prefix_hits += req.cached
+                if req.fetch_start >= 0:  # the KV arrived: all but the last prompt token
+                    req.external = req.prompt - 1 - req.cached
+                    req.cached = req.first_cached = req.prompt - 1
+                    self.stats.transfers.append((req.ready - req.fetch_start, req.fetch_bytes))
                 req.to_prefill = req.prompt - req.cached
             else:  # recompute after preemption: the prompt and what was generated
                 req.cached = 0
@@ -318,6 +292,11 @@ class Engine:
             req.prefilled = 0
             budget -= req.to_prefill
             self.prefilling.append(req)
+        self.waiting.extendleft(reversed(skipped))
+
+    def adapters_in_use(self) -> set[int]:
+        """The LoRA adapters of the requests in the running batch (prefilling or decoding)."""
+        return {r.adapter for r in (*self.running.reqs, *self.prefilling) if r.adapter >= 0}
 
     def _preempt_for(self, extra_tokens: int) -> None:
         """Preempt the newest running sequences until each can grow by ``extra_tokens``."""
@@ -393,6 +372,7 @@ class Engine:
                 self.stats.ttft.append(t - req.arrival)
                 self.stats.prompt_tokens += req.prompt
                 self.stats.cached_tokens += req.first_cached
+                self.stats.external_tokens += req.external
                 self.stats.prefills.append((t - req.scheduled, int(k)))
                 computed[k - 1] += req.prompt - req.first_cached
                 full[k - 1] += req.prompt
@@ -470,6 +450,13 @@ class Engine:
         self.stats.batches_full_prompt.append(observed)
         self.clock += steps * step
         self.stats.busy_seconds += steps * step
+
+    def _fail(self, req: Request) -> None:
+        """A request whose KV never arrived: finished with an error, no token."""
+        req.last_token = self.clock
+        req.outcome = "error"
+        self.stats.failed_transfers += 1
+        self.stats.errors.append(req)
 
     def _finish(self, req: Request, t: float) -> None:
         req.last_token = t

@@ -261,6 +261,12 @@ def make_handler(live: LiveSim) -> type[BaseHTTPRequestHandler]:
                     if c.include_usage:
                         relay.send(shapes.usage_chunk(sent), at)
                     relay.send(DONE, at)
+                elif outcome == "error":
+                    error = ApiError(
+                        500, "the KV load from the prefill instance failed", "InternalServerError"
+                    )
+                    relay.send(sse({"error": _error_obj(error)}), at)
+                    relay.send(DONE, at)
                 elif outcome == "aborted":
                     error = ApiError(500, "the engine died while generating", "InternalServerError")
                     relay.send(sse({"error": _error_obj(error)}), at)

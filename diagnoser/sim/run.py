@@ -110,6 +110,7 @@ class ModelRun:
         outs = w.output.sample(rng, n)
         broken = rng.random(n) < w.stop_failure_share
         overlong = rng.random(n) < w.overlong_share
+        adapters = _adapters(rng, n, w.adapters, w.adapter_skew)
         limit = self.m.engine.max_model_len
         prompts = np.where(overlong, limit + 1 + (prompts % max(1, limit // 10)), prompts)
         out = []
@@ -127,6 +128,7 @@ class ModelRun:
                 length_stop=target >= w.max_tokens or target >= limit - prompts[i],
                 shared=w.prefix_share,
                 accept=w.draft_acceptance,
+                adapter=int(adapters[i]),
             )
             self.next_id += 1
             out.append((req, too_long))
@@ -244,7 +246,9 @@ class ModelRun:
     def _collect(self) -> None:
         for server in self.servers:
             for req in server.collect():
-                if req.probe is not None:
+                if req.probe is not None and req.outcome == "error":
+                    self._probe_failed(req.probe)  # its KV load failed: an HTTP 500
+                elif req.probe is not None:
                     self._probe_done(req)
 
     def record(self, rec: Recorder, t: float, interval: float) -> None:
@@ -354,3 +358,11 @@ def _fresh(models: list[ModelScenario]) -> list[ModelScenario]:
     import copy
 
     return copy.deepcopy(models)
+
+
+def _adapters(rng: np.random.Generator, n: int, adapters: int, skew: float) -> np.ndarray:
+    """The LoRA adapter each of ``n`` requests names (-1: none), Zipf-weighted by ``skew``."""
+    if adapters <= 0:
+        return np.full(n, -1)
+    weights = 1.0 / np.arange(1, adapters + 1) ** skew
+    return rng.choice(adapters, n, p=weights / weights.sum())

@@ -134,6 +134,11 @@ LIMITS: dict[str, tuple[float, float]] = {
     "prefix_share": (0, 0.99),
     "draft_acceptance": (0, 0.99),
     "hot_share": (0, 1),
+    "adapters": (0, 10000),
+    "adapter_skew": (0, 5),
+    "max_loras": (0, 256),
+    "kv_transfer_gbps": (0.001, 1e4),
+    "kv_transfer_failure": (0, 1),
     "num_speculative_tokens": (0, 16),
     "draft_overhead": (0, 5),
     "mfu": (0.01, 1),
@@ -347,6 +352,8 @@ class _WorkloadRest:
     prefix_share: float = 0.0
     draft_acceptance: float = 0.7
     hot_share: float = 0.0
+    adapters: int = 0
+    adapter_skew: float = 0.0
 
 
 def _count(value: Any, path: Path, where: str) -> int:

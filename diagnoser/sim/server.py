@@ -24,6 +24,7 @@ from diagnoser.core.exposition import Histogram, Recorder, labels_of
 from diagnoser.hardware.presets import GB, GpuSpec, ModelSpec
 from diagnoser.sim import sglang_metrics as sgm
 from diagnoser.sim.engine import CHAT, Engine, EngineConfig, Request
+from diagnoser.sim.kv_transfer import POST_SECONDS
 from diagnoser.sim.vllm_metrics import PROFILES, EngineMetrics, record_api_server, record_engine
 
 __all__ = ["PROFILES", "RUNTIMES", "ApiServerConfig", "Fault", "Server", "ServerSpec"]
@@ -51,6 +52,12 @@ class Fault:
     # answers, but no step runs (a collective waiting for a dead rank, a GPU that never
     # returns). Requests sent to it wait; its metrics stay at the last step's values.
     hung_instances: int = 0
+    # Disaggregated prefill, seen from the decode side (engine.kv_consumer): the bandwidth a
+    # prompt's KV moves at from the prefill instance (GB/s; a NIC or RDMA path that falls back
+    # to TCP moves it at a few), and the share of transfers that fail (a prefill instance
+    # restarted, a link down, a lease that expired).
+    kv_transfer_gbps: float = 25.0
+    kv_transfer_failure: float = 0.0
 
 
 @dataclass
@@ -101,6 +108,7 @@ class Server:
         self.http_pending: dict[tuple[str, str], list[tuple[float, int]]] = {}
         self.busy: list[float] = []
         self.pod_root = self.s.pod
+        self.kv_rng = np.random.default_rng(7919 + self.s.ordinal)  # KV transfers only
         self._boot(self.start)
 
     # --- lifecycle ------------------------------------------------------------------------
@@ -137,6 +145,7 @@ class Server:
         self.http_size: dict[str, list[float]] = {}  # handler -> [count, request bytes]
         self.http_pending = {}
         self.busy = [0.0] * len(self.engines)
+        self.lora_states: dict[str, float] = {}  # adapters in use -> when last current
 
     def _seed(self, t: float, engine: int) -> int:
         """Each engine's own draws, the same on every run of the scenario."""
@@ -201,10 +210,24 @@ class Server:
                 self._http(req, "4xx", self.cpu_free_at - req.arrival)
                 continue
             req.ready = self.cpu_free_at
+            if self.s.engine.kv_consumer:
+                self._fetch_kv(req)
             if self.hung:  # the engine reads nothing from its input queue
                 self.held.append(req)
                 continue
             self._least_busy().submit(req)
+
+    def _fetch_kv(self, req: Request) -> None:
+        """The decode side pulls the prompt's KV from the prefill instance once the request
+        is tokenized; the engine takes it when the KV has arrived (or the transfer failed)."""
+        f = self.fault
+        req.fetch_start = req.ready
+        req.fetch_bytes = (
+            req.prompt * self.engines[0].costs.kv_bytes_per_token if self.engines else 0.0
+        )
+        seconds = POST_SECONDS + req.fetch_bytes / (max(f.kv_transfer_gbps, 1e-3) * 1e9)
+        req.ready += seconds
+        req.kv_failed = bool(self.kv_rng.random() < f.kv_transfer_failure)
 
     def _least_busy(self) -> Engine:
         """The data-parallel engine a new request goes to: the fewest running and waiting."""
@@ -263,9 +286,12 @@ class Server:
                 self.detok_cpu += st.generation_tokens * DETOKENIZE_CPU
                 done += st.finished
             else:
-                done += self.em[i].absorb(st, engine.cfg.block_size)
+                kv = engine.costs.kv_bytes_per_token
+                done += self.em[i].absorb(st, engine.cfg.block_size, kv)
         for req in done:
-            self._http(req, "2xx", req.last_token - req.arrival)
+            self._http(
+                req, "5xx" if req.outcome == "error" else "2xx", req.last_token - req.arrival
+            )
         self._flush_http()
         return done
 
@@ -299,6 +325,8 @@ class Server:
             record_engine(rec, t, model, i, engine, em, len(self.engines))
         record_api_server(rec, t, model, self.s.version)
         lb = labels_of(**target)
+        if self.engines and self.engines[0].cfg.max_loras:
+            self._record_lora(rec, t, lb)
         if self.s.api.processes == 1:  # prometheus_client's default registry
             for fam, value in (
                 (F.PROCESS_CPU, self.cpu_seconds),
@@ -306,6 +334,30 @@ class Server:
             ):
                 rec.sample(fam.name, fam.type, fam.help, lb, t, value)
         self._record_http(rec, t, target)
+
+    def _record_lora(self, rec: Recorder, t: float, target: tuple[tuple[str, str], ...]) -> None:
+        """``vllm:lora_requests_info``: one series per list of adapters in use, set to the
+        time it was last the current list (vLLM keeps every list it has seen for the life of
+        the process; the simulator drops one 10 minutes after it was last current, which
+        changes no query that takes the latest). Both adapter labels carry the same list, as
+        vLLM's ``LoRARequestStates`` fills them; names in order (vLLM's is the order the
+        adapters got their first live request, which only multiplies the series)."""
+        fam = F.LORA_INFO
+        in_use = sorted(set().union(*(e.adapters_in_use() for e in self.engines)))
+        names = ",".join(f"lora-{a:02d}" for a in in_use)
+        self.lora_states[names] = t
+        max_lora = str(self.engines[0].cfg.max_loras)
+        for listed, last in list(self.lora_states.items()):
+            if last < t - 600:
+                del self.lora_states[listed]
+                continue
+            labels = (
+                *target,
+                ("max_lora", max_lora),
+                ("running_lora_adapters", listed),
+                ("waiting_lora_adapters", listed),
+            )
+            rec.sample(fam.name, fam.type, fam.help, tuple(sorted(labels)), t, last)
 
     def _record_sglang(
         self, rec: Recorder, t: float, model: tuple[tuple[str, str], ...], target: dict[str, str]

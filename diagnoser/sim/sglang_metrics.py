@@ -239,6 +239,13 @@ def record_scheduler(
         SG.STARTUP_AVAILABLE_GPU_MEMORY_GB: (engine.gpu.memory_bytes - engine.costs.weight_bytes)
         / GB,
     }
+    if cfg.max_loras:  # --enable-lora: the distinct adapters of the running batch
+        used_slots = float(len(engine.adapters_in_use()))
+        gauges |= {
+            SG.LORA_SLOTS_TOTAL: float(cfg.max_loras),
+            SG.LORA_SLOTS_USED: used_slots,
+            SG.LORA_UTILIZATION: used_slots / cfg.max_loras,
+        }
     for fam, value in gauges.items():
         rec.sample(fam.name, fam.type, fam.help, lb, t, value)
     per_process = _labels(lb, pid=pid)

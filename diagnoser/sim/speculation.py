@@ -12,7 +12,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 if TYPE_CHECKING:
-    from diagnoser.sim.engine import Batch, EngineStats
+    from diagnoser.sim.batch import Batch
+    from diagnoser.sim.engine import EngineStats
 
 
 def speculate(

@@ -4,7 +4,8 @@ The library is what the signatures were tuned on, so accuracy on it overstates. 
 keeps a scenario's story but changes what tuning could have leaned on: the random seed (noise
 and arrivals), when the change happens (shifted by minutes), how big it is (the change of every
 numeric workload or server knob from its value before the timeline, scaled), and the metric
-names (the pre-0.11 profile; an SGLang server keeps its one profile).
+names (the pre-0.11 profile; an SGLang server keeps its one profile, and so does a KV
+consumer, whose feature came later).
 
 Engine limits a change sets (``engine.*``: max_num_seqs, max_num_batched_tokens,
 max_model_len, gpu_memory_utilization, ...) are settings, not magnitudes, and are kept: an
@@ -29,7 +30,9 @@ def variant(sc: Scenario, k: int) -> Scenario:
     out.seed = sc.seed + 7919 * k
     shift, scale = SHIFTS[(k - 1) % len(SHIFTS)], SCALES[(k - 1) % len(SCALES)]
     for m in out.models:
-        if k % 2 == 1 and m.runtime == "vllm":
+        # A decode server of a disaggregated pair keeps its profile: NIXL's series (0.12) and
+        # the prompt tokens it received (0.16) do not exist before, nor does the feature.
+        if k % 2 == 1 and m.runtime == "vllm" and not m.engine.kv_consumer:
             m.version = "0.8"
         before = copy.deepcopy(m)  # each knob's value before the timeline
         for change in m.timeline:

@@ -24,6 +24,7 @@ from diagnoser.core.buckets import version_key
 from diagnoser.core.exposition import Histogram, Labels, Recorder
 from diagnoser.core.families import Family
 from diagnoser.sim.engine import Engine, EngineConfig, EngineStats, Request
+from diagnoser.sim.kv_transfer import NixlMetrics, in_transfer
 
 # A profile and the vLLM release its families are held to.
 PROFILES = {"0.33": "0.33.0", "0.10": "0.10.2", "0.8": "0.8.5"}
@@ -79,8 +80,11 @@ class EngineMetrics:
         # --speculative-config: vllm/v1/spec_decode/metrics.py's counters (none without it).
         self.spec = dict.fromkeys((F.SPEC_DRAFTS, F.SPEC_DRAFT_TOKENS, F.SPEC_ACCEPTED), 0.0)
         self.accepted_per_pos = np.zeros(0)
+        self.nixl = NixlMetrics()  # exported only by a KV consumer
 
-    def absorb(self, st: EngineStats, block_size: int) -> list[Request]:
+    def absorb(
+        self, st: EngineStats, block_size: int, kv_bytes_per_token: float = 0.0
+    ) -> list[Request]:
         """Fold an engine's observations in; returns the finished requests."""
         h = {f: self.h[f.name] for f in self.HISTOGRAMS}
         h[F.TTFT].observe(st.ttft)
@@ -113,8 +117,13 @@ class EngineMetrics:
                 self.accepted_per_pos = np.zeros(st.accepted_per_pos.size)
             self.accepted_per_pos += st.accepted_per_pos
         self.by_source["local_compute"] += st.prompt_tokens - st.cached_tokens
-        self.by_source["local_cache_hit"] += st.cached_tokens
-        return fin
+        self.by_source["local_cache_hit"] += st.cached_tokens - st.external_tokens
+        self.by_source["external_kv_transfer"] += st.external_tokens
+        self.nixl.absorb(st, block_size * kv_bytes_per_token)
+        if st.errors:  # ended by a failed KV load: no token, finished_reason "error"
+            self.finished["error"] += len(st.errors)
+            h[F.E2E].observe([r.last_token - r.arrival for r in st.errors])
+        return [*fin, *st.errors]
 
     def _finished(self, h: dict[Family, Histogram], fin: list[Request]) -> None:
         """``PrometheusStatLogger.record``'s loop over ``finished_requests``."""
@@ -232,8 +241,12 @@ def record_engine(
     """One engine's series at a scrape: every family the profile exposes, at its values."""
     profile = em.profile
     lb = _labels(base, engine=str(index))
-    # Requests still being tokenized are the API server's, not the engine's queue.
-    waiting = float(sum(1 for r in engine.waiting if r.ready <= t))
+    # Requests still being tokenized are the API server's, not the engine's queue; those
+    # whose KV is being loaded from another instance are the engine's, held back (deferred).
+    loading = in_transfer(engine, t) if engine.cfg.kv_consumer else 0
+    waiting = float(sum(1 for r in engine.waiting if r.ready <= t) + loading)
+    # Skipped by the scheduler (a LoRA slot) and not scheduled since: vLLM's deferred_waiting.
+    deferred = float(sum(1 for r in engine.waiting if r.deferred) + loading)
     gauges = {
         F.RUNNING: float(engine.num_running()),
         F.WAITING: waiting,
@@ -246,7 +259,7 @@ def record_engine(
         F.PREFIX_HITS_OLD: em.counters[F.PREFIX_HITS],
     }
     by_label: dict[Family, dict[str, float]] = {
-        F.WAITING_BY_REASON: {"capacity": waiting, "deferred": 0.0},
+        F.WAITING_BY_REASON: {"capacity": waiting - deferred, "deferred": deferred},
         F.SLEEP_STATE: {"awake": 1.0, "weights_offloaded": 0.0, "discard_all": 0.0},
         F.PROMPT_TOKENS_BY_SOURCE: em.by_source,
         # Counted at admission, so the local tier's share is the prefix-cache hits.
@@ -273,6 +286,8 @@ def record_engine(
                 rec.sample(fam.name, fam.type, fam.help, labels, t, values.get(value, 0.0))
         else:  # counters; the ones the simulator does not drive stay at 0
             rec.sample(fam.name, fam.type, fam.help, lb, t, counters.get(fam, 0.0))
+    if engine.cfg.kv_consumer and _at_least(profile, "0.12"):  # NixlConnector's families
+        em.nixl.record(rec, t, lb, engine, _at_least(profile, "0.33"))
     k = engine.cfg.num_speculative_tokens
     if k:  # SpecDecodingProm: created at start-up with the config, positions 0..k-1
         for spec_fam, count in em.spec.items():

@@ -91,6 +91,10 @@ class Workload:
     # evenly): session affinity on a few heavy tenants, a hash ring out of balance, a router
     # that does not look at load.
     hot_share: float = 0.0
+    # LoRA: the number of adapters the requests name (0: all go to the base model), and how
+    # unevenly they are used (Zipf exponent: 0 even, 1 the first adapter twice the second's).
+    adapters: int = 0
+    adapter_skew: float = 0.0
     _noise: float = field(default=0.0, repr=False)
 
     def step_noise(self, rng: np.random.Generator, dt: float) -> float:

@@ -52,6 +52,9 @@ class Signal:
     # One expression serves both engines (scrape health, DCGM and the probe, joined to the
     # models of either engine's servers).
     any_engine: bool = False
+    # Families read where the server has them, with a fallback where it has not: they refine
+    # the series but are not needed for it (not in ``provided_by``).
+    optional: tuple[str, ...] = ()
 
     @property
     def target_level(self) -> bool:
@@ -100,7 +103,9 @@ class Signal:
         return f"{level}:{metric}:{ops}"
 
     def provided_by(self) -> list[str]:
-        return sorted({families.family(f).provided_by() for f in self.families})
+        return sorted(
+            {families.family(f).provided_by() for f in self.families if f not in self.optional}
+        )
 
     def provided_by_sglang(self) -> list[str]:
         """What provides the signal's series on SGLang's servers."""

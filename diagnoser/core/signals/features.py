@@ -154,9 +154,25 @@ def kv_offload() -> list[Signal]:
     ]
 
 
+def _transfer_failure_share(scope: q.Scope) -> str:
+    """Failed KV loads over all that ended (completed: the transfer-time histogram's count)."""
+    failed = q.counter_rate(NIXL_FAILED)(scope)
+    done = q.counter_rate(f"{NIXL_XFER_TIME}_count")(scope)
+    return f"({failed}) / ((({failed}) + ({done})) > 0)"
+
+
 def kv_transfer() -> list[Signal]:
     s = Signal
     return [
+        s(
+            "kv_transfer_failure_share",
+            "ratio",
+            "Share of the KV loads from other instances that failed (NixlConnector, vLLM >= "
+            "0.12: failed transfers over those completed and failed). Under vLLM's default "
+            "kv_load_failure_policy each failure ends its request with an error.",
+            _transfer_failure_share,
+            ("vllm_nixl_failed_transfers", "share"),
+        ),
         s(
             "kv_transfer_tokens_rate",
             "tokens/s",

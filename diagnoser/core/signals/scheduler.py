@@ -11,6 +11,7 @@ from diagnoser.core.signals.base import Signal
 from diagnoser.core.signals.names import (
     GENERATION_TOKENS,
     KV_USAGE,
+    LORA_INFO,
     PREEMPTIONS,
     PREFILL_COMPUTED,
     PREFIX_HITS,
@@ -18,6 +19,7 @@ from diagnoser.core.signals.names import (
     PROMPT,
     PROMPT_TOKENS,
     PROMPT_TOKENS_BY_SOURCE,
+    PROMPT_TOKENS_CACHED_BY_SOURCE,
     RUNNING,
     STEP_TOKENS,
     WAITING,
@@ -51,6 +53,64 @@ def _load_imbalance(running: str, waiting: str) -> q.Expr:
     return build
 
 
+# Adapter slots are judged up to this --max-loras (a regex per value: PromQL cannot count
+# the names in a label); a server with more slots gives no series.
+MAX_LORAS_JUDGED = 16
+
+
+def _lora_slot_waits() -> q.Expr:
+    """Per model, the share of its servers' time (over the rate window) in which requests
+    waited while all their adapter slots were taken.
+
+    vLLM sets ``lora_requests_info`` to the time of its latest stats, under labels that list
+    the adapters with requests in the engine (a list keeps its series, frozen at the time it
+    was last current), so the series with the highest value is the current list. Both
+    adapter labels list the same adapters (``LoRARequestStates`` keeps one entry per adapter
+    with any live request, and a request's QUEUED event reaches it only with its first
+    output), so the labels show the adapters *in use*, never the ones whose requests wait for
+    a slot: the slots are full when the list holds ``max_lora`` names, and a request the
+    scheduler skipped then (``num_requests_waiting_by_reason{reason="deferred"}``, vLLM 0.20
+    and later; before it, any waiting request) is waiting for one. Lists change by the
+    second, so the share is taken over a subquery at the server's evaluation interval."""
+
+    def inner(matchers: tuple[str, ...], window: str, keep: tuple[str, ...]) -> str:
+        by = ", ".join(("job", "instance", *keep))
+        latest = f"topk by ({by}) (1, {q.selector(LORA_INFO, matchers)})"
+        full = " or ".join(
+            q.selector(
+                LORA_INFO,
+                matchers,
+                f'max_lora="{k}"',
+                'running_lora_adapters=~"[^,]+' + (f'(,[^,]+){{{k - 1}}}"' if k > 1 else '"'),
+            )
+            for k in range(1, MAX_LORAS_JUDGED + 1)
+        )
+        # Deferred: skipped by the scheduler (an adapter slot among the reasons; vLLM >= 0.20),
+        # else every waiting request.
+        deferred = q.selector(WAITING_BY_REASON, matchers, 'reason="deferred"')
+        waiting = (
+            f"(sum by ({by}) ({deferred}) or sum by ({by}) ({q.selector(WAITING, matchers)})) > 0"
+        )
+        now = (
+            f"(count by ({by}) ({latest} and ({full})) and on ({by}) ({waiting}))"
+            f" or (count by ({by}) ({latest}) * 0)"
+        )
+        return f"avg_over_time(({now})[{window}:])"
+
+    return q.on_targets(inner, fn="avg")
+
+
+def _sglang_lora_slot_waits(scope: q.Scope) -> str:
+    """SGLang's own count of the adapter slots in use (the distinct adapters of the running
+    batch over --max-loras-per-batch) at 1, while requests are queued: the same share."""
+    per_server = scope.with_by(*dict.fromkeys((*scope.by, "job", "instance")))
+    keys = ", ".join(per_server.by)
+    full = sg.gauge("max", SG.LORA_UTILIZATION)(per_server)
+    queued = sg.gauge("sum", SG.WAITING)(per_server)
+    both = f"({full} >= bool 1) * on ({keys}) ({queued} > bool 0)"
+    return q.agg("avg", scope, f"avg_over_time(({both})[{scope.window}:])")
+
+
 def signals() -> list[Signal]:
     s = Signal
     return [
@@ -63,6 +123,18 @@ def signals() -> list[Signal]:
             _load_imbalance(RUNNING, WAITING),
             ("vllm_server_load_imbalance", "ratio"),
             sglang=_load_imbalance(SG.RUNNING.name, SG.WAITING.name),
+        ),
+        s(
+            "lora_slot_waits",
+            "ratio",
+            "Share of the time (over the rate window, averaged over the model's servers) in "
+            "which requests waited while all LoRA adapter slots were taken (as many adapters "
+            "with requests in the engine as --max-loras); no series without --enable-lora, or "
+            f"with --max-loras above {MAX_LORAS_JUDGED}.",
+            _lora_slot_waits(),
+            ("vllm_lora_slot_waits", "ratio"),
+            optional=(WAITING_BY_REASON,),
+            sglang=_sglang_lora_slot_waits,
         ),
         s(
             "engines",
@@ -205,6 +277,16 @@ def signals() -> list[Signal]:
             q.counter_rate_by(PROMPT_TOKENS_BY_SOURCE, "source"),
             ("vllm_prompt_tokens_by_source", "rate"),
             sglang_gap="SGLang counts cached prompt tokens, not tokens by source",
+        ),
+        s(
+            "prefix_hits_by_tier_rate",
+            "tokens/s",
+            "Prefix-cache hit tokens per second by the tier that held them: device (GPU "
+            "memory), host (offloaded to CPU memory), disk, p2p (another vLLM instance), "
+            "external_unspecified; vllm:prompt_tokens_cached_by_source_total, vLLM >= 0.32.",
+            q.counter_rate_by(PROMPT_TOKENS_CACHED_BY_SOURCE, "source"),
+            ("vllm_prompt_tokens_cached_by_source", "rate"),
+            sglang_gap="SGLang counts cached prompt tokens, not hits by tier",
         ),
         s(
             "prefix_cache_hit_rate",

@@ -12,6 +12,9 @@ before) and at most one action on the server at its start:
   discovery; a new server with ``args`` on a new port (a new target) takes its place, and is
   started again each time it exits, after the kubelet's back-off (10 s, doubling).
 
+``adapters: N`` serves N LoRA adapters made locally (``lora-00``...; see ``model``), which a
+phase's load names with its own ``adapters``.
+
 ``expect`` is the playbook ``diagnose`` must name first over the last phase (``none``: no
 finding), ``health`` the verdict it must give (``unhealthy``, ``healthy``, or ``any``). The
 baseline (the phase before the last) must give no finding, and a healthy verdict, unless
@@ -62,6 +65,9 @@ class Incident:
     # What the baseline must give: nothing (None), or a finding its traffic is built with
     # (answers that end on max_tokens where vLLM refuses the lab's exact-length method).
     baseline_expect: str | None = None
+    # LoRA adapters the server is given (made locally; --enable-lora and --lora-modules are
+    # added to its flags); the phases' load names them.
+    adapters: int = 0
 
     @property
     def duration(self) -> float:
@@ -167,6 +173,14 @@ def load(path: Path) -> Incident:
     seed = doc.get("seed", 1)
     if isinstance(seed, bool) or not isinstance(seed, int):
         raise IncidentError(path, "seed", "must be an integer")
+    adapters = doc.get("adapters", 0)
+    if isinstance(adapters, bool) or not isinstance(adapters, int) or not 0 <= adapters <= 64:
+        raise IncidentError(path, "adapters", "must be a whole number from 0 to 64")
+    needed = max(p.load.adapters for p in phases)
+    if needed > adapters:
+        raise IncidentError(
+            path, "adapters", f"the load names {needed} adapters, the server has {adapters}"
+        )
     baseline = doc.get("baseline_expect", "none")
     if not isinstance(baseline, str) or not baseline:
         raise IncidentError(path, "baseline_expect", "must name a playbook, or say none")
@@ -182,4 +196,5 @@ def load(path: Path) -> Incident:
         seed=seed,
         path=path,
         baseline_expect=None if baseline == "none" else baseline,
+        adapters=adapters,
     )

@@ -50,6 +50,9 @@ class LoadSpec:
     # 1: end each answer at its drawn length with max_tokens and ignore_eos instead (vLLM
     # refuses logit_bias with speculative decoding); every answer then ends on "length".
     ignore_eos: int = 0
+    # LoRA: each request names one of this many adapters (lora-00, lora-01, ...), evenly at
+    # random; 0 sends every request to the base model. The incident's ``adapters`` serves them.
+    adapters: int = 0
 
     def draw(self, rng: random.Random) -> tuple[int, int]:
         """(prompt words, answer tokens) for one request."""
@@ -107,7 +110,8 @@ class Load:
             if delay > 0 and self._stop.wait(delay):
                 return
             words, out = spec.draw(self.rng)
-            body: dict[str, object] = {"model": self.model, "prompt": self.text(spec, words)}
+            name = f"lora-{self.rng.randrange(spec.adapters):02d}" if spec.adapters else self.model
+            body: dict[str, object] = {"model": name, "prompt": self.text(spec, words)}
             if spec.ignore_eos:
                 body.update(max_tokens=min(out, spec.max_tokens), ignore_eos=True)
             else:

@@ -11,7 +11,10 @@ from __future__ import annotations
 
 import json
 import random
+import struct
 from pathlib import Path
+
+import numpy as np
 
 VOCAB = 1024
 SPECIAL = ("<unk>", "<s>", "</s>")
@@ -79,3 +82,62 @@ def prompt(words: int, rng: random.Random) -> str:
     """``words`` random words: ``words`` + 1 prompt tokens with ``<s>``. Random, so two
     prompts share no cached prefix block (of 16 or more tokens) but by a vanishing chance."""
     return " ".join(f"w{n}" for n in rng.choices(range(WORDS), k=words))
+
+
+ADAPTER_RANK = 8
+ADAPTER_TARGETS = ("q_proj", "v_proj")
+
+
+def make_adapters(directory: Path, count: int) -> dict[str, Path]:
+    """``count`` LoRA adapters for the model, in PEFT's layout (``adapter_config.json`` and
+    ``adapter_model.safetensors``, rank 8 on the attention's q and v projections, small
+    random weights), as ``lora-00``, ``lora-01``, ...; name -> directory."""
+    out: dict[str, Path] = {}
+    hidden = CONFIG["hidden_size"]
+    assert isinstance(hidden, int)
+    for i in range(count):
+        name = f"lora-{i:02d}"
+        path = directory / name
+        path.mkdir(parents=True, exist_ok=True)
+        config = {
+            "peft_type": "LORA",
+            "task_type": "CAUSAL_LM",
+            "r": ADAPTER_RANK,
+            "lora_alpha": 2 * ADAPTER_RANK,
+            "lora_dropout": 0.0,
+            "bias": "none",
+            "target_modules": list(ADAPTER_TARGETS),
+            "base_model_name_or_path": str(directory.parent),
+        }
+        (path / "adapter_config.json").write_text(json.dumps(config, indent=1) + "\n")
+        rng = np.random.default_rng(i)
+        tensors: dict[str, np.ndarray] = {}
+        for layer in range(int(CONFIG["num_hidden_layers"])):  # type: ignore[call-overload]
+            for proj in ADAPTER_TARGETS:
+                key = f"base_model.model.model.layers.{layer}.self_attn.{proj}"
+                a = rng.normal(0.0, 0.02, (ADAPTER_RANK, hidden)).astype(np.float32)
+                b = rng.normal(0.0, 0.02, (hidden, ADAPTER_RANK)).astype(np.float32)
+                tensors[f"{key}.lora_A.weight"] = a
+                tensors[f"{key}.lora_B.weight"] = b
+        _write_safetensors(path / "adapter_model.safetensors", tensors)
+        out[name] = path
+    return out
+
+
+def _write_safetensors(path: Path, tensors: dict[str, np.ndarray]) -> None:
+    """The safetensors format: a little-endian u64 header length, a JSON header of each
+    tensor's dtype, shape and byte range, then the raw data."""
+    header: dict[str, object] = {}
+    offset, blobs = 0, []
+    for name, arr in tensors.items():
+        data = np.ascontiguousarray(arr, dtype="<f4").tobytes()
+        header[name] = {
+            "dtype": "F32",
+            "shape": list(arr.shape),
+            "data_offsets": [offset, offset + len(data)],
+        }
+        offset += len(data)
+        blobs.append(data)
+    raw = json.dumps(header, separators=(",", ":")).encode()
+    raw += b" " * (-len(raw) % 8)
+    path.write_bytes(struct.pack("<Q", len(raw)) + raw + b"".join(blobs))

@@ -274,6 +274,11 @@ def run(
     with tempfile.TemporaryDirectory(prefix="servediag-real-") as tmp:
         work = Path(tmp)
         model.make(work / "model", MAX_MODEL_LEN)
+        if incident.adapters:
+            made = model.make_adapters(work / "model" / "adapters", incident.adapters)
+            lora = ("--enable-lora", "--max-lora-rank", str(model.ADAPTER_RANK))
+            modules = ("--lora-modules", *(f"{name}={path}" for name, path in made.items()))
+            incident = replace(incident, server=(*incident.server, *lora, *modules))
         r = Run(incident, venv, work, say)
         try:
             say(f"[{incident.name}] starting vLLM: {' '.join(incident.server) or 'lab defaults'}")

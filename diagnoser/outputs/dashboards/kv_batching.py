@@ -97,6 +97,15 @@ def kv_transfer(g: Board) -> list[object]:
         ),
         series(
             g,
+            "KV loads failing",
+            [("kv_transfer_failure_share", "{{model_name}}")],
+            w=12,
+            description="Share of the KV loads from the prefill instances that failed "
+            "(kv-transfer-failures). Under vLLM's default kv_load_failure_policy each is a "
+            "request that ends with an error; above 2% for 10 minutes is an alert.",
+        ),
+        series(
+            g,
             "NIXL failed transfers / s",
             [("nixl_failed_transfers_rate", "{{model_name}}")],
             w=12,
@@ -110,6 +119,54 @@ def kv_transfer(g: Board) -> list[object]:
             w=12,
             description="Waiting requests by stage of their KV load: waiting_to_start, "
             "in_progress, completed_waiting. A growing waiting_to_start is a transfer backlog.",
+        ),
+    ]
+
+
+def lora_info_query(g: Board) -> str:
+    """Each server's current ``vllm:lora_requests_info``: the series with the latest time
+    (vLLM keeps every list of adapters it has seen, frozen at the time it was last current)."""
+    info = ", ".join(m for m in g.fleet if not m.startswith("model_name"))
+    return f"topk by (job, instance) (1, vllm:lora_requests_info{{{info}}})"
+
+
+def lora(g: Board) -> list[object]:
+    return [
+        series(
+            g,
+            "Waiting behind full adapter slots",
+            [("lora_slot_waits", "{{model_name}}")],
+            w=12,
+            description="Share of the time requests waited while every LoRA adapter slot "
+            "(--max-loras) was taken, averaged over the model's servers "
+            "(lora-adapter-slots). Requests skipped for their adapter count as deferred in "
+            "Waiting by reason.",
+        ),
+        table(
+            g,
+            "Adapters in use (vllm:lora_requests_info)",
+            [table_target(lora_info_query(g))],
+            description=g.describe(
+                "One row per server: max_lora (--max-loras) and the adapters with requests in "
+                "the engine. vLLM fills running_lora_adapters and waiting_lora_adapters with "
+                "the same list, and a request joins it with its first token, so an adapter "
+                "whose requests all wait for a slot is not listed: a list as long as max_lora "
+                "is full slots.",
+                ("vllm:lora_requests_info",),
+            ),
+            transformations=[
+                {
+                    "id": "organize",
+                    "options": {
+                        "excludeByName": {
+                            "Time": True,
+                            "Value": True,
+                            "__name__": True,
+                            "waiting_lora_adapters": True,
+                        }
+                    },
+                }
+            ],
         ),
     ]
 
@@ -148,11 +205,23 @@ def build(site: Site) -> Dashboard:
             g,
             "Prompt tokens by source (vLLM >= 0.16)",
             [("prompt_tokens_by_source_rate", "{{source}}")],
-            w=24,
+            w=12,
             description="Where each prompt token's KV came from: computed here (local_compute), "
             "the prefix cache (local_cache_hit) or another instance (external_kv_transfer). "
             "local_compute jumping while the total holds is a prefix cache that stopped "
             "hitting (prefix-cache-collapse).",
+        )
+    )
+    panels.append(
+        series(
+            g,
+            "Prefix-cache hits by tier (vLLM >= 0.32)",
+            [("prefix_hits_by_tier_rate", "{{source}}")],
+            w=12,
+            description="Prefix-cache hit tokens per second by the tier that held them: "
+            "device (GPU memory), host and disk (a KV offloading connector), p2p (another "
+            "instance). Hits moving from device to host are a GPU cache too small for the "
+            "shared prefixes; hits that vanish from every tier are prefix-cache-collapse.",
         )
     )
     panels.append(g.row("Batching"))
@@ -212,8 +281,10 @@ def build(site: Site) -> Dashboard:
             g,
             "Waiting by reason (vLLM >= 0.20)",
             [("requests_waiting_by_reason", "{{reason}}")],
-            description="capacity: no free slot or KV room; deferred: held back by the "
-            "scheduler (LoRA budget, KV transfer). A standing capacity queue is the engine full.",
+            description="capacity: no free slot or KV room; deferred: skipped by the "
+            "scheduler (a LoRA adapter slot, a KV transfer, a grammar being compiled). A "
+            "standing capacity queue is the engine full; a standing deferred queue on a LoRA "
+            "server is adapters waiting for a slot (lora-adapter-slots).",
         ),
     ]
     panels.append(g.row("Configuration"))
@@ -235,6 +306,7 @@ def build(site: Site) -> Dashboard:
             ],
         )
     )
+    panels.append(g.collapsed_row("LoRA adapters (with --enable-lora)", lambda: lora(g)))
     panels.append(
         g.collapsed_row("KV offloading (with a KV offloading connector)", lambda: kv_offload(g))
     )

@@ -1,0 +1,79 @@
+"""The decoding sequences of one engine, as arrays: the hot path of the simulator is
+vectorised over them."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from diagnoser.sim.engine import Request
+
+
+class Batch:
+    """The decoding sequences, in admission order, as arrays (the hot path is vectorised)."""
+
+    def __init__(self) -> None:
+        self.reqs: list[Request] = []
+        self.prompt = np.zeros(0, dtype=np.int64)
+        self.generated = np.zeros(0, dtype=np.int64)
+        self.target = np.zeros(0, dtype=np.int64)
+        self.last = np.zeros(0, dtype=np.float64)  # time of each sequence's latest token
+        self.accept = np.zeros(0, dtype=np.float64)
+        self._context = 0  # tokens held by the batch, kept up to date (a hot path)
+
+    def __len__(self) -> int:
+        return len(self.reqs)
+
+    def add(self, req: Request) -> None:
+        self.reqs.append(req)
+        self.prompt = np.append(self.prompt, req.prompt)
+        self.generated = np.append(self.generated, req.generated)
+        self.target = np.append(self.target, req.target_out)
+        self.last = np.append(self.last, req.last_token)
+        self.accept = np.append(self.accept, req.accept)
+        self._context += req.prompt + req.generated
+
+    def pop(self) -> Request:
+        req = self.reqs.pop()
+        req.generated = int(self.generated[-1])
+        req.last_token = float(self.last[-1])
+        self._context -= req.prompt + req.generated
+        self.prompt, self.generated, self.target, self.last, self.accept = (
+            self.prompt[:-1],
+            self.generated[:-1],
+            self.target[:-1],
+            self.last[:-1],
+            self.accept[:-1],
+        )
+        return req
+
+    def context(self) -> int:
+        return self._context
+
+    def progress(self, req: Request) -> tuple[int, float] | None:
+        """A running sequence's tokens so far and its latest token's time (None: not here)."""
+        for i, r in enumerate(self.reqs):
+            if r is req:
+                return int(self.generated[i]), float(self.last[i])
+        return None
+
+    def grow(self, tokens: np.ndarray) -> None:
+        """Each sequence generated ``tokens[i]`` more."""
+        self.generated = self.generated + tokens
+        self._context += int(tokens.sum())
+
+    def blocks(self, block_size: int, extra: int = 0) -> int:
+        return int((-(-(self.prompt + self.generated + extra) // block_size)).sum())
+
+    def keep(self, mask: np.ndarray) -> None:
+        self.reqs = [r for r, k in zip(self.reqs, mask, strict=True) if k]
+        self.prompt, self.generated, self.target, self.last, self.accept = (
+            self.prompt[mask],
+            self.generated[mask],
+            self.target[mask],
+            self.last[mask],
+            self.accept[mask],
+        )
+        self._context = int(self.prompt.sum() + self.generated.sum())
