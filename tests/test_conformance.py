@@ -43,8 +43,10 @@ models:
     engines: 2
     api_server: {{processes: {processes}}}
     engine:
-      {{max_model_len: {max_model_len}, prefix_hit_share: 0.3, num_speculative_tokens: {spec}}}
+      {{max_model_len: {max_model_len}, prefix_hit_share: 0.3, num_speculative_tokens: {spec},
+        max_loras: {loras}}}
     workload:
+      adapters: {adapters}
       rate: {{mean: 6}}
       prompt: {{median: 900, sigma: 0.8}}
       output: {{median: 120, sigma: 0.6}}
@@ -80,6 +82,7 @@ def exposition(
     processes: int,
     max_model_len: int = MAX_MODEL_LEN,
     speculative_tokens: int = 0,
+    max_loras: int = 0,
 ) -> str:
     """The live /metrics of the scenario's server after five simulated minutes."""
     text = SCENARIO.format(
@@ -87,6 +90,8 @@ def exposition(
         processes=processes,
         max_model_len=max_model_len,
         spec=speculative_tokens,
+        loras=max_loras,
+        adapters=2 * max_loras,
     )
     path = tmp_path / "s.yaml"
     path.write_text(textwrap.dedent(text))

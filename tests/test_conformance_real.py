@@ -51,7 +51,10 @@ BORN_ON_FIRST_REQUEST = {
     "http_requests",
     "http_response_size_bytes",
 }
-WORKLOAD_LABELS = {"handler"}  # which endpoint the traffic used: the load's, not the server's
+# Which endpoint the traffic used, which adapters it named: the load's, not the server's.
+WORKLOAD_LABELS = {"handler", "running_lora_adapters", "waiting_lora_adapters"}
+# vLLM's one family with no child until its stats are first logged with LoRA on.
+BORN_WITH_LORA = {"vllm:lora_requests_info"}
 
 
 def _max_model_len(directory: Path) -> int:
@@ -65,6 +68,14 @@ def _speculative_tokens(directory: Path) -> int:
     if "--speculative-config" not in args:
         return 0
     return int(json.loads(args[args.index("--speculative-config") + 1])["num_speculative_tokens"])
+
+
+def _max_loras(directory: Path) -> int:
+    """The recorded server's --max-loras (0: no --enable-lora; vLLM's default is 1)."""
+    args = provenance(directory)["vllm_args"]
+    if "--enable-lora" not in args:
+        return 0
+    return int(args[args.index("--max-loras") + 1]) if "--max-loras" in args else 1
 
 
 def _values(text: str) -> dict[tuple[str, str], set[str]]:
@@ -93,6 +104,7 @@ def pair(request, tmp_path_factory):
         1,
         _max_model_len(directory),
         _speculative_tokens(directory),
+        _max_loras(directory),
     )
     return real, sim
 
@@ -136,6 +148,7 @@ def test_what_a_real_server_creates_only_at_its_first_request(directory):
     idle = names((directory / "metrics-idle.txt").read_text())
     load = names((directory / "metrics-load.txt").read_text())
     born = {n for n in load - idle if not n.endswith("_created")}
-    assert born == BORN_ON_FIRST_REQUEST
-    # Every vllm: family is there, at zero, before the first request.
-    assert not {n for n in born if n.startswith("vllm:")}
+    lora = BORN_WITH_LORA if _max_loras(directory) else set()
+    assert born == BORN_ON_FIRST_REQUEST | lora
+    # Every other vllm: family is there, at zero, before the first request.
+    assert not {n for n in born - lora if n.startswith("vllm:")}

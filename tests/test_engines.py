@@ -35,4 +35,5 @@ def test_playbooks_needing_finished_reason_are_undecided_on_sglang_and_the_rest_
         "max-tokens-truncation",
         "kv-cannot-fit-max-model-len",
         "speculative-decoding-misfire",  # SGLang's own speculative families are not mapped
+        "kv-transfer-failures",  # SGLang's disaggregation families are not mapped
     }

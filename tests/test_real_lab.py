@@ -66,6 +66,15 @@ def test_every_incident_file_loads_and_says_what_it_must_produce(catalog):
             "phases[1].every: a crash loop needs 'every'",
         ),
         ("phases: [{duration: 1m}, {duration: 1m}]\n", "expect: must name a playbook"),
+        (
+            "expect: x\nadapters: 1\n"
+            "phases: [{duration: 1m, load: {adapters: 3}}, {duration: 1m}]\n",
+            "adapters: the load names 3 adapters, the server has 1",
+        ),
+        (
+            "expect: x\nreplicas: 9\nphases: [{duration: 1m}, {duration: 1m}]\n",
+            "replicas: must be a whole number from 1 to 4",
+        ),
         ("- a list\n", "an incident must be a YAML mapping"),
     ],
 )
@@ -274,3 +283,37 @@ def test_a_replacement_that_never_starts_is_a_new_target_started_again_with_back
     assert starts >= 2 and len(said) == starts  # 0.5 s, then 1 s: the back-off doubles
     assert all("To serve at least one request" in line for line in said)
     assert r.server.proc is None
+
+
+def test_the_load_names_adapters_and_sends_a_hot_share_to_the_first_replica():
+    bodies: dict[str, list[dict]] = {"a": [], "b": []}
+    with (
+        serve(lambda h, f: answer(h, {"choices": []})) as a,
+        serve(lambda h, f: answer(h, {"choices": []})) as b,
+    ):
+        load = Load(a.url, "m", seed=3, max_in_flight=64)
+        load.replicas = [b.url]
+        load.start(LoadSpec(rate=200, prompt=5, output=5, sigma=0.0, adapters=3, hot_share=0.8))
+        time.sleep(1.0)
+        load.stop(drain=5)
+        bodies = {k: [json.loads(x.body) for x in srv.seen] for k, srv in (("a", a), ("b", b))}
+    n = len(bodies["a"]) + len(bodies["b"])
+    assert n > 100 and 0.7 < len(bodies["a"]) / n < 0.9
+    names = {x["model"] for xs in bodies.values() for x in xs}
+    assert names == {"lora-00", "lora-01", "lora-02"}
+
+
+def test_the_adapters_are_peft_files_vllm_can_read(tmp_path):
+    import struct
+
+    made = model.make_adapters(tmp_path / "adapters", 2)
+    assert sorted(made) == ["lora-00", "lora-01"]
+    config = json.loads((made["lora-00"] / "adapter_config.json").read_text())
+    assert config["peft_type"] == "LORA" and config["r"] == model.ADAPTER_RANK
+    raw = (made["lora-00"] / "adapter_model.safetensors").read_bytes()
+    (size,) = struct.unpack("<Q", raw[:8])
+    header = json.loads(raw[8 : 8 + size])
+    key = "base_model.model.model.layers.1.self_attn.v_proj.lora_B.weight"
+    assert header[key]["shape"] == [model.CONFIG["hidden_size"], model.ADAPTER_RANK]
+    end = max(t["data_offsets"][1] for t in header.values())
+    assert len(raw) == 8 + size + end  # every tensor's bytes, and nothing after them

@@ -146,6 +146,7 @@ class Server:
         self.http_pending = {}
         self.busy = [0.0] * len(self.engines)
         self.lora_states: dict[str, float] = {}  # adapters in use -> when last current
+        self.served_any = False  # vLLM logs lora_requests_info from its first request on
 
     def _seed(self, t: float, engine: int) -> int:
         """Each engine's own draws, the same on every run of the scenario."""
@@ -210,6 +211,7 @@ class Server:
                 self._http(req, "4xx", self.cpu_free_at - req.arrival)
                 continue
             req.ready = self.cpu_free_at
+            self.served_any = True
             if self.s.engine.kv_consumer:
                 self._fetch_kv(req)
             if self.hung:  # the engine reads nothing from its input queue
@@ -325,7 +327,7 @@ class Server:
             record_engine(rec, t, model, i, engine, em, len(self.engines))
         record_api_server(rec, t, model, self.s.version)
         lb = labels_of(**target)
-        if self.engines and self.engines[0].cfg.max_loras:
+        if self.engines and self.engines[0].cfg.max_loras and self.served_any:
             self._record_lora(rec, t, lb)
         if self.s.api.processes == 1:  # prometheus_client's default registry
             for fam, value in (

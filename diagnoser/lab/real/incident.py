@@ -12,8 +12,9 @@ before) and at most one action on the server at its start:
   discovery; a new server with ``args`` on a new port (a new target) takes its place, and is
   started again each time it exits, after the kubelet's back-off (10 s, doubling).
 
-``adapters: N`` serves N LoRA adapters made locally (``lora-00``...; see ``model``), which a
-phase's load names with its own ``adapters``.
+``replicas: N`` runs N servers of the model (the first takes the phases' actions; a load's
+``hot_share`` is the share of requests it gets). ``adapters: N`` serves N LoRA adapters made
+locally (``lora-00``...; see ``model``), which a phase's load names with its own ``adapters``.
 
 ``expect`` is the playbook ``diagnose`` must name first over the last phase (``none``: no
 finding), ``health`` the verdict it must give (``unhealthy``, ``healthy``, or ``any``). The
@@ -68,6 +69,9 @@ class Incident:
     # LoRA adapters the server is given (made locally; --enable-lora and --lora-modules are
     # added to its flags); the phases' load names them.
     adapters: int = 0
+    # Servers of the model (1: one), each scraped as a target of the vllm job; a phase's
+    # load spreads requests over them (``hot_share``: the first's share).
+    replicas: int = 1
 
     @property
     def duration(self) -> float:
@@ -181,6 +185,11 @@ def load(path: Path) -> Incident:
         raise IncidentError(
             path, "adapters", f"the load names {needed} adapters, the server has {adapters}"
         )
+    replicas = doc.get("replicas", 1)
+    if isinstance(replicas, bool) or not isinstance(replicas, int) or not 1 <= replicas <= 4:
+        raise IncidentError(path, "replicas", "must be a whole number from 1 to 4")
+    if any(p.load.hot_share > 1 for p in phases):
+        raise IncidentError(path, "phases", "hot_share must be a share between 0 and 1")
     baseline = doc.get("baseline_expect", "none")
     if not isinstance(baseline, str) or not baseline:
         raise IncidentError(path, "baseline_expect", "must name a playbook, or say none")
@@ -197,4 +206,5 @@ def load(path: Path) -> Incident:
         path=path,
         baseline_expect=None if baseline == "none" else baseline,
         adapters=adapters,
+        replicas=replicas,
     )

@@ -53,6 +53,10 @@ class LoadSpec:
     # LoRA: each request names one of this many adapters (lora-00, lora-01, ...), evenly at
     # random; 0 sends every request to the base model. The incident's ``adapters`` serves them.
     adapters: int = 0
+    # With an incident's ``replicas``: the share of requests sent to the first server (the
+    # rest spread evenly over the others); 0 spreads every request evenly, as a load-aware or
+    # random router would. Session affinity on a heavy tenant sends more to one.
+    hot_share: float = 0.0
 
     def draw(self, rng: random.Random) -> tuple[int, int]:
         """(prompt words, answer tokens) for one request."""
@@ -69,6 +73,7 @@ class Load:
 
     def __init__(self, url: str, model: str, seed: int, max_in_flight: int = 256):
         self.url = f"{url}/v1/completions"
+        self.replicas: list[str] = []  # the other servers' base URLs
         self.model = model
         self.rng = random.Random(seed)
         self._system: dict[int, str] = {}
@@ -125,7 +130,10 @@ class Load:
             if not self._slots.acquire(blocking=False):
                 self._count("client_overflow")
                 continue
-            w = threading.Thread(target=self._send, args=(json.dumps(body).encode(),), daemon=True)
+            target = self._route(spec)
+            w = threading.Thread(
+                target=self._send, args=(target, json.dumps(body).encode()), daemon=True
+            )
             self._workers = [x for x in self._workers if x.is_alive()]
             self._workers.append(w)
             w.start()
@@ -143,9 +151,20 @@ class Load:
         parts.append(prompt(words, self.rng))
         return " ".join(parts)
 
-    def _send(self, body: bytes) -> None:
+    def _route(self, spec: LoadSpec) -> str:
+        """The server a request goes to: the first for ``hot_share`` of them, else any."""
+        if not self.replicas:
+            return self.url
+        if spec.hot_share and self.rng.random() < spec.hot_share:
+            return self.url
+        urls = [self.url, *(f"{u}/v1/completions" for u in self.replicas)]
+        if spec.hot_share:
+            urls = urls[1:]
+        return urls[self.rng.randrange(len(urls))]
+
+    def _send(self, url: str, body: bytes) -> None:
         try:
-            req = urllib.request.Request(self.url, body, {"content-type": "application/json"})
+            req = urllib.request.Request(url, body, {"content-type": "application/json"})
             with urllib.request.urlopen(req, timeout=REQUEST_TIMEOUT) as resp:
                 resp.read()
                 self._count(f"http_{resp.status // 100}xx")

@@ -91,7 +91,15 @@ class Run:
         )
         self.prom: Prometheus | None = None
         self.probe: subprocess.Popen[bytes] | None = None
+        # More replicas of the same model (an incident's ``replicas``), each on its own port:
+        # flags as the first's, no action of a phase touches them.
+        self.others = [
+            VllmServer(venv, work / "model", free_port(), list(incident.server),
+                       work / f"vllm-{i}.log")
+            for i in range(1, incident.replicas)
+        ]  # fmt: skip
         self.load = Load(self.server.url, MODEL_NAME, incident.seed)
+        self.load.replicas = [s.url for s in self.others]
         self.times: list[dict[str, Any]] = []
         self.expositions: dict[str, str] = {}
         self.startups: list[float] = []
@@ -117,6 +125,8 @@ class Run:
                 self.probe.kill()
                 self.probe.wait()
         self.server.stop()
+        for other in self.others:
+            other.stop()
         if self.prom is not None:
             self.prom.close()
 
@@ -132,7 +142,8 @@ class Run:
         (written whole, then renamed, so it never reads half a file)."""
         path = self.work / "targets.json"
         part = path.with_suffix(".part")
-        part.write_text(json.dumps([{"targets": [f"127.0.0.1:{self.port}"]}]))
+        ports = [self.port, *(s.port for s in self.others)]
+        part.write_text(json.dumps([{"targets": [f"127.0.0.1:{p}" for p in ports]}]))
         part.replace(path)
 
     def start_prometheus(self) -> None:
@@ -283,6 +294,10 @@ def run(
         try:
             say(f"[{incident.name}] starting vLLM: {' '.join(incident.server) or 'lab defaults'}")
             r.start_server()
+            for other in r.others:
+                took = other.start()
+                r.startups.append(round(took, 1))
+                say(f"      replica answered /health after {took:.1f} s ({other.url})")
             r.expositions["metrics-idle.txt"] = record.fetch_text(f"{r.server.url}/metrics")
             r.start_prometheus()
             t0 = time.time()

@@ -151,7 +151,8 @@ def lora(g: Board) -> list[object]:
                 "the engine. vLLM fills running_lora_adapters and waiting_lora_adapters with "
                 "the same list, and a request joins it with its first token, so an adapter "
                 "whose requests all wait for a slot is not listed: a list as long as max_lora "
-                "is full slots.",
+                "is full slots. vLLM only: SGLang counts its adapter slots in "
+                "sglang:lora_pool_slots_used and sglang:lora_pool_slots_total.",
                 ("vllm:lora_requests_info",),
             ),
             transformations=[
