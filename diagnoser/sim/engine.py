@@ -140,10 +140,9 @@ class EngineStats:
     prompt_tokens: int = 0  # prompt tokens of requests whose first token was output
     cached_tokens: int = 0  # of those, found in the prefix cache or brought by KV transfer
     external_tokens: int = 0  # of those, brought by KV transfer
-    # A KV consumer's transfers: (seconds, bytes) of each that completed, and those that
-    # failed; the requests a failed transfer ended (finished_reason "error").
+    # A KV consumer's transfers: (seconds, bytes) of each that completed, and the requests a
+    # failed transfer ended (finished_reason "error").
     transfers: list[tuple[float, float]] = field(default_factory=list)
-    failed_transfers: int = 0
     errors: list[Request] = field(default_factory=list)
     generation_tokens: int = 0
     busy_seconds: float = 0.0
@@ -455,7 +454,6 @@ class Engine:
         """A request whose KV never arrived: finished with an error, no token."""
         req.last_token = self.clock
         req.outcome = "error"
-        self.stats.failed_transfers += 1
         self.stats.errors.append(req)
 
     def _finish(self, req: Request, t: float) -> None:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from diagnoser.core import families as F
-from diagnoser.core.exposition import Histogram, Labels, Recorder
+from diagnoser.core.exposition import Histogram, Labels, Recorder, labels_of
 from diagnoser.sim.engine import Engine, EngineStats
 
 COUNTERS = (F.NIXL_FAILED, F.NIXL_FAILED_NOTIFICATIONS, F.NIXL_EXPIRED, F.NIXL_AFTER_EXPIRY)
@@ -29,26 +29,24 @@ class NixlMetrics:
 
     def absorb(self, st: EngineStats, block_bytes: float) -> None:
         if st.transfers:
-            seconds, sizes = (
-                np.array(x, dtype=np.float64) for x in zip(*st.transfers, strict=True)
-            )
+            seconds, sizes = np.array(st.transfers, dtype=np.float64).T
             self.h[F.NIXL_XFER_TIME].observe(seconds)
             self.h[F.NIXL_POST_TIME].observe(np.full(seconds.size, POST_SECONDS))
             self.h[F.NIXL_BYTES].observe(sizes)
             self.h[F.NIXL_DESCRIPTORS].observe(np.ceil(sizes / max(block_bytes, 1.0)))
-        self.counters[F.NIXL_FAILED] += st.failed_transfers
+        self.counters[F.NIXL_FAILED] += len(st.errors)  # each failed load ended its request
 
-    def record(self, rec: Recorder, t: float, lb: Labels, engine: Engine, profile_ok: bool) -> None:
-        """The connector's families; ``profile_ok``: the profile's vLLM has the stage gauge."""
+    def record(self, rec: Recorder, t: float, lb: Labels, loading: float | None) -> None:
+        """The connector's families, and the stage gauge with ``loading`` requests in transfer
+        (None: the profile's vLLM has no such gauge)."""
         for fam, hist in self.h.items():
             rec.sample_histogram(fam.name, fam.help, lb, t, hist)
         for fam, value in self.counters.items():
             rec.sample(fam.name, fam.type, fam.help, lb, t, value)
-        if profile_ok:
+        if loading is not None:
             fam = F.KV_FETCH_BY_STAGE
-            loading = float(in_transfer(engine, t))
             for stage, value in zip(fam.values, (0.0, loading, 0.0), strict=True):
-                labels = tuple(sorted({**dict(lb), "stage": stage}.items()))
+                labels = labels_of(**dict(lb), stage=stage)
                 rec.sample(fam.name, fam.type, fam.help, labels, t, value)
 
 

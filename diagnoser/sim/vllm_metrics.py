@@ -287,7 +287,7 @@ def record_engine(
         else:  # counters; the ones the simulator does not drive stay at 0
             rec.sample(fam.name, fam.type, fam.help, lb, t, counters.get(fam, 0.0))
     if engine.cfg.kv_consumer and _at_least(profile, "0.12"):  # NixlConnector's families
-        em.nixl.record(rec, t, lb, engine, _at_least(profile, "0.33"))
+        em.nixl.record(rec, t, lb, float(loading) if _at_least(profile, "0.33") else None)
     k = engine.cfg.num_speculative_tokens
     if k:  # SpecDecodingProm: created at start-up with the config, positions 0..k-1
         for spec_fam, count in em.spec.items():
