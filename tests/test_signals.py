@@ -190,3 +190,21 @@ def test_missing_series_can_be_explained():
     assert "vLLM <= 0.11 (to 0.14 with --show-hidden-metrics-for-version)" in (
         SIGNALS["itl_p99"].provided_by()
     )
+
+
+def test_a_subquery_over_a_long_window_runs_at_a_resolution_fitted_to_it():
+    """A subquery at the evaluation interval over 47 hours is 11,000 evaluations per step of
+    a range query (a year-long diagnose took a minute on one such signal); over an hour or
+    less it keeps the server's interval, and over more, a fixed number of points."""
+    from diagnoser.core import promql as q
+
+    assert q.subquery_range("5m") == "[5m:]"
+    assert q.subquery_range("1h") == "[1h:]"
+    assert q.subquery_range("$__rate_interval") == "[$__rate_interval:]"
+    assert q.subquery_range("2804m") == "[2804m:701s]"
+    assert q.subquery_range("3d") == f"[3d:{3 * 86400 // q.SUBQUERY_POINTS}s]"
+    subqueries = [s for s in SIGNALS if "[5m:]" in s.render(Scope())]
+    assert subqueries, "no signal takes a subquery"
+    for sig in subqueries:
+        text = sig.render(Scope(window="3d"))
+        assert "[3d:]" not in text and text.count("[3d:1080s]") >= 2, sig.name  # vLLM, SGLang

@@ -155,6 +155,28 @@ def _capped(window: str) -> str:
     return MAP_MEMORY_MAX if long else window
 
 
+# A subquery over a window up to this long runs at the server's evaluation interval; a longer
+# one at a resolution giving this many points, so that a year-long window costs what an hour
+# does (a subquery at 15 s over 47 hours is 11,000 evaluations per step of a range query).
+SUBQUERY_FULL_RESOLUTION = "1h"
+SUBQUERY_POINTS = 240
+
+
+def subquery_range(window: str) -> str:
+    """The ``[range:resolution]`` of a subquery over ``window``: the server's evaluation
+    interval up to an hour, else a resolution of ``SUBQUERY_POINTS`` points per window."""
+    from diagnoser.core.durations import parse_duration
+
+    try:
+        seconds = parse_duration(window)
+        full = parse_duration(SUBQUERY_FULL_RESOLUTION)
+    except ValueError:  # a Grafana variable such as $__rate_interval
+        return f"[{window}:]"
+    if seconds <= full:
+        return f"[{window}:]"
+    return f"[{window}:{max(1, round(seconds / SUBQUERY_POINTS))}s]"
+
+
 def host_of(expr: str) -> str:
     """``expr`` with a ``host`` label: the host part of its ``instance`` (host:port)."""
     return f"label_replace({expr}, {_HOST_OF_INSTANCE})"

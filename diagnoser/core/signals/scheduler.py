@@ -71,7 +71,8 @@ def _lora_slot_waits() -> q.Expr:
     a slot: the slots are full when the list holds ``max_lora`` names, and a request the
     scheduler skipped then (``num_requests_waiting_by_reason{reason="deferred"}``, vLLM 0.20
     and later; before it, any waiting request) is waiting for one. Lists change by the
-    second, so the share is taken over a subquery at the server's evaluation interval."""
+    second, so the share is taken over a subquery at the server's evaluation interval (coarser
+    over windows longer than an hour: ``promql.subquery_range``)."""
 
     def inner(matchers: tuple[str, ...], window: str, keep: tuple[str, ...]) -> str:
         by = ", ".join(("job", "instance", *keep))
@@ -95,7 +96,7 @@ def _lora_slot_waits() -> q.Expr:
             f"(count by ({by}) ({latest} and ({full})) and on ({by}) ({waiting}))"
             f" or (count by ({by}) ({latest}) * 0)"
         )
-        return f"avg_over_time(({now})[{window}:])"
+        return f"avg_over_time(({now}){q.subquery_range(window)})"
 
     return q.on_targets(inner, fn="avg")
 
@@ -108,7 +109,7 @@ def _sglang_lora_slot_waits(scope: q.Scope) -> str:
     full = sg.gauge("max", SG.LORA_UTILIZATION)(per_server)
     queued = sg.gauge("sum", SG.WAITING)(per_server)
     both = f"({full} >= bool 1) * on ({keys}) ({queued} > bool 0)"
-    return q.agg("avg", scope, f"avg_over_time(({both})[{scope.window}:])")
+    return q.agg("avg", scope, f"avg_over_time(({both}){q.subquery_range(scope.window)})")
 
 
 def signals() -> list[Signal]:
