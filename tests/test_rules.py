@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+import functools
 import re
 import subprocess
 from pathlib import Path
@@ -18,8 +20,14 @@ RULES = ROOT / "rules"
 TESTS = sorted((RULES / "tests").glob("*.test.yaml"))
 
 
+@functools.cache
+def _yaml(path: Path) -> dict:
+    """A committed YAML file, parsed once per run (the rule files are 120 KB of YAML)."""
+    return yaml.load(path.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+
+
 def _alerts() -> list[dict]:
-    doc = yaml.safe_load((RULES / rules.ALERTS_FILE).read_text())
+    doc = _yaml(RULES / rules.ALERTS_FILE)
     return [r for g in doc["groups"] for r in g["rules"]]
 
 
@@ -123,16 +131,114 @@ def test_runbook_urls_resolve_to_generated_pages():
 # --- promtool unit tests --------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("path", TESTS, ids=[p.name for p in TESTS])
-def test_promtool_unit_tests_pass(promtool_bin, path):
+# A rule's name as PromQL spells it; any such word in an expression may read that rule.
+_NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
+
+
+def _rules_read_by(suite: dict, rule_docs: list[dict]) -> set[str]:
+    """The names of the rules a promtool suite's cases can see: the alerts it tests and the
+    rules its expressions name, with every rule those read, to the end of the chain. Any
+    word of an expression that is a rule's name counts (an over-estimate, never an omission),
+    so evaluating only these rules gives each case the values it gets from the whole files."""
+    exprs: dict[str, list[str]] = {}
+    for doc in rule_docs:
+        for group in doc["groups"]:
+            for r in group["rules"]:
+                exprs.setdefault(r.get("record") or r["alert"], []).append(r["expr"])
+    todo = [c["alertname"] for t in suite["tests"] for c in t.get("alert_rule_test", [])]
+    for t in suite["tests"]:
+        for case in t.get("promql_expr_test", []):
+            todo += [w for w in _NAME.findall(case["expr"]) if w in exprs]
+    needed: set[str] = set()
+    while todo:
+        name = todo.pop()
+        if name in needed:
+            continue
+        needed.add(name)
+        todo += [w for e in exprs.get(name, ()) for w in _NAME.findall(e) if w in exprs]
+    return needed
+
+
+def _pruned_suite(path: Path, out: Path) -> Path:
+    """A copy of the suite at ``path`` whose rule files keep only the rules its cases read
+    (``_rules_read_by``), in their groups and order. Evaluating the 180-odd rules of the
+    generated files at every step took a minute per suite; the rules a suite reads take
+    seconds, and the values they give are the same."""
+    suite = copy.deepcopy(_yaml(path))
+    docs = [_yaml((path.parent / f).resolve()) for f in suite["rule_files"]]
+    needed = _rules_read_by(suite, docs)
+    kept_groups: set[str] = set()
+    files = []
+    for name, doc in zip(suite["rule_files"], docs, strict=True):
+        groups = []
+        for group in doc["groups"]:
+            rs = [r for r in group["rules"] if (r.get("record") or r["alert"]) in needed]
+            if rs:
+                groups.append({**group, "rules": rs})
+                kept_groups.add(group["name"])
+        file = out / Path(name).name
+        file.write_text(yaml.safe_dump({"groups": groups}, sort_keys=False))
+        files.append(str(file))
+    suite["rule_files"] = files
+    order = suite.get("group_eval_order")
+    if order:
+        suite["group_eval_order"] = [g for g in order if g in kept_groups]
+    pruned = out / path.name
+    pruned.write_text(yaml.safe_dump(suite, sort_keys=False))
+    return pruned
+
+
+def _promtool_test(promtool: str, path: Path) -> None:
     proc = subprocess.run(
-        [promtool_bin, "test", "rules", str(path)],
+        [promtool, "test", "rules", str(path)],
         capture_output=True,
         text=True,
         check=False,
         cwd=path.parent,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+@pytest.mark.parametrize("path", TESTS, ids=[p.name for p in TESTS])
+def test_promtool_unit_tests_pass(promtool_bin, path, tmp_path):
+    """Each suite on the rules it reads (``_pruned_suite``)."""
+    _promtool_test(promtool_bin, _pruned_suite(path, tmp_path))
+
+
+def test_a_suite_passes_on_the_whole_rule_files_as_committed(promtool_bin):
+    """What a user runs (``promtool test rules rules/tests/X.test.yaml``) passes as is; the
+    cheapest suite stands for the rest, which run on the rules they read."""
+    _promtool_test(promtool_bin, RULES / "tests" / "traffic-stopped.test.yaml")
+
+
+def test_a_suite_pruned_to_what_it_reads_keeps_every_rule_in_the_chain(tmp_path):
+    """The alert, the recorded series it reads and theirs in turn, in their groups; nothing
+    else."""
+    suite = yaml.safe_load((RULES / "tests" / "prompt-length-shift.test.yaml").read_text())
+    docs = [
+        yaml.safe_load((RULES / f).read_text()) for f in (rules.RECORDING_FILE, rules.ALERTS_FILE)
+    ]
+    needed = _rules_read_by(suite, docs)
+    assert "VllmPromptLengthShift" in needed and "VllmKvCachePressure" not in needed
+    alert = next(
+        r
+        for g in docs[1]["groups"]
+        for r in g["rules"]
+        if r.get("alert") == "VllmPromptLengthShift"
+    )
+    direct = {w for w in _NAME.findall(alert["expr"]) if ":" in w}
+    assert direct and direct <= needed
+    everything = {
+        r.get("record") or r["alert"] for d in docs for g in d["groups"] for r in g["rules"]
+    }
+    assert len(needed) < len(everything) / 10
+    pruned = yaml.safe_load(
+        _pruned_suite(RULES / "tests" / "prompt-length-shift.test.yaml", tmp_path).read_text()
+    )
+    kept = [yaml.safe_load(Path(f).read_text()) for f in pruned["rule_files"]]
+    assert {
+        r.get("record") or r["alert"] for d in kept for g in d["groups"] for r in g["rules"]
+    } == needed
 
 
 def _cases(doc: dict, alert: str):
@@ -152,12 +258,12 @@ def test_every_alert_has_the_three_kinds_of_cases():
         if not path.exists():
             missing.append(f"{path.name}: missing")
             continue
-        doc = yaml.safe_load(path.read_text())
+        doc = _yaml(path)
         assert set(doc["rule_files"]) == {"../recording.rules.yaml", "../alerts.rules.yaml"}
         assert doc.get("group_eval_order") == [
             g["name"]
             for f in (rules.RECORDING_FILE, rules.ALERTS_FILE)
-            for g in yaml.safe_load((RULES / f).read_text())["groups"]
+            for g in _yaml(RULES / f)["groups"]
         ], f"{path.name}: evaluate recording groups before alerts (group_eval_order)"
         fires = [(g, c) for g, c in _cases(doc, name) if c.get("exp_alerts")]
         if not fires:
