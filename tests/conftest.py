@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -121,3 +122,23 @@ def prometheus_for(scenario_library):
     yield get
     for server in servers.values():
         server.close()
+
+
+# --- where the suite's time goes --------------------------------------------------------------
+# Every phase of every test, slowest first, in .pytest-durations.json after a run (pytest's
+# --durations prints only the head): what to read before making the suite faster.
+_DURATIONS: list[tuple[float, str, str]] = []
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    _DURATIONS.append((report.duration, report.when, report.nodeid))
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    if not _DURATIONS:
+        return
+    total = sum(d for d, _, _ in _DURATIONS)
+    ranked = [f"{d:.2f} {when} {node}" for d, when, node in sorted(_DURATIONS, reverse=True)]
+    doc = {"total_seconds": round(total, 1), "phases": ranked}
+    with contextlib.suppress(OSError):  # a read-only checkout runs the tests all the same
+        (ROOT / ".pytest-durations.json").write_text(json.dumps(doc, indent=0) + "\n")
