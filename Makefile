@@ -22,8 +22,9 @@ help:
 setup:
 	@scripts/install-deps
 
+# One worker per core; a module that shares a fixture keeps to one worker (tests/conftest.py).
 test: setup
-	$(PY) -m pytest
+	$(PY) -m pytest -n auto --dist loadgroup
 
 lint: setup
 	$(VENV)/bin/ruff check diagnoser tests dashboards scripts scripts/extract-reference

@@ -73,13 +73,23 @@ def promtool_bin() -> str:
     return exe
 
 
+def _run_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A directory of this run shared by its pytest-xdist workers (each worker's base
+    temporary directory lies within it), else the run's own."""
+    base = tmp_path_factory.getbasetemp()
+    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+
+
 @pytest.fixture(scope="session")
 def scenario_library(tmp_path_factory):
-    """Every library scenario simulated once and backfilled into its own TSDB directory."""
-    from diagnoser.lab import harness
-    from diagnoser.sim import library
+    """Every library scenario, simulated and backfilled into its own TSDB directory when a
+    test first asks for it, once per run whichever worker asks first (SERVEDIAG_TEST_CACHE
+    names a directory to keep them between runs: the key holds the simulator's code). The
+    directories are shared: start servers on copies."""
+    from diagnoser.lab.harness import ScenarioCache
 
-    return harness.prepare(library.names(), tmp_path_factory.mktemp("scenarios"))
+    kept = os.environ.get("SERVEDIAG_TEST_CACHE")
+    return ScenarioCache(Path(kept) if kept else _run_root(tmp_path_factory) / "scenarios")
 
 
 @pytest.fixture(scope="session")
@@ -108,7 +118,7 @@ def prometheus_with_rules(scenario_library, tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
-def prometheus_for(scenario_library):
+def prometheus_for(scenario_library, tmp_path_factory):
     """``prometheus_for(name)``: a real Prometheus serving that scenario (started once)."""
     from diagnoser.lab.promserver import Prometheus
 
@@ -116,7 +126,9 @@ def prometheus_for(scenario_library):
 
     def get(name: str) -> Prometheus:
         if name not in servers:
-            servers[name] = Prometheus(scenario_library[name].data_dir).start()
+            data = tmp_path_factory.mktemp(f"serve-{name}") / "tsdb"
+            shutil.copytree(scenario_library[name].data_dir, data)
+            servers[name] = Prometheus(data).start()
         return servers[name]
 
     yield get
@@ -135,10 +147,27 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
-    if not _DURATIONS:
+    if not _DURATIONS or hasattr(session.config, "workerinput"):  # xdist's controller writes
         return
     total = sum(d for d, _, _ in _DURATIONS)
     ranked = [f"{d:.2f} {when} {node}" for d, when, node in sorted(_DURATIONS, reverse=True)]
     doc = {"total_seconds": round(total, 1), "phases": ranked}
     with contextlib.suppress(OSError):  # a read-only checkout runs the tests all the same
         (ROOT / ".pytest-durations.json").write_text(json.dumps(doc, indent=0) + "\n")
+
+
+# --- parallel workers (make test runs pytest-xdist with --dist loadgroup) --------------------
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "xdist_group(name): run on one pytest-xdist worker")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """A module whose tests share a module-scoped fixture (a Prometheus with a simulated
+    fleet, say) runs on one worker, so the fixture is built once; the rest spread."""
+    for item in items:
+        info = getattr(item, "_fixtureinfo", None)
+        defs = info.name2fixturedefs.values() if info is not None else ()
+        if any(d and d[-1].scope == "module" for d in defs):
+            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
