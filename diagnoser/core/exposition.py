@@ -114,7 +114,8 @@ class Recorder:
         return n
 
 
-def _labelstr(labels: Labels, extra: tuple[tuple[str, str], ...] = ()) -> str:
+def labelstr(labels: Labels, extra: tuple[tuple[str, str], ...] = ()) -> str:
+    """``{k="v",...}`` as OpenMetrics writes labels (empty for none)."""
     items = [*labels, *extra]
     if not items:
         return ""
@@ -153,27 +154,27 @@ def iter_openmetrics(rec: Recorder) -> Iterator[str]:
             keys = list(dict.fromkeys(p[1] for p in hpoints))
             index = {k: {b: n for n, b in enumerate(k)} for k in keys}
             for bound in sorted(set().union(*keys)):
-                lbl = _labelstr(labels, (("le", le_label(bound)),))
+                lbl = labelstr(labels, (("le", le_label(bound)),))
                 for t, key, cum, _s in hpoints:
                     n = index[key].get(bound)
                     if n is not None:
                         yield f"{fam.name}_bucket{lbl} {_num(float(cum[n]))} {t:.3f}\n"
-            lbl = _labelstr(labels, (("le", "+Inf"),))
+            lbl = labelstr(labels, (("le", "+Inf"),))
             for t, _k, cum, _s in hpoints:
                 yield f"{fam.name}_bucket{lbl} {_num(float(cum[-1]))} {t:.3f}\n"
-            lbl = _labelstr(labels)
+            lbl = labelstr(labels)
             for t, _k, cum, _s in hpoints:
                 yield f"{fam.name}_count{lbl} {_num(float(cum[-1]))} {t:.3f}\n"
             for t, _k, _c, s in hpoints:
                 yield f"{fam.name}_sum{lbl} {_num(s)} {t:.3f}\n"
         for labels, spoints in fam.spoints.items():
-            lbl = _labelstr(labels)
+            lbl = labelstr(labels)
             for t, count, _total in spoints:
                 yield f"{fam.name}_count{lbl} {_num(count)} {t:.3f}\n"
             for t, _count, total in spoints:
                 yield f"{fam.name}_sum{lbl} {_num(total)} {t:.3f}\n"
         for labels, points in fam.points.items():
-            lbl = _labelstr(labels)
+            lbl = labelstr(labels)
             for t, v in points:
                 yield f"{fam.name}{lbl} {_num(v)} {t:.3f}\n"
     yield "# EOF\n"
@@ -200,14 +201,14 @@ def text_exposition(rec: Recorder) -> str:
             les = [le_label(b) for b in key] + ["+Inf"]
             for i, le in enumerate(les):
                 lines.append(
-                    f"{fam.name}_bucket{_labelstr(labels, (('le', le),))} {_num(float(cum[i]))}"
+                    f"{fam.name}_bucket{labelstr(labels, (('le', le),))} {_num(float(cum[i]))}"
                 )
-            lines.append(f"{fam.name}_count{_labelstr(labels)} {_num(float(cum[-1]))}")
-            lines.append(f"{fam.name}_sum{_labelstr(labels)} {_num(s)}")
+            lines.append(f"{fam.name}_count{labelstr(labels)} {_num(float(cum[-1]))}")
+            lines.append(f"{fam.name}_sum{labelstr(labels)} {_num(s)}")
         for labels, spoints in fam.spoints.items():
             _t, c, total = spoints[-1]
-            lines.append(f"{fam.name}_count{_labelstr(labels)} {_num(c)}")
-            lines.append(f"{fam.name}_sum{_labelstr(labels)} {_num(total)}")
+            lines.append(f"{fam.name}_count{labelstr(labels)} {_num(c)}")
+            lines.append(f"{fam.name}_sum{labelstr(labels)} {_num(total)}")
         for labels, points in fam.points.items():
-            lines.append(f"{fam.name}{_labelstr(labels)} {_num(points[-1][1])}")
+            lines.append(f"{fam.name}{labelstr(labels)} {_num(points[-1][1])}")
     return "\n".join(lines) + "\n"

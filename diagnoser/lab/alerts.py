@@ -9,7 +9,6 @@ at the first evaluation at which its expression has held, without a gap, for its
 from __future__ import annotations
 
 import shutil
-import subprocess
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,7 +17,8 @@ from typing import Any
 import yaml
 
 from diagnoser.core.durations import parse_duration
-from diagnoser.lab.promserver import Prometheus, PrometheusError, binary
+from diagnoser.core.exposition import labelstr
+from diagnoser.lab.promserver import Prometheus, backfill
 
 
 @dataclass(frozen=True)
@@ -32,33 +32,47 @@ def backfill_rules(
     prom: Prometheus, rule_file: Path, start: float, end: float, interval: float = 30.0
 ) -> None:
     """Backfill ``rule_file``'s recording rules into ``prom``'s TSDB over ``[start, end]``;
-    restart ``prom`` to read them."""
+    restart ``prom`` to read them.
+
+    What ``promtool tsdb create-blocks-from rules`` does, in one pass: each rule's expression
+    is asked of ``prom`` as a range query (evaluated every ``interval`` from ``start``, every
+    rule against the raw series, as promtool does), and the answers, named and labelled as
+    the rules say, are written as OpenMetrics and backfilled with ``promtool tsdb
+    create-blocks-from openmetrics``. promtool's own command writes blocks rule by rule and
+    took forty seconds for the 140 rules over three hours that these queries answer in
+    three."""
+    doc: dict[str, Any] = yaml.safe_load(rule_file.read_text(encoding="utf-8"))
     with tempfile.TemporaryDirectory(prefix="servediag-rules-") as tmp:
-        proc = subprocess.run(
-            [
-                binary("promtool"),
-                "tsdb",
-                "create-blocks-from",
-                "rules",
-                f"--start={int(start)}",
-                f"--end={int(end)}",
-                f"--url={prom.url}",
-                f"--output-dir={tmp}",
-                f"--eval-interval={interval:g}s",
-                "--quiet",
-                str(rule_file),
-            ],
-            capture_output=True,
-            text=True,
-            check=False,
-        )
-        if proc.returncode != 0:
-            raise PrometheusError(f"promtool create-blocks-from rules: {proc.stderr.strip()}")
-        blocks = [p for p in Path(tmp).iterdir() if p.is_dir()]
+        om = Path(tmp) / "rules.om"
+        with om.open("w", encoding="utf-8") as fh:
+            for group in doc["groups"]:
+                for rule in group["rules"]:
+                    if "record" not in rule:
+                        continue
+                    name = rule["record"]
+                    series = prom.query_range(rule["expr"], start, end, interval)
+                    if not series:
+                        continue
+                    fh.write(f"# TYPE {name} gauge\n")
+                    for s in series:
+                        labels = {**s["metric"], **rule.get("labels", {})}
+                        labels.pop("__name__", None)
+                        head = f"{name}{labelstr(tuple(sorted(labels.items())))}"
+                        for t, v in s["values"]:
+                            fh.write(f"{head} {_value(v)} {float(t):.3f}\n")
+            fh.write("# EOF\n")
+        blocks = Path(tmp) / "blocks"
+        backfill(om, blocks)
         prom.close()
-        for block in blocks:
-            shutil.move(str(block), str(prom.data_dir / block.name))
+        for block in blocks.iterdir():
+            if block.is_dir():
+                shutil.move(str(block), str(prom.data_dir / block.name))
     prom.start()
+
+
+def _value(v: str) -> str:
+    """Prometheus's JSON value as OpenMetrics writes it (NaN, +Inf and -Inf as they are)."""
+    return {"Inf": "+Inf", "+Inf": "+Inf", "-Inf": "-Inf", "NaN": "NaN"}.get(v, v)
 
 
 def firing(
