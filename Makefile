@@ -27,8 +27,8 @@ test: setup
 	$(PY) -m pytest -n auto --dist loadgroup
 
 lint: setup
-	$(VENV)/bin/ruff check diagnoser tests dashboards scripts scripts/extract-reference
-	$(VENV)/bin/ruff format --check diagnoser tests dashboards scripts scripts/extract-reference
+	$(VENV)/bin/ruff check diagnoser tests dashboards examples scripts scripts/extract-reference
+	$(VENV)/bin/ruff format --check diagnoser tests dashboards examples scripts scripts/extract-reference
 	$(VENV)/bin/mypy
 	promtool check rules --lint=all --lint-fatal rules/recording.rules.yaml rules/alerts.rules.yaml
 

@@ -8,7 +8,7 @@ import pytest
 
 from diagnoser.catalog.loader import with_param
 from diagnoser.core.source import Series
-from diagnoser.diagnose.match import ScopeData, evaluate, evaluate_absolute
+from diagnoser.diagnosis.match import ScopeData, evaluate, evaluate_absolute
 
 STEP = 15.0
 BASELINE, WINDOW = (0.0, 900.0), (900.0, 1800.0)  # a 15-minute window and its baseline
@@ -154,7 +154,7 @@ def test_the_restart_threshold_is_one_parameter_for_the_alert_and_the_signature(
 
 @pytest.mark.parametrize("times", [(1050.0,), (1050.0, 1470.0)])
 def test_restarts_are_counted_alike_by_health_and_the_playbook(site, times):
-    from diagnoser.diagnose.health import assess
+    from diagnoser.diagnosis.health import assess
 
     d = served(*times)
     h = assess(site, d, WINDOW, BASELINE)

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from diagnoser.core.source import PrometheusSource
-from diagnoser.diagnose import Window, diagnose
+from diagnoser.diagnosis import Window, diagnose
 from diagnoser.lab.alerts import backfill_rules, firing
 from diagnoser.lab.promserver import Prometheus
 from diagnoser.sim import library

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from diagnoser.core.source import PrometheusSource
-from diagnoser.diagnose import Window, diagnose, to_json
+from diagnoser.diagnosis import Window, diagnose, to_json
 from diagnoser.sim import library
 
 NAMES = library.names()

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from diagnoser.core.source import PrometheusSource
-from diagnoser.diagnose import Window, diagnose
+from diagnoser.diagnosis import Window, diagnose
 from diagnoser.lab import harness
 from diagnoser.lab.promserver import Prometheus
 from diagnoser.report.text import text

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from diagnoser.core.source import PrometheusSource
-from diagnoser.diagnose import Window, diagnose, to_json
+from diagnoser.diagnosis import Window, diagnose, to_json
 from diagnoser.lab import harness
 from diagnoser.lab.promserver import Prometheus
 from diagnoser.report import render
@@ -172,7 +172,7 @@ def _deployed(restarts: tuple[float, ...], down: tuple[float, float], ttft_good:
     import numpy as np
 
     from diagnoser.core.source import Series
-    from diagnoser.diagnose.match import ScopeData
+    from diagnoser.diagnosis.match import ScopeData
 
     t = np.arange(0.0, 1815.0, 15.0)
     scope = {"model_name": "m"}
@@ -201,7 +201,7 @@ def _deployed(restarts: tuple[float, ...], down: tuple[float, float], ttft_good:
 
 
 def _assess(site, data):
-    from diagnoser.diagnose.health import assess
+    from diagnoser.diagnosis.health import assess
 
     return assess(site, data, (900.0, 1800.0), (0.0, 900.0))
 
@@ -233,11 +233,11 @@ def test_two_restarts_in_a_short_window_are_unhealthy(site):
 
 
 def test_a_target_that_never_served_goes_to_the_one_model_whose_targets_left_its_job():
-    from diagnoser.diagnose.fetch import Fetched
-    from diagnoser.diagnose.health import Health
-    from diagnoser.diagnose.match import ScopeData
-    from diagnoser.diagnose.run import _heirs
-    from diagnoser.diagnose.targets import Served
+    from diagnoser.diagnosis.fetch import Fetched
+    from diagnoser.diagnosis.health import Health
+    from diagnoser.diagnosis.match import ScopeData
+    from diagnoser.diagnosis.run import _heirs
+    from diagnoser.diagnosis.targets import Served
 
     def fetched(owners: dict) -> Fetched:
         f = Fetched(owners=owners)

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from diagnoser.diagnose import Window, diagnose, to_json
+from diagnoser.diagnosis import Window, diagnose, to_json
 from diagnoser.lab.replay import Recording, Replay
 from diagnoser.sim import library
 

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from diagnoser.core.source import PrometheusSource, Series
-from diagnoser.diagnose import Window, diagnose, to_json
-from diagnoser.diagnose.match import ScopeData, evaluate
+from diagnoser.diagnosis import Window, diagnose, to_json
+from diagnoser.diagnosis.match import ScopeData, evaluate
 from diagnoser.lab import harness
 from diagnoser.lab.alerts import backfill_rules, firing
 from diagnoser.lab.promserver import Prometheus

@@ -11,7 +11,7 @@ from diagnoser.catalog.shapes.growth import class_size, grows_with
 from diagnoser.catalog.shapes.level import level
 from diagnoser.catalog.shapes.window import drifts, plateau, recurs, spikes, tracks
 from diagnoser.core.source import Series
-from diagnoser.diagnose.onset import change_point, periods_for
+from diagnoser.diagnosis.onset import change_point, periods_for
 
 rng = np.random.default_rng(0)
 
@@ -148,8 +148,8 @@ def test_no_change_point_in_noise():
 
 
 def test_each_scope_keeps_its_own_findings(catalog):
-    from diagnoser.diagnose.match import Match
-    from diagnoser.diagnose.rank import rank
+    from diagnoser.diagnosis.match import Match
+    from diagnoser.diagnosis.rank import rank
 
     pb = catalog["kv-cache-pressure"]
     a = Match(pb, {"model_name": "a"}, "matched", confidence=0.9)
@@ -179,8 +179,8 @@ def test_of_two_that_explain_each_other_the_one_that_began_first_is_the_cause(
     catalog, kv_onset, prefix_onset, first
 ):
     from diagnoser.catalog.shapes.base import Periods
-    from diagnoser.diagnose.match import Match
-    from diagnoser.diagnose.rank import rank
+    from diagnoser.diagnosis.match import Match
+    from diagnoser.diagnosis.rank import rank
 
     def match(pid, onset, confidence):
         periods = Periods((0.0, 900.0), (900.0, 3600.0), (0.0, 3600.0), onset)
@@ -199,7 +199,7 @@ def test_of_two_that_explain_each_other_the_one_that_began_first_is_the_cause(
 def _contested_match(catalog, pid, confidence, excluded_by=None):
     """A match of ``pid`` whose exclusions pointing at ``excluded_by`` (if any) hold."""
     from diagnoser.catalog.shapes import Verdict
-    from diagnoser.diagnose.match import ConditionResult, Match
+    from diagnoser.diagnosis.match import ConditionResult, Match
 
     pb = catalog[pid]
     results = []
@@ -211,7 +211,7 @@ def _contested_match(catalog, pid, confidence, excluded_by=None):
 
 
 def test_a_contested_exclusion_rules_out_only_when_its_alternative_is_found(catalog):
-    from diagnoser.diagnose.rank import resolve
+    from diagnoser.diagnosis.rank import resolve
 
     # prefill-interference's KV exclusion points at kv-cache-pressure
     alone = _contested_match(catalog, "prefill-interference", 0.8, "kv-cache-pressure")
@@ -232,7 +232,7 @@ def test_a_contested_exclusion_rules_out_only_when_its_alternative_is_found(cata
 
 
 def test_two_playbooks_pointing_at_each_other_leave_the_stronger(catalog):
-    from diagnoser.diagnose.rank import resolve
+    from diagnoser.diagnosis.rank import resolve
 
     pi = _contested_match(catalog, "prefill-interference", 0.9, "long-request-in-batch")
     lr = _contested_match(catalog, "long-request-in-batch", 0.7, "prefill-interference")

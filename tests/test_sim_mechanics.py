@@ -299,3 +299,33 @@ def test_a_kv_consumer_waits_for_each_prompts_kv_and_a_failed_load_is_an_error()
     server.record_metrics(rec, 10.0, {"job": "vllm", "instance": "m-0:8000"})
     for fam in (F.NIXL_FAILED, F.NIXL_BYTES, F.KV_FETCH_BY_STAGE, F.NIXL_EXPIRED):
         assert fam.name in rec.families
+
+
+def test_the_scenario_cache_key_covers_every_module_a_simulation_runs():
+    """The suite's scenario cache is keyed by the code that writes a scenario's series
+    (``harness.simulation_digest``): every module a simulation imports must be in it."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, tempfile; from diagnoser.lab import harness; "
+        "harness._one('healthy-quiet-night', tempfile.mkdtemp(), 1.8e9); "
+        "print('\\n'.join(m.__file__ for n, m in list(sys.modules.items()) "
+        "if n.startswith('diagnoser') and getattr(m, '__file__', None)))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    from pathlib import Path
+
+    from diagnoser.lab import harness
+
+    root = Path(harness.__file__).resolve().parent.parent
+    covered = [root / p for p in harness._SIMULATION_CODE]
+    missed = []
+    for line in out.stdout.split():
+        f = Path(line).resolve()
+        rel = f.relative_to(root)
+        if (f.name == "__init__.py" and f.stat().st_size < 2000) or rel.parts[0] == "lab":
+            continue  # package markers, and the harness that runs it (not what it writes)
+        if not any(f == c or c in f.parents for c in covered):
+            missed.append(str(rel))
+    assert not missed, missed

@@ -16,7 +16,7 @@ import yaml
 
 from diagnoser.core.exposition import write_openmetrics
 from diagnoser.core.source import PrometheusSource
-from diagnoser.diagnose import Window, diagnose, to_json
+from diagnoser.diagnosis import Window, diagnose, to_json
 from diagnoser.lab.promserver import Prometheus, backfill
 from diagnoser.lab.replay import Recording
 from diagnoser.outputs import rules

@@ -13,7 +13,7 @@ import pytest
 
 from diagnoser.core.exposition import iter_openmetrics
 from diagnoser.core.source import PrometheusSource
-from diagnoser.diagnose import Window, diagnose, to_json
+from diagnoser.diagnosis import Window, diagnose, to_json
 from diagnoser.lab.promserver import free_port
 from diagnoser.sim import library
 from diagnoser.sim.run import simulate

@@ -21,7 +21,7 @@ from diagnoser.cli.options import (
 )
 from diagnoser.cli.params import DURATION, TIMESTAMP, Duration
 
-_MATCHER = re.compile(r'[a-zA-Z_][a-zA-Z0-9_]*\s*(=|!=|=~|!~)\s*"(?:[^"\\\n]|\\.)*"')
+MATCHER = re.compile(r'[a-zA-Z_][a-zA-Z0-9_]*\s*(=|!=|=~|!~)\s*"(?:[^"\\\n]|\\.)*"')
 
 
 def matchers(
@@ -41,7 +41,7 @@ def matchers(
     for m in match:
         if not _is_text(m):
             fail("--match: the value is not valid UTF-8 text")
-        if not _MATCHER.fullmatch(m.strip()):
+        if not MATCHER.fullmatch(m.strip()):
             fail(f'--match {m!r} is not a label matcher like job="vllm" or pod=~"vllm-.*"')
         out.append(m.strip())
     return tuple(out)
@@ -70,7 +70,7 @@ def _note_future(until: float, now: float) -> None:
     """A window that ends after now has no data there yet: say so (on stderr)."""
     if until > now + 60:
         from diagnoser.core.durations import format_duration
-        from diagnoser.diagnose.model import iso
+        from diagnoser.diagnosis.model import iso
 
         click.echo(
             f"servediag: note: --until {iso(until)} is {format_duration(until - now)} in the "
@@ -138,10 +138,11 @@ def _baseline(value: str) -> float | None:
 @click.option(
     "--format",
     "fmt",
-    type=click.Choice(["text", "json", "markdown", "html"]),
+    type=click.Choice(["text", "json", "markdown", "html", "csv"]),
     default="text",
     show_default=True,
-    help="html: one self-contained page with plots of the evidence (use --output).",
+    help="html: one self-contained page with plots of the evidence (use --output); csv: one "
+    "row per finding and condition, with its numbers.",
 )
 @click.option(
     "--output",
@@ -197,7 +198,7 @@ def diagnose_cmd(
     import time
 
     from diagnoser import report
-    from diagnoser.diagnose import Window, diagnose
+    from diagnoser.diagnosis import Window, diagnose
 
     offset = _baseline(baseline)
     now = time.time()

@@ -139,7 +139,7 @@ def webhook_cmd(
     import threading
 
     from diagnoser.core.source import MAX_POINTS
-    from diagnoser.diagnose import MIN_STEP
+    from diagnoser.diagnosis import MIN_STEP
     from diagnoser.webhook.http import SafeFormatter, serve
     from diagnoser.webhook.notify import SlackForwarder
     from diagnoser.webhook.receiver import Webhook

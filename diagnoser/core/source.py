@@ -179,15 +179,7 @@ class PrometheusSource:
         while True:
             headers = {**BASE_HEADERS, **credentials}
             try:
-                resp = http.request(
-                    "GET",
-                    url,
-                    at,
-                    headers,
-                    max_bytes=self.max_bytes,
-                    ca_file=self.auth.ca_file,
-                    insecure=self.auth.insecure,
-                )
+                resp = self._send(url, at, headers)
             except http.TimedOut:
                 raise self._timed_out(what) from None
             except http.TooLarge:
@@ -227,6 +219,19 @@ class PrometheusSource:
                     left = max(0.0, at - time.monotonic())
                     note = f" (it asked to retry after {asked:g} s; {left:.1f} s were left)"
             return self._result(what, resp, note)
+
+    def _send(self, url: str, at: float, headers: dict[str, str]) -> http.Response:
+        """One GET, finished by ``at``; the transport (``core.connect`` sends with a
+        ``PrometheusConnect``'s session instead)."""
+        return http.request(
+            "GET",
+            url,
+            at,
+            headers,
+            max_bytes=self.max_bytes,
+            ca_file=self.auth.ca_file,
+            insecure=self.auth.insecure,
+        )
 
     def _result(self, what: str, resp: http.Response, note: str) -> list[Any]:
         try:

@@ -139,7 +139,7 @@ def bench_accuracy(variants: Sequence[int] = (), scenarios: Sequence[Scenario] =
     import pandas as pd
 
     from diagnoser.core.source import PrometheusSource
-    from diagnoser.diagnose import Window, diagnose
+    from diagnoser.diagnosis import Window, diagnose
     from diagnoser.lab import harness
     from diagnoser.lab.promserver import Prometheus
 
@@ -229,7 +229,7 @@ def bench_fleet() -> None:
     from pathlib import Path
 
     from diagnoser.core.source import PrometheusSource
-    from diagnoser.diagnose import Window, diagnose
+    from diagnoser.diagnosis import Window, diagnose
     from diagnoser.lab import fleet
     from diagnoser.lab.promserver import Prometheus
 

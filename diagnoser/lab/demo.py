@@ -19,7 +19,7 @@ import click
 
 from diagnoser.core.source import PrometheusSource, SourceError
 from diagnoser.core.units import fmt
-from diagnoser.diagnose import Window, diagnose
+from diagnoser.diagnosis import Window, diagnose
 from diagnoser.errors import UserError
 from diagnoser.lab.promserver import Prometheus, PrometheusError, backfill, listening
 from diagnoser.outputs import rules

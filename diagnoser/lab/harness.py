@@ -75,21 +75,41 @@ def prepare(
     return {p.name: p for p in done}
 
 
-# What a simulated scenario's series depend on besides the scenario itself.
-_SIMULATION_CODE = ("sim", "core", "hardware")
+# What a simulated scenario's series depend on besides the scenario itself: the simulator,
+# the metric families and their exposition, the hardware tables (directories whole, files
+# by name), and what they import (tests/test_sim_mechanics.py checks that nothing is left
+# out). Most of the query side (promql, signals, the diagnosis) is not among them.
+_SIMULATION_CODE = (
+    "sim",
+    "hardware",
+    "core/buckets.py",
+    "core/durations.py",
+    "core/exporters.py",
+    "core/exposition.py",
+    "core/families.py",
+    "core/families_sglang.py",
+    "core/family.py",
+    "core/http.py",
+    "core/source.py",
+    "core/tokens.py",
+    "errors.py",
+    "probe/metrics.py",
+    "probe/stream.py",
+)
 
 
 def simulation_digest() -> str:
-    """A digest of the code that turns a scenario into series (the simulator, the metric
-    families and exposition, the hardware tables): a cache keyed by it never serves series
-    that older code wrote."""
+    """A digest of the code that turns a scenario into series: a cache keyed by it never
+    serves series that other code wrote."""
     root = Path(__file__).resolve().parent.parent
     h = hashlib.sha256()
     for part in _SIMULATION_CODE:
-        for path in sorted((root / part).rglob("*")):
-            if path.suffix in (".py", ".yaml", ".json") and path.is_file():
-                h.update(str(path.relative_to(root)).encode())
-                h.update(path.read_bytes())
+        path = root / part
+        files = sorted(path.rglob("*")) if path.is_dir() else [path]
+        for f in files:
+            if f.suffix in (".py", ".yaml", ".json") and f.is_file():
+                h.update(str(f.relative_to(root)).encode())
+                h.update(f.read_bytes())
     return h.hexdigest()[:16]
 
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 import json
 
 from diagnoser.core.printable import inert
-from diagnoser.diagnose.model import Diagnosis, to_json
+from diagnoser.diagnosis.model import Diagnosis, to_json
 
-FORMATS = ("text", "json", "markdown", "html")
+FORMATS = ("text", "json", "markdown", "html", "csv")
 
 
 def as_json(d: Diagnosis) -> str:
@@ -21,6 +21,10 @@ def render(d: Diagnosis, fmt: str, colour: bool = False) -> str:
     (each label value is already written with ``printable`` where it is placed)."""
     if fmt == "json":
         return as_json(d)
+    if fmt == "csv":
+        from diagnoser.tables import to_csv
+
+        return inert(to_csv(d))
     if fmt == "markdown":
         from diagnoser.report.markdown import markdown
 

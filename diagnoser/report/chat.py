@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from diagnoser.core.printable import inert, printable
-from diagnoser.diagnose.model import Diagnosis
+from diagnoser.diagnosis.model import Diagnosis
 from diagnoser.report.format import evidence_lines, health_line, scope_text, since
 from diagnoser.site import Site
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from diagnoser.diagnose.model import Diagnosis
+from diagnoser.diagnosis.model import Diagnosis
 from diagnoser.report.format import scope_text
 
 

@@ -8,9 +8,9 @@ import time
 
 from diagnoser.core.durations import format_duration
 from diagnoser.core.printable import printable
-from diagnoser.diagnose.health import Health, Sli
-from diagnoser.diagnose.match import Match
-from diagnoser.diagnose.model import Diagnosis
+from diagnoser.diagnosis.health import Health, Sli
+from diagnoser.diagnosis.match import Match
+from diagnoser.diagnosis.model import Diagnosis
 
 WIDTH = 96
 

@@ -13,7 +13,7 @@ import numpy as np
 
 from diagnoser.core.source import Series
 from diagnoser.core.units import fmt
-from diagnoser.diagnose.model import Diagnosis, iso
+from diagnoser.diagnosis.model import Diagnosis, iso
 from diagnoser.report.format import health_line, needs, scope_text, since
 
 W, H, PAD = 560, 120, 28

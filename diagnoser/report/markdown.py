@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from diagnoser.diagnose.model import Diagnosis, iso
+from diagnoser.diagnosis.model import Diagnosis, iso
 from diagnoser.report.format import health_line, needs, scope_text, since
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from diagnoser.diagnose.model import Diagnosis
+from diagnoser.diagnosis.model import Diagnosis
 from diagnoser.report.format import (
     clock,
     day,

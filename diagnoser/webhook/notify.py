@@ -16,7 +16,7 @@ import time
 from typing import Any
 
 from diagnoser.core import http
-from diagnoser.diagnose import Diagnosis
+from diagnoser.diagnosis import Diagnosis
 from diagnoser.report.chat import message
 from diagnoser.site import Site
 

@@ -29,7 +29,7 @@ from typing import Any, Protocol
 
 from diagnoser.core.promql import matcher
 from diagnoser.core.source import MetricSource, SourceError
-from diagnoser.diagnose import Diagnosis, Window, diagnose, to_json
+from diagnoser.diagnosis import Diagnosis, Window, diagnose, to_json
 from diagnoser.site import Site, SiteConfig
 from diagnoser.webhook.dispatch import Dispatcher, Job
 from diagnoser.webhook.payload import FiringAlert, Notification

@@ -9,7 +9,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from diagnoser.diagnose import Diagnosis, Window, diagnose
+from diagnoser.diagnosis import Diagnosis, Window, diagnose
 from diagnoser.lab.promserver import Prometheus, backfill
 from diagnoser.lab.real import incident as incidents
 from diagnoser.lab.real.record import DATA

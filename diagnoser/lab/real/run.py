@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from diagnoser.core.source import PrometheusSource
-from diagnoser.diagnose import Diagnosis, Window, diagnose, to_json
+from diagnoser.diagnosis import Diagnosis, Window, diagnose, to_json
 from diagnoser.lab.promserver import Prometheus, free_port
 from diagnoser.lab.real import model, record
 from diagnoser.lab.real import venv as lab_venv

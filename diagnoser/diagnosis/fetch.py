@@ -19,9 +19,9 @@ from diagnoser.catalog import Catalog
 from diagnoser.core.durations import parse_seconds
 from diagnoser.core.signals import Signal, Vocabulary
 from diagnoser.core.source import MetricSource, Series
-from diagnoser.diagnose.match import ScopeData
-from diagnoser.diagnose.targets import Served, Target, by_model, served
-from diagnoser.diagnose.window import Window
+from diagnoser.diagnosis.match import ScopeData
+from diagnoser.diagnosis.targets import Served, Target, by_model, served
+from diagnoser.diagnosis.window import Window
 from diagnoser.site import Site
 
 SLO_SIGNALS = ("ttft_slo_attainment", "itl_slo_attainment")

@@ -11,14 +11,14 @@ from collections.abc import Sequence
 
 from diagnoser.catalog import Playbook
 from diagnoser.core.source import MetricSource, one_operation, warnings_of
-from diagnoser.diagnose.fetch import Fetched, fetch, needed_signals
-from diagnoser.diagnose.health import Health, assess, flag
-from diagnoser.diagnose.lookback import fetch_lookback, reassess
-from diagnoser.diagnose.match import Match, ScopeData, evaluate, evaluate_absolute
-from diagnoser.diagnose.model import Diagnosis, covers
-from diagnoser.diagnose.rank import rank
-from diagnoser.diagnose.targets import Served
-from diagnoser.diagnose.window import Window
+from diagnoser.diagnosis.fetch import Fetched, fetch, needed_signals
+from diagnoser.diagnosis.health import Health, assess, flag
+from diagnoser.diagnosis.lookback import fetch_lookback, reassess
+from diagnoser.diagnosis.match import Match, ScopeData, evaluate, evaluate_absolute
+from diagnoser.diagnosis.model import Diagnosis, covers
+from diagnoser.diagnosis.rank import rank
+from diagnoser.diagnosis.targets import Served
+from diagnoser.diagnosis.window import Window
 from diagnoser.site import Site
 
 DEFAULT_LOOKBACK = 86400.0

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from diagnoser.catalog.shapes.base import episodes, events
-from diagnoser.diagnose.match import ScopeData
+from diagnoser.diagnosis.match import ScopeData
 from diagnoser.site import Site
 
 IDLE_RPS = 0.01  # finished requests per second below which a model counts as idle

@@ -17,7 +17,7 @@ import numpy as np
 from diagnoser.catalog import Condition, Playbook
 from diagnoser.catalog.shapes import SHAPES, Periods, Verdict
 from diagnoser.core.source import Series
-from diagnoser.diagnose.onset import periods_for
+from diagnoser.diagnosis.onset import periods_for
 
 BASE_CONFIDENCE = 0.55
 SUPPORT_WEIGHT = 0.3

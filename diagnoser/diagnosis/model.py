@@ -5,14 +5,17 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from diagnoser.core import families_sglang
-from diagnoser.diagnose.health import Health, Sli
-from diagnoser.diagnose.lookback import Reach
-from diagnoser.diagnose.match import ConditionResult, Match, ScopeData
-from diagnoser.diagnose.window import Window
+from diagnoser.diagnosis.health import Health, Sli
+from diagnoser.diagnosis.lookback import Reach
+from diagnoser.diagnosis.match import ConditionResult, Match, ScopeData
+from diagnoser.diagnosis.window import Window
 from diagnoser.site import Site
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 Scope = dict[str, str]
 
@@ -115,6 +118,26 @@ class Diagnosis:
         cause = next((m for m in ranked if m.playbook.id == own.explained_by), None)
         lead = [cause, own] if cause is not None else [own]
         return lead + [m for m in ranked if all(m is not x for x in lead)]
+
+    def to_frame(self) -> pd.DataFrame:
+        """The series this diagnosis read, long format, for pandas: one row per point, with
+        the scope's labels, ``signal``, ``unit``, ``class``, ``period`` (window, baseline,
+        before), ``time`` (UTC), ``value`` and ``evidence_for`` (the findings it is evidence
+        for, comma separated). Needs pandas (``servediag[notebook]``)."""
+        from diagnoser.tables import series_frame
+
+        return series_frame(self)
+
+    def findings_frame(self) -> pd.DataFrame:
+        """One row per finding and condition of its evidence, likely cause first, with the
+        numbers the text report prints (see ``diagnoser.tables.finding_rows``)."""
+        from diagnoser.tables import findings_frame
+
+        return findings_frame(self)
+
+    def to_json(self) -> dict[str, Any]:
+        """The JSON contract (``diagnose --format json``) as a dict."""
+        return to_json(self)
 
     def providers(self, m: Match) -> list[str]:
         """What would provide the missing series (every version's vLLM is there already; on

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from diagnoser.catalog import Playbook
-from diagnoser.diagnose.match import Match
+from diagnoser.diagnosis.match import Match
 
 EXPLAINED_FACTOR = 0.5
 CONTESTED_FACTOR = 0.75  # an exclusion held, but the cause it points to was not found

@@ -1,0 +1,210 @@
+"""servediag from Python: the diagnosis and the KV budget for a notebook or a script.
+
+The command line's guarantees hold here too. Every query of one call shares one deadline
+(``timeout``), each answer is bounded in size, a partial answer (Prometheus's ``warnings``)
+is marked on the result, and anything wrong with the source raises ``SourceError`` whose
+message is one line, printable as is, with no credential in it. ``source`` may be a URL,
+a ``prometheus_api_client.PrometheusConnect`` already configured (its URL, headers, auth,
+TLS settings and session are used), or any object with the ``query_range`` and ``query``
+of ``diagnoser.core.source.MetricSource`` (a recording, say).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from datetime import datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from diagnoser.core.source import MetricSource
+    from diagnoser.diagnosis.model import Diagnosis
+    from diagnoser.kvbudget.budget import Budget
+    from diagnoser.kvbudget.live import Live
+
+Seconds = float | int | str
+When = float | int | str | datetime | None
+PathLike = str | Path
+
+
+def connect(source: Any, timeout: float = 60.0, max_response_mb: float = 64.0) -> MetricSource:
+    """The metric source ``source`` names: a URL (``http://prometheus:9090``, credentials in
+    it or not), a ``PrometheusConnect``, or a source as it is. A URL that is not http(s)
+    raises ``ValueError``."""
+    from diagnoser.core.source import MIB, PrometheusSource
+
+    if isinstance(source, str):
+        from urllib.parse import urlsplit
+
+        from diagnoser.core.source import redact_url
+
+        parts = urlsplit(source.strip())
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError(f"{redact_url(source)!r} is not an http:// or https:// URL")
+        return PrometheusSource(
+            source.strip(), timeout=timeout, max_bytes=int(max_response_mb * MIB)
+        )
+    if type(source).__name__ == "PrometheusConnect":
+        from diagnoser.core.connect import ConnectSource
+
+        return ConnectSource(source, timeout=timeout, max_bytes=int(max_response_mb * MIB))
+    if callable(getattr(source, "query_range", None)) and callable(getattr(source, "query", None)):
+        return source  # type: ignore[no-any-return]
+    raise TypeError(
+        "source must be a URL, a prometheus_api_client.PrometheusConnect, or an object with "
+        f"query_range() and query(); got {type(source).__name__}"
+    )
+
+
+def seconds(value: Seconds, what: str) -> float:
+    """``"1h"``, ``"90m"`` or a number of seconds -> seconds; ``ValueError`` naming ``what``."""
+    from diagnoser.core.durations import parse_duration
+
+    try:
+        return parse_duration(value)
+    except ValueError as exc:
+        raise ValueError(f"{what}: {exc}") from None
+
+
+def timestamp(value: When, what: str) -> float | None:
+    """An RFC 3339 string, Unix seconds or a ``datetime`` (naive is UTC) -> Unix seconds."""
+    from diagnoser.core.durations import parse_time
+
+    if value is None:
+        return None
+    if isinstance(value, datetime):
+        if value.tzinfo is None:
+            from datetime import timezone
+
+            value = value.replace(tzinfo=timezone.utc)
+        return value.timestamp()
+    try:
+        return parse_time(str(value) if isinstance(value, str) else repr(float(value)))
+    except (ValueError, TypeError) as exc:
+        raise ValueError(f"{what}: {exc}") from None
+
+
+def _site(config: PathLike | None, catalog: PathLike | Sequence[PathLike] | None) -> Any:
+    from diagnoser.site import Site
+
+    if catalog is None:
+        dirs: tuple[Path, ...] = ()
+    elif isinstance(catalog, (str, Path)):
+        dirs = (Path(catalog),)
+    else:
+        dirs = tuple(Path(c) for c in catalog)
+    if config is None and not dirs:
+        return Site.default()
+    return Site.load(Path(config) if config is not None else None, dirs)
+
+
+def diagnose(
+    source: Any,
+    since: Seconds = "1h",
+    until: When = None,
+    model: str | None = None,
+    config: PathLike | None = None,
+    catalog: PathLike | Sequence[PathLike] | None = None,
+    lookback: Seconds = "24h",
+    *,
+    match: Sequence[str] = (),
+    baseline: Seconds | None = None,
+    timeout: float = 60.0,
+) -> Diagnosis:
+    """Diagnose ``since`` up to ``until`` (default now), as ``servediag diagnose`` does.
+
+    ``model`` keeps one ``model_name``; ``match`` adds label matchers (``'job="vllm"'``);
+    ``config`` is a site config file and ``catalog`` directories of your own playbooks;
+    ``lookback`` how far back to date an onset (``0`` for not at all); ``baseline`` a shift
+    such as ``"1d"`` to compare with the same hours a day before (default: the period just
+    before the window). Returns a ``Diagnosis``: ``findings`` likely cause first,
+    ``health`` per model, ``to_frame()`` and ``findings_frame()`` for pandas, ``to_json()``
+    for the JSON contract. Raises ``SourceError`` when the source fails, ``UserError`` for a
+    bad config or catalog, ``ValueError`` for a bad argument.
+    """
+    import time
+
+    from diagnoser.diagnosis import Window
+    from diagnoser.diagnosis import diagnose as run
+
+    span = seconds(since, "since")
+    back = seconds(lookback, "lookback") if lookback not in (0, "0") else 0.0
+    offset = seconds(baseline, "baseline") if baseline is not None else None
+    end = timestamp(until, "until")
+    end = time.time() if end is None else end
+    if not math.isfinite(timeout) or timeout <= 0:
+        raise ValueError(f"timeout: {timeout!r} is not a positive number of seconds")
+    scope = _scope(model, match)
+    site = _site(config, catalog)
+    return run(connect(source, timeout), site, Window.plan(span, end, offset), scope, lookback=back)
+
+
+def _scope(model: str | None, match: Sequence[str]) -> tuple[str, ...]:
+    """The label matchers, escaped as the command line's are (a value selects, never
+    widens); a malformed matcher raises ``ValueError``."""
+    from diagnoser.cli.diagnose import MATCHER
+    from diagnoser.core.promql import matcher
+
+    out = [matcher("model_name", model)] if model else []
+    for m in (match,) if isinstance(match, str) else match:
+        if not isinstance(m, str) or not MATCHER.fullmatch(m.strip()):
+            raise ValueError(f'match: {m!r} is not a label matcher like job="vllm"')
+        out.append(m.strip())
+    return tuple(out)
+
+
+def kv_budget(
+    model: str | None = None,
+    *,
+    source: Any = None,
+    at: When = None,
+    gpu: str = "H100-80GB",
+    gpu_memory_gb: float | None = None,
+    gpu_memory_utilization: float = 0.9,
+    weights_gb: float | None = None,
+    max_model_len: int | None = None,
+    context: int | None = None,
+    users: int | None = None,
+    tensor_parallel: int = 1,
+    kv_cache_dtype: str = "auto",
+    block_size: int = 16,
+    timeout: float = 60.0,
+) -> tuple[Budget | None, Live | None]:
+    """The KV-cache plan for ``model`` (a preset such as ``"llama-3.1-8b"`` or a
+    ``config.json``), and with ``source`` each live engine's capacity read at ``at``
+    (default now), as ``servediag kv-budget`` prints them. Either may be None when not
+    asked for. Raises ``UserError`` for what cannot be planned, ``SourceError`` when the
+    source fails."""
+    import time
+
+    from diagnoser.kvbudget.budget import make_budget
+    from diagnoser.kvbudget.live import read_live
+
+    if model is None and source is None:
+        raise ValueError("give a model (a preset or a config.json), a source, or both")
+    plan = None
+    if model is not None:
+        plan = make_budget(
+            model,
+            gpu_name=gpu,
+            gpu_memory_gb=gpu_memory_gb,
+            gpu_memory_utilization=gpu_memory_utilization,
+            weights_gb=weights_gb,
+            max_model_len=max_model_len,
+            context=context,
+            users=users,
+            tensor_parallel=tensor_parallel,
+            kv_cache_dtype=kv_cache_dtype,
+            block_size=block_size,
+        )
+    live = None
+    if source is not None:
+        when = timestamp(at, "at")
+        live = read_live(
+            connect(source, timeout),
+            time.time() if when is None else when,
+            max_model_len,
+            context,
+        )
+    return plan, live

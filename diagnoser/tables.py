@@ -1,0 +1,228 @@
+"""A diagnosis as tables, for the postmortem: the series it read (long format) and its
+findings with the numbers behind them.
+
+The rows are plain dicts built without pandas, so ``diagnose --format csv`` needs nothing
+beyond the standard library; ``Diagnosis.to_frame()`` and ``Diagnosis.findings_frame()`` wrap
+the same rows in a pandas DataFrame (the ``notebook`` extra) and import pandas only then.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from diagnoser.diagnosis.match import ConditionResult, Match
+    from diagnoser.diagnosis.model import Diagnosis
+
+# The long table of series: one row per signal, scope, class and time.
+SERIES_COLUMNS = ("signal", "unit", "class", "period", "time", "value", "evidence_for")
+# The numbers a condition's verdict reports, by shape: a change's ``baseline`` and ``now``
+# with their ``ratio`` or ``delta``; a level's ``now``; a share of time (``share``, at a
+# ``max``); a drift's ``start`` and ``end``; a growth's ``exponent`` and its fit's ``r2``; a
+# correlation ``corr``; ``events`` counted; and the rest the shapes name.
+NUMBER_COLUMNS = (
+    "baseline",
+    "now",
+    "ratio",
+    "delta",
+    "share",
+    "max",
+    "start",
+    "end",
+    "exponent",
+    "r2",
+    "median",
+    "corr",
+    "events",
+    "rises_by",
+    "above",
+    "peak",
+    "line_vs_step",
+)
+# The findings table: one row per finding and condition shown as its evidence; the scope's
+# labels come between FINDING_HEAD and FINDING_TAIL.
+FINDING_HEAD = ("rank", "id", "title", "confidence", "severity", "basis", "onset")
+FINDING_TAIL = (
+    "signal",
+    "over",
+    "condition",
+    "group",
+    "holds",
+    "evidence",
+    *NUMBER_COLUMNS,
+    "explained_by",
+    "runbook",
+)
+
+
+def scope_columns(d: Diagnosis) -> list[str]:
+    """The scope's labels as columns, in the site's order (model_name, then group labels),
+    then any other label a finding's scope carries (a target's job and instance)."""
+    cols = list(d.site.config.by)
+    for scope in [*d.scopes, *(m.scope for m in d.findings)]:
+        cols += [k for k in scope if k not in cols]
+    return cols
+
+
+def finding_columns(d: Diagnosis) -> list[str]:
+    return [*FINDING_HEAD, *scope_columns(d), *FINDING_TAIL]
+
+
+def period_of(d: Diagnosis, t: float) -> str:
+    """Which part of the diagnosis a time belongs to: the window asked about, its baseline,
+    or before both (read to date an onset)."""
+    w = d.window
+    if w.start <= t <= w.end:
+        return "window"
+    if w.baseline_start <= t <= w.baseline_end:
+        return "baseline"
+    return "before"
+
+
+def _evidence_signals(d: Diagnosis) -> dict[tuple[tuple[str, str], ...], dict[str, list[str]]]:
+    """Per scope, the findings each signal is evidence for (in the diagnosis's order)."""
+    out: dict[tuple[tuple[str, str], ...], dict[str, list[str]]] = {}
+    for m in d.findings:
+        data = d.data_for(m)
+        key = data.key if data is not None else tuple(sorted(m.scope.items()))
+        per = out.setdefault(key, {})
+        for r in m.shown():
+            ids = per.setdefault(r.condition.signal, [])
+            if m.playbook.id not in ids:
+                ids.append(m.playbook.id)
+    return out
+
+
+def series_rows(d: Diagnosis) -> Iterator[dict[str, Any]]:
+    """The series the diagnosis read, one row per point: scope labels, ``signal``, its
+    ``unit``, ``class``
+    (the prompt-length class of a by-class signal, else empty), ``period`` (window, baseline
+    or before), ``time`` (Unix seconds), ``value`` and ``evidence_for`` (the findings, comma
+    separated, whose evidence this signal is on this scope; empty when none)."""
+    labels = scope_columns(d)
+    evidence = _evidence_signals(d)
+    for key, data in sorted(d.data.items()):
+        scope = {k: data.scope.get(k, "") for k in labels}
+        used = evidence.get(key, {})
+        parts = [(name, "", s) for name, s in sorted(data.series.items())]
+        parts += [
+            (name, cls, s)
+            for name, by_class in sorted(data.classes.items())
+            for cls, s in sorted(by_class.items())
+        ]
+        for name, cls, s in parts:
+            why, unit = ",".join(used.get(name, ())), d.unit(name)
+            for t, v in zip(s.t.tolist(), s.v.tolist(), strict=True):
+                yield {
+                    **scope,
+                    "signal": name,
+                    "unit": unit,
+                    "class": cls,
+                    "period": period_of(d, t),
+                    "time": t,
+                    "value": v,
+                    "evidence_for": why,
+                }
+
+
+def _number(v: float | None) -> float | None:
+    return None if v is None or not math.isfinite(v) else v
+
+
+def _condition_row(d: Diagnosis, rank: int, m: Match, r: ConditionResult) -> dict[str, Any]:
+    from diagnoser.diagnosis.model import iso
+
+    numbers = r.numbers()
+    pb = m.playbook
+    return {
+        "rank": rank,
+        "id": pb.id,
+        "title": pb.title,
+        "confidence": m.confidence,
+        "severity": pb.severity,
+        "basis": m.basis,
+        "onset": iso(m.onset),
+        "signal": r.condition.signal,
+        "over": r.condition.over,
+        "condition": r.condition.describe(),
+        "group": r.group,
+        "holds": r.verdict.holds,
+        "evidence": d.evidence_text(r),
+        **{k: _number(numbers.get(k)) for k in NUMBER_COLUMNS},
+        "explained_by": m.explained_by or "",
+        "runbook": d.runbook(m),
+    }
+
+
+def finding_rows(d: Diagnosis) -> Iterator[dict[str, Any]]:
+    """One row per finding and per condition its report shows, in the diagnosis's order:
+    the finding (``rank`` from 1, id, title, confidence, severity, basis, onset as RFC
+    3339), its scope labels, and the condition with the numbers the text report prints
+    (``baseline`` and ``now`` for a change, ``ratio``, ``share`` of time, a drift's
+    ``start`` and ``end``, a growth ``exponent``; empty where the shape has none)."""
+    labels = scope_columns(d)
+    for rank, m in enumerate(d.findings, 1):
+        scope = {k: m.scope.get(k, "") for k in labels}
+        for r in m.shown():
+            row = _condition_row(d, rank, m, r)
+            yield {**{k: row[k] for k in FINDING_HEAD}, **scope, **row}
+
+
+# A cell a spreadsheet would take for a formula (OWASP's CSV injection): what a label value
+# from outside starts with gets a leading apostrophe.
+_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+
+
+def _cell(value: Any) -> Any:
+    if value is None:
+        return ""
+    if isinstance(value, str) and value.startswith(_FORMULA_START):
+        return "'" + value
+    return value
+
+
+def to_csv(d: Diagnosis) -> str:
+    """The findings table as CSV: a header row (also when nothing was found), then one row
+    per finding and condition; empty cells for no number, and a text cell that a
+    spreadsheet would run as a formula (``=``, ``+``, ``-``, ``@``) behind an apostrophe."""
+    out = io.StringIO()
+    writer = csv.DictWriter(out, fieldnames=finding_columns(d), lineterminator="\n")
+    writer.writeheader()
+    for row in finding_rows(d):
+        writer.writerow({k: _cell(v) for k, v in row.items()})
+    return out.getvalue()
+
+
+def _pandas() -> Any:
+    try:
+        import pandas as pd
+    except ImportError:
+        raise ImportError(
+            "Diagnosis tables as DataFrames need pandas: pip install 'servediag[notebook]'"
+        ) from None
+    return pd
+
+
+def series_frame(d: Diagnosis) -> pd.DataFrame:
+    """``series_rows`` as a DataFrame; ``time`` as UTC timestamps. A diagnosis that read no
+    data gives an empty frame with the same columns."""
+    pd = _pandas()
+    cols = [*scope_columns(d), *SERIES_COLUMNS]
+    frame = pd.DataFrame(list(series_rows(d)), columns=cols)
+    frame["time"] = pd.to_datetime(frame["time"].astype("float64"), unit="s", utc=True)
+    return frame
+
+
+def findings_frame(d: Diagnosis) -> pd.DataFrame:
+    """``finding_rows`` as a DataFrame; ``onset`` as a UTC timestamp. No finding gives an
+    empty frame with the same columns."""
+    pd = _pandas()
+    frame = pd.DataFrame(list(finding_rows(d)), columns=finding_columns(d))
+    frame["onset"] = pd.to_datetime(frame["onset"], utc=True)
+    return frame

@@ -1,0 +1,301 @@
+"""servediag in a notebook: the Python API, the diagnosis as pandas tables and as CSV, and
+the worked postmortem (examples/postmortem.py) run headless against a real Prometheus."""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import io
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+import diagnoser
+from diagnoser import tables
+from diagnoser.core.source import SourceError
+from diagnoser.lab.promserver import free_port
+from diagnoser.lab.replay import Replay
+
+ROOT = Path(__file__).resolve().parent.parent
+ANSWERS = ROOT / "tests" / "data" / "answers"
+END = 1793534400.0  # the recordings' end (tests/test_replay.py)
+
+
+@pytest.fixture(scope="module")
+def launch():
+    """The retrieval launch, diagnosed from its recorded answers through the API."""
+    return diagnoser.diagnose(Replay(ANSWERS / "retrieval-launch.json.gz"), since="1h", until=END)
+
+
+@pytest.fixture(scope="module")
+def quiet():
+    return diagnoser.diagnose(Replay(ANSWERS / "healthy-steady.json.gz"), since="1h", until=END)
+
+
+def test_the_api_gives_the_diagnosis_the_command_line_gives(launch):
+    want = json.loads((ANSWERS / "retrieval-launch.expected.json").read_text())
+    got = launch.to_json()
+    got.pop("stats")
+    assert got == want
+    assert launch.findings[0].playbook.id == "prompt-length-shift"
+
+
+def test_the_api_takes_times_as_text_numbers_or_datetimes(launch):
+    from datetime import datetime, timezone
+
+    source = Replay(ANSWERS / "retrieval-launch.json.gz")
+    for until in ("2026-11-01T12:00:00Z", END, int(END), datetime.fromtimestamp(END, timezone.utc)):
+        d = diagnoser.diagnose(source, since=3600, until=until)
+        assert d.window.end == END and [m.playbook.id for m in d.findings] == [
+            m.playbook.id for m in launch.findings
+        ]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "says"),
+    [
+        ({"since": "an hour"}, "since: 'an hour' is not a duration"),
+        ({"until": "yesterday"}, "until: "),
+        ({"lookback": "-1h"}, "lookback: "),
+        ({"match": ['job="x"} or up{']}, "is not a label matcher"),
+        ({"timeout": float("nan")}, "timeout: nan"),
+    ],
+)
+def test_bad_arguments_raise_one_value_error_naming_the_argument(kwargs, says):
+    with pytest.raises(ValueError, match=None) as info:
+        diagnoser.diagnose(Replay(ANSWERS / "healthy-steady.json.gz"), **kwargs)
+    assert says in str(info.value) and "\n" not in str(info.value)
+
+
+def test_a_dead_url_raises_the_sources_one_error():
+    url = f"http://user:s3cret@127.0.0.1:{free_port()}"
+    with pytest.raises(SourceError) as info:
+        diagnoser.diagnose(url, timeout=2)
+    text = str(info.value)
+    assert "connection refused" in text and "s3cret" not in text and "\n" not in text
+    with pytest.raises(ValueError, match="is not an http"):
+        diagnoser.diagnose("ftp://prometheus:9090")
+
+
+def test_the_series_frame_is_long_and_names_the_evidence(launch):
+    frame = launch.to_frame()
+    assert list(frame.columns) == ["model_name", *tables.SERIES_COLUMNS]
+    assert str(frame["time"].dt.tz) == "UTC"
+    assert set(frame["period"]) == {"window", "baseline"}
+    first = launch.findings[0]
+    cited = {r.condition.signal for r in first.shown()}
+    rows = frame[frame["evidence_for"].str.split(",").apply(lambda ids: first.playbook.id in ids)]
+    assert set(rows["signal"]) == cited
+    # Every point of a series the diagnosis read, once.
+    data = launch.data_for(first)
+    ttft = data.series["ttft_p95"]
+    mine = rows[(rows["signal"] == "ttft_p95") & (rows["model_name"] == first.scope["model_name"])]
+    assert len(mine) == len(ttft.t) and mine["value"].tolist() == ttft.v.tolist()
+    assert set(mine["unit"]) == {"s"}
+
+
+def test_the_findings_frame_carries_the_numbers_the_report_prints(launch):
+    frame = launch.findings_frame()
+    first = frame[frame["rank"] == 1]
+    assert set(first["id"]) == {"prompt-length-shift"}
+    row = first[first["signal"] == "prompt_tokens_p50"].iloc[0]
+    assert row["holds"] and row["ratio"] > 1.5 and row["now"] > row["baseline"]
+    assert row["evidence"] == launch.evidence_text(
+        next(r for r in launch.findings[0].shown() if r.condition.signal == "prompt_tokens_p50")
+    )
+    assert str(frame["onset"].dt.tz) == "UTC"
+
+
+def test_every_number_a_verdict_reports_has_a_column():
+    """The recorded diagnoses' evidence names no number the table would drop."""
+    seen: set[str] = set()
+    for path in ANSWERS.glob("*.expected.json"):
+        doc = json.loads(path.read_text())
+        for f in doc["findings"]:
+            for e in f["evidence"]:
+                seen |= set(e) - {"signal", "over", "condition", "group", "holds"}
+    assert seen and seen <= set(tables.NUMBER_COLUMNS), seen - set(tables.NUMBER_COLUMNS)
+
+
+def test_no_finding_and_no_data_give_empty_frames_with_the_columns(quiet):
+    assert not quiet.findings
+    empty = quiet.findings_frame()
+    assert empty.empty and list(empty.columns) == tables.finding_columns(quiet)
+    nothing = diagnoser.diagnose(Replay(ANSWERS / "healthy-steady.json.gz"), until=END)
+    nothing.data.clear()
+    frame = nothing.to_frame()
+    assert frame.empty and list(frame.columns) == ["model_name", *tables.SERIES_COLUMNS]
+
+
+def test_csv_is_the_findings_table_and_defuses_formulas(launch, quiet):
+    rows = list(csv.DictReader(io.StringIO(tables.to_csv(launch))))
+    assert rows and rows[0]["id"] == "prompt-length-shift" and rows[0]["rank"] == "1"
+    assert len(rows) == len(launch.findings_frame())
+    header = tables.to_csv(quiet).splitlines()
+    assert header == [",".join(tables.finding_columns(quiet))]
+    mine = diagnoser.diagnose(Replay(ANSWERS / "retrieval-launch.json.gz"), until=END)
+    m = mine.findings[0]
+    m.scope = {**m.scope, "model_name": '=HYPERLINK("http://x")'}
+    cell = next(iter(csv.DictReader(io.StringIO(tables.to_csv(mine)))))["model_name"]
+    assert cell == '\'=HYPERLINK("http://x")'
+
+
+def test_importing_diagnoser_and_diagnose_help_leave_pandas_out():
+    code = (
+        "import sys, diagnoser, diagnoser.cli; from click.testing import CliRunner; "
+        "r = CliRunner().invoke(diagnoser.cli.main, ['diagnose', '--help']); "
+        "assert r.exit_code == 0, r.output; print('pandas' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
+
+
+def test_diagnose_without_pandas_leaves_it_out(prometheus_for, scenario_library):
+    prom = prometheus_for("healthy-steady")
+    code = (
+        "import sys; from diagnoser.cli import main; "
+        f"main(['diagnose', '--prometheus-url', '{prom.url}', '--until', "
+        f"'{scenario_library['healthy-steady'].end}', '--format', 'csv'], standalone_mode=False); "
+        "print('pandas' in sys.modules, file=sys.stderr)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stderr.strip().splitlines()[-1] == "False"
+    assert out.stdout.startswith("rank,id,title,")
+
+
+def test_the_postmortem_notebook_runs_against_the_demo_in_a_real_prometheus(
+    prometheus_for, scenario_library, tmp_path
+):
+    """examples/postmortem.py, every cell, headless, as a script (a failing cell fails it)."""
+    prom = prometheus_for("retrieval-launch")
+    env = {
+        **os.environ,
+        "PROMETHEUS_URL": prom.url,
+        "POSTMORTEM_UNTIL": str(scenario_library["retrieval-launch"].end),
+        "MPLBACKEND": "Agg",
+    }
+    started = time.monotonic()
+    out = subprocess.run(
+        [sys.executable, str(ROOT / "examples" / "postmortem.py")],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        check=False,
+        timeout=300,
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "prompt-length-shift" in out.stdout
+    print(f"the notebook ran in {time.monotonic() - started:.1f} s")
+
+
+# --- a PrometheusConnect the user configured, on loopback servers ---------------------------
+
+EMPTY = {"status": "success", "data": {"resultType": "matrix", "result": []}}
+
+
+def _connect(url: str, **kw):
+    from prometheus_api_client import PrometheusConnect
+
+    return PrometheusConnect(url=url, **kw)
+
+
+def _source(pc, timeout: float = 5.0):
+    return diagnoser.connect(pc, timeout=timeout).operation()
+
+
+def test_its_headers_auth_and_session_go_with_every_query():
+    from loopback import answer, serve
+
+    with serve(lambda h, f: answer(h, EMPTY)) as srv:
+        pc = _connect(srv.url, headers={"X-Scope-OrgID": "team-a"}, auth=("alice", "pw123456"))
+        pc._session.headers["X-From-Session"] = "yes"
+        _source(pc).query_range("up", END - 600, END, 60)
+    sent = srv.seen[0].headers
+    assert sent["X-Scope-OrgID"] == "team-a" and sent["X-From-Session"] == "yes"
+    assert sent["Authorization"].startswith("Basic ")
+    assert srv.seen[0].path.startswith("/api/v1/query_range?query=up&")
+
+
+def test_a_partial_answer_keeps_its_warnings():
+    from loopback import answer, serve
+
+    partial = {**EMPTY, "warnings": ["store gateway unreachable: partial response"]}
+    with serve(lambda h, f: answer(h, partial)) as srv:
+        src = _source(_connect(srv.url))
+        src.query_range("up", END - 600, END, 60)
+    assert src.warnings == ["store gateway unreachable: partial response"]
+
+
+def test_an_error_is_one_line_without_the_credentials_it_echoes():
+    from loopback import answer, serve
+
+    def echo(h, f):
+        said = h.headers.get("Authorization", "")
+        answer(h, {"status": "error", "errorType": "bad_data", "error": f"rejected {said}"}, 400)
+
+    with serve(echo) as srv:
+        pc = _connect(srv.url, headers={"Authorization": "Bearer tok-9876543210"})
+        with pytest.raises(SourceError) as info:
+            _source(pc).query_range("up", END - 600, END, 60)
+    text = str(info.value)
+    assert "HTTP 400" in text and "tok-9876543210" not in text and "\n" not in text
+
+
+def test_retry_after_is_not_slept_past_the_deadline():
+    """The library's own adapter would retry three times and sleep each Retry-After."""
+    from loopback import answer, serve
+
+    with serve(lambda h, f: answer(h, b"busy", 503, {"Retry-After": "30"})) as srv:
+        started = time.monotonic()
+        with pytest.raises(SourceError) as info:
+            _source(_connect(srv.url), timeout=2).query_range("up", END - 600, END, 60)
+    assert time.monotonic() - started < 10
+    assert "503" in str(info.value) and "retry after 30" in str(info.value)
+    assert len(srv.seen) == 1
+
+
+def test_an_answer_past_the_size_limit_stops_there():
+    from loopback import serve
+
+    def huge(h, f):
+        h.send_response(200)
+        h.send_header("Content-Type", "application/json")
+        h.end_headers()
+        with contextlib.suppress(OSError):
+            for _ in range(64):
+                h.wfile.write(b" " * (1 << 20))
+
+    with serve(huge) as srv:
+        src = diagnoser.connect(_connect(srv.url), timeout=10, max_response_mb=2).operation()
+        with pytest.raises(SourceError, match="more than 2 MiB"):
+            src.query_range("up", END - 600, END, 60)
+
+
+def test_a_redirect_elsewhere_goes_without_the_credentials():
+    from loopback import answer, serve
+
+    with serve(lambda h, f: answer(h, EMPTY)) as other:
+
+        def away(h, f):
+            h.send_response(302)
+            h.send_header("Location", other.url.replace("127.0.0.1", "localhost") + h.path)
+            h.end_headers()
+
+        with serve(away) as srv:
+            pc = _connect(srv.url, headers={"Authorization": "Bearer tok-9876543210"})
+            _source(pc).query_range("up", END - 600, END, 60)
+    assert "Authorization" in srv.seen[0].headers
+    assert "Authorization" not in other.seen[0].headers
+
+
+def test_a_dead_prometheusconnect_gives_the_clis_error():
+    url = f"http://127.0.0.1:{free_port()}"
+    with pytest.raises(SourceError) as info:
+        diagnoser.diagnose(_connect(url), timeout=3)
+    assert str(info.value) == f"cannot reach {url}: connection refused"
