@@ -27,13 +27,15 @@ from typing import Any
 from diagnoser.core.http import REAPER
 from diagnoser.webhook.payload import PayloadError, parse_notification
 from diagnoser.webhook.receiver import Webhook
+from diagnoser.webhook.stop import SignalStop
 
 log = logging.getLogger("servediag.webhook")
 
 BACKLOG = 1024  # connections waiting to be accepted (socketserver's default is 5)
 CLIENT_TIMEOUT = 10.0  # seconds for each read from a client
 CLIENT_DEADLINE = 30.0  # seconds for a whole request, however slowly the client sends
-DRAIN_TIMEOUT = 20.0  # on SIGTERM: time to finish the queue (--drain-timeout)
+DRAIN_TIMEOUT = 8.0  # on SIGTERM: time to finish the queue (--drain-timeout)
+STOP_POLL = 0.2  # seconds between two looks at whether a signal asked to stop
 MAX_BODY = 1 << 20
 DRAIN_LIMIT = 8 * MAX_BODY  # larger bodies are not read at all: the connection is closed
 POST_PATHS = ("/", "/alerts")
@@ -42,6 +44,7 @@ HELP = {
     "alerts": "Alerts in the notifications, by what was done with them.",
     "diagnoses": "Diagnoses run, by outcome.",
     "forwards": "Messages forwarded to the chat webhook, by outcome.",
+    "records": "Records of alerts, printed on stdout or logged (stdout could not be written).",
 }
 REFUSED = {
     "queue_full": (503, "queue full, retry later"),
@@ -202,11 +205,12 @@ def serve(
     host: str,
     port: int,
     ready: threading.Event | None = None,
-    stop: threading.Event | None = None,
+    stop: threading.Event | SignalStop | None = None,
     drain: float = DRAIN_TIMEOUT,
 ) -> None:
     """Serve until ``stop`` is set; then drain: notifications are answered 503 while the
-    queue gets up to ``drain`` seconds to finish, and alerts left are emitted as undone."""
+    queue gets up to ``drain`` seconds to finish (less when a second signal cuts the drain
+    short, with a ``SignalStop``), and alerts left are emitted as undone."""
     stop = stop or threading.Event()
     server = Server((host, port), make_handler(webhook))
     webhook.start()
@@ -215,14 +219,17 @@ def serve(
     log.info("listening on http://%s:%d/alerts", host, server.server_address[1])
     if ready is not None:
         ready.set()
+    stopping = stop if isinstance(stop, SignalStop) else None
     try:
-        # Wake up now and then: a signal delivered to another thread (SIGTERM from a
-        # container runtime, say) runs its handler only when the main thread does.
-        while not stop.wait(0.5):
-            pass
+        # Poll: a signal handler only sets a flag (see webhook.stop), and a signal delivered
+        # to another thread runs its handler only when the main thread wakes up.
+        while not stop.is_set():
+            time.sleep(STOP_POLL)
+        if stopping is not None:
+            log.info("stopping %s; a second signal ends the drain at once", stopping.why())
     finally:
         try:
-            webhook.drain(drain)
+            webhook.drain(drain, stopping)
         finally:
             server.shutdown()
             thread.join()
