@@ -4,6 +4,9 @@ without ids and a token file that is not a token are said in one line."""
 
 from __future__ import annotations
 
+import time
+
+import pytest
 from click.testing import CliRunner
 from loopback import answer, drip, elapsed, serve
 
@@ -122,3 +125,48 @@ def test_no_part_of_a_token_is_left_where_an_error_body_is_cut_short(tmp_path):
         for _ in range(15):
             res = stream(ep, "completions", {"model": "m", "prompt": "hi"}, 5.0)
             assert res.outcome == "http_error" and "tok-s" not in res.detail, res.detail
+
+
+# --- server-sent events with every line ending the format allows ---------------------------
+
+EVENTS = [
+    b'data: {"choices":[{"index":0,"text":" hello","finish_reason":null}]}',
+    b'data: {"choices":[{"index":0,"text":" world","finish_reason":"stop"}]}',
+    b"data: [DONE]",
+]
+
+
+@pytest.mark.parametrize(
+    "eol", [b"\r", b"\r\n", b"\n", b"mixed"], ids=["CR", "CRLF", "LF", "mixed"]
+)
+def test_every_line_ending_of_server_sent_events_is_read(eol):
+    """A stream with CR-only line endings (allowed by the format) was one long line, read as
+    invalid JSON: an http_error for a server that answered well."""
+    if eol == b"mixed":
+        body = EVENTS[0] + b"\r\n\r\n" + EVENTS[1] + b"\r\r" + EVENTS[2] + b"\n\n"
+    else:
+        body = b"".join(e + eol + eol for e in EVENTS)
+    with serve(lambda h, f: answer(h, body, headers={"Content-Type": "text/event-stream"})) as t:
+        res = _probe(t.url)
+    assert res.outcome == "ok", res.detail
+    assert res.tokens == 2 and res.finish_reason == "stop"
+
+
+def test_a_crlf_split_between_two_reads_is_one_line_ending():
+    """The CR ends a line at once (the stream is timed as it arrives); the LF that follows in
+    the next read is not a second, blank line."""
+
+    def split(h, f):
+        h.send_response(200)
+        h.send_header("Content-Type", "text/event-stream")
+        h.end_headers()
+        for part in (EVENTS[0] + b"\r", b"\n\r", b"\n" + EVENTS[1] + b"\r", b"\n\r\n", EVENTS[2]):
+            h.wfile.write(part)
+            h.wfile.flush()
+            time.sleep(0.05)
+        h.wfile.write(b"\r\n\r\n")
+
+    with serve(split) as t:
+        res = _probe(t.url)
+    assert res.outcome == "ok", res.detail
+    assert res.tokens == 2 and len(res.gaps) == 1 and res.gaps[0] > 0.05
