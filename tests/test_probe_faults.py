@@ -4,13 +4,19 @@ without ids and a token file that is not a token are said in one line."""
 
 from __future__ import annotations
 
+import signal
+import subprocess
+import sys
 import time
+import urllib.request
 
 import pytest
 from click.testing import CliRunner
-from loopback import answer, drip, elapsed, serve
+from loopback import answer, drip, elapsed, serve, wait_for
 
 from diagnoser.cli import main
+from diagnoser.lab.promserver import free_port
+from diagnoser.probe.runner import ProbeConfig, Prober
 from diagnoser.probe.stream import Endpoint, stream
 
 
@@ -170,3 +176,51 @@ def test_a_crlf_split_between_two_reads_is_one_line_ending():
         res = _probe(t.url)
     assert res.outcome == "ok", res.detail
     assert res.tokens == 2 and len(res.gaps) == 1 and res.gaps[0] > 0.05
+
+
+# --- every request counted -------------------------------------------------------------------
+
+
+def _deep(h, f):
+    if h.path.endswith("/models"):
+        answer(h, {"data": [{"id": "m"}]})
+    else:
+        body = b"data: " + b"[" * 100_000 + b"\n\n"
+        answer(h, body, headers={"Content-Type": "text/event-stream"})
+
+
+def test_a_request_whose_answer_no_one_foresaw_is_counted():
+    """A request that raised (here JSON nested 100,000 deep in the stream) was not counted:
+    the exception ended the round's thread before the count."""
+    with serve(_deep) as t:
+        prober = Prober(ProbeConfig(Endpoint(t.url), "m", classes=(128,), timeout=5))
+        attempt = prober.probe_one(128)
+    assert attempt.result is not None and attempt.result.outcome == "http_error"
+    assert prober.metrics.outcomes[("128", "http_error")] == 1
+
+
+def test_in_continuous_mode_every_failed_request_is_in_llm_probe_requests_total():
+    with serve(_deep) as t:
+        port = free_port()
+        cmd = [sys.executable, "-m", "diagnoser", "probe", "--target", t.url, "--every", "1s"]
+        cmd += ["--budget", "600/min", "--classes", "128,1k", "--listen", f"127.0.0.1:{port}"]
+        proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True)
+        try:
+
+            def counted() -> float:
+                try:
+                    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics") as resp:
+                        text = resp.read().decode()
+                except OSError:
+                    assert proc.poll() is None
+                    return 0.0
+                lines = [ln for ln in text.splitlines() if 'outcome="http_error"' in ln]
+                return sum(float(ln.rsplit(" ", 1)[1]) for ln in lines)
+
+            assert wait_for(lambda: counted() >= 4, 30)
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0, err
+    assert "Traceback" not in err
+    assert "128: http_error" in err and "1k: http_error" in err

@@ -126,7 +126,7 @@ class Prober:
         try:
             with self.lock:
                 prompt, counted = self.cfg.counter.prompt(tokens, self.rng)
-            res = stream(self.cfg.endpoint, self.cfg.api, self.body(prompt), self.cfg.timeout)
+            res = self._request(prompt)
         finally:
             self.slots.release()
         with self.lock:
@@ -138,6 +138,18 @@ class Prober:
             else:
                 self.metrics.count(label, res.outcome)
         return Attempt(label, counted, res)
+
+    def _request(self, prompt: str) -> Result:
+        """``stream``, whose failures are outcomes; what it raises all the same (an answer
+        no one foresaw) is one too, so the request is counted, not lost with its round's
+        thread: ``connection_error`` when the connection failed, else ``http_error``."""
+        ep = self.cfg.endpoint
+        try:
+            return stream(ep, self.cfg.api, self.body(prompt), self.cfg.timeout)
+        except Exception as exc:
+            outcome = "connection_error" if isinstance(exc, OSError) else "http_error"
+            detail = ep.clean(f"the request failed: {type(exc).__name__}: {exc}")
+            return Result(outcome, detail=" ".join(detail.split())[:300])
 
     def _skip(self, label: str, tokens: int, reason: str) -> Attempt:
         with self.lock:
@@ -167,7 +179,12 @@ class Prober:
             stop.wait(max(0.0, next_at - time.monotonic()))
 
     def _logged_round(self, log: Callable[[str], None]) -> None:
-        for a in self.round():
+        try:
+            attempts = self.round()
+        except Exception as exc:  # one line, not the thread's traceback; the next round runs
+            log(f"a round failed: {type(exc).__name__}: {exc}")
+            return
+        for a in attempts:
             log(describe(a))
 
 
