@@ -5,8 +5,13 @@ Each bound is there because ``http.server`` has none of it by default:
 
 - connections: at most ``max_connections`` are served at once, each by a thread; the next
   ones are not accepted until one ends, so they wait in the kernel's listen backlog
-  (``BACKLOG``) instead of each taking a thread and its memory. A client waits; it is not
-  reset.
+  (``BACKLOG``) instead of each taking a thread, its memory and a file descriptor (the
+  diagnoses' own connections need descriptors too). When all are taken and a client waits,
+  the oldest connection still without its request head, with nothing unread, and accepted
+  ``EVICT_AFTER`` seconds ago at least, is closed to make room: a flood of connections that
+  send nothing would otherwise hold every slot in turn for ``timeout`` seconds each and keep
+  real requests waiting for minutes, where a real client has sent its request by the time
+  its connection is accepted.
 - time: ``timeout`` seconds for each read from a client (an idle connection is closed after
   that), and ``deadline`` seconds for a whole connection, however slowly it sends, after
   which its socket is shut down. So no client holds a connection slot long.
@@ -20,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import http.client
 import logging
+import select
 import socket
 import sys
 import threading
@@ -38,7 +44,9 @@ CLIENT_TIMEOUT = 10.0  # seconds for each read from a client: an idle connection
 CLIENT_DEADLINE = 30.0  # seconds for a whole connection, however slowly the client sends
 MAX_HEAD = 32 << 10  # bytes of request line and headers
 MAX_HEADER_FIELDS = 64
-SLOT_POLL = 0.2  # seconds between two looks at whether the server stops, while it is full
+SLOT_POLL = 0.05  # seconds between two looks for a free slot, while the server is full
+EVICT_AFTER = 0.1  # seconds after its accept that a connection with no request head and
+# nothing unread may be closed to make room for a new one
 
 
 class _Head:
@@ -107,10 +115,23 @@ class Handler(BaseHTTPRequestHandler):
             self.close_connection = True
             self.send_error(HTTPStatus.REQUEST_URI_TOO_LONG)
             return False
-        return super().parse_request()
+        parsed = super().parse_request()
+        if parsed and isinstance(self.server, Server):
+            self.server.head_done(self.request)
+        return parsed
 
     def log_message(self, format: str, *args: object) -> None:
         log.debug("%s %s", self.client_address[0], format % args)
+
+
+def _unread(sock: socket.socket) -> bool:
+    """Whether ``sock`` has bytes (or its end) waiting to be read; without waiting."""
+    poller = select.poll()
+    try:
+        poller.register(sock, select.POLLIN)
+        return bool(poller.poll(0))
+    except (OSError, ValueError):  # closed meanwhile
+        return False
 
 
 class Server(ThreadingHTTPServer):
@@ -125,23 +146,54 @@ class Server(ThreadingHTTPServer):
     def __init__(self, address: tuple[str, int], handler: type[BaseHTTPRequestHandler]):
         self._slots = threading.BoundedSemaphore(self.max_connections)
         self._closing = False
+        # Connections still without a complete request head, oldest first: when accepted.
+        self._heads: dict[socket.socket, float] = {}
+        self._lock = threading.Lock()
         super().__init__(address, handler)
 
     def get_request(self) -> tuple[socket.socket, Any]:
         """Accept only with a connection slot free: while all are taken, new connections
-        wait in the backlog, and no thread is started for them."""
-        while not self._slots.acquire(timeout=SLOT_POLL):
+        wait in the backlog, and no thread is started for them; the one that has waited
+        longest for its request head (``EVICT_AFTER`` seconds at least) is closed."""
+        while not self._slots.acquire(blocking=False):
             if self._closing:
                 raise OSError("the server is stopping")
+            self._evict()
+            if self._slots.acquire(timeout=SLOT_POLL):
+                break
         try:
-            return super().get_request()
+            request, address = super().get_request()
         except OSError:
             self._slots.release()
             raise
+        with self._lock:
+            self._heads[request] = time.monotonic()
+        return request, address
+
+    def _evict(self) -> None:
+        now = time.monotonic()
+        with self._lock:
+            for request, at in self._heads.items():  # oldest first
+                if now - at < EVICT_AFTER:
+                    return
+                if not _unread(request):
+                    del self._heads[request]
+                    break
+            else:
+                return
+        log.debug("all connections taken: closed one that sent no request")
+        with contextlib.suppress(OSError):  # its thread reads the end and frees the slot
+            socket.socket.shutdown(request, socket.SHUT_RDWR)
+
+    def head_done(self, request: Any) -> None:
+        """The connection's request head has arrived: it is no longer one to evict."""
+        with self._lock:
+            self._heads.pop(request, None)
 
     def shutdown_request(self, request: Any) -> None:
         """Called once for every connection accepted, however it ended: its slot is free."""
         try:
+            self.head_done(request)
             super().shutdown_request(request)
         finally:
             self._slots.release()
