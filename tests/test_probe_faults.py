@@ -4,10 +4,19 @@ without ids and a token file that is not a token are said in one line."""
 
 from __future__ import annotations
 
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+
+import pytest
 from click.testing import CliRunner
-from loopback import answer, drip, elapsed, serve
+from loopback import answer, drip, elapsed, serve, wait_for
 
 from diagnoser.cli import main
+from diagnoser.lab.promserver import free_port
+from diagnoser.probe.runner import ProbeConfig, Prober
 from diagnoser.probe.stream import Endpoint, stream
 
 
@@ -122,3 +131,96 @@ def test_no_part_of_a_token_is_left_where_an_error_body_is_cut_short(tmp_path):
         for _ in range(15):
             res = stream(ep, "completions", {"model": "m", "prompt": "hi"}, 5.0)
             assert res.outcome == "http_error" and "tok-s" not in res.detail, res.detail
+
+
+# --- server-sent events with every line ending the format allows ---------------------------
+
+EVENTS = [
+    b'data: {"choices":[{"index":0,"text":" hello","finish_reason":null}]}',
+    b'data: {"choices":[{"index":0,"text":" world","finish_reason":"stop"}]}',
+    b"data: [DONE]",
+]
+
+
+@pytest.mark.parametrize(
+    "eol", [b"\r", b"\r\n", b"\n", b"mixed"], ids=["CR", "CRLF", "LF", "mixed"]
+)
+def test_every_line_ending_of_server_sent_events_is_read(eol):
+    """A stream with CR-only line endings (allowed by the format) was one long line, read as
+    invalid JSON: an http_error for a server that answered well."""
+    if eol == b"mixed":
+        body = EVENTS[0] + b"\r\n\r\n" + EVENTS[1] + b"\r\r" + EVENTS[2] + b"\n\n"
+    else:
+        body = b"".join(e + eol + eol for e in EVENTS)
+    with serve(lambda h, f: answer(h, body, headers={"Content-Type": "text/event-stream"})) as t:
+        res = _probe(t.url)
+    assert res.outcome == "ok", res.detail
+    assert res.tokens == 2 and res.finish_reason == "stop"
+
+
+def test_a_crlf_split_between_two_reads_is_one_line_ending():
+    """The CR ends a line at once (the stream is timed as it arrives); the LF that follows in
+    the next read is not a second, blank line."""
+
+    def split(h, f):
+        h.send_response(200)
+        h.send_header("Content-Type", "text/event-stream")
+        h.end_headers()
+        for part in (EVENTS[0] + b"\r", b"\n\r", b"\n" + EVENTS[1] + b"\r", b"\n\r\n", EVENTS[2]):
+            h.wfile.write(part)
+            h.wfile.flush()
+            time.sleep(0.05)
+        h.wfile.write(b"\r\n\r\n")
+
+    with serve(split) as t:
+        res = _probe(t.url)
+    assert res.outcome == "ok", res.detail
+    assert res.tokens == 2 and len(res.gaps) == 1 and res.gaps[0] > 0.05
+
+
+# --- every request counted -------------------------------------------------------------------
+
+
+def _deep(h, f):
+    if h.path.endswith("/models"):
+        answer(h, {"data": [{"id": "m"}]})
+    else:
+        body = b"data: " + b"[" * 100_000 + b"\n\n"
+        answer(h, body, headers={"Content-Type": "text/event-stream"})
+
+
+def test_a_request_whose_answer_no_one_foresaw_is_counted():
+    """A request that raised (here JSON nested 100,000 deep in the stream) was not counted:
+    the exception ended the round's thread before the count."""
+    with serve(_deep) as t:
+        prober = Prober(ProbeConfig(Endpoint(t.url), "m", classes=(128,), timeout=5))
+        attempt = prober.probe_one(128)
+    assert attempt.result is not None and attempt.result.outcome == "http_error"
+    assert prober.metrics.outcomes[("128", "http_error")] == 1
+
+
+def test_in_continuous_mode_every_failed_request_is_in_llm_probe_requests_total():
+    with serve(_deep) as t:
+        port = free_port()
+        cmd = [sys.executable, "-m", "diagnoser", "probe", "--target", t.url, "--every", "1s"]
+        cmd += ["--budget", "600/min", "--classes", "128,1k", "--listen", f"127.0.0.1:{port}"]
+        proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True)
+        try:
+
+            def counted() -> float:
+                try:
+                    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics") as resp:
+                        text = resp.read().decode()
+                except OSError:
+                    assert proc.poll() is None
+                    return 0.0
+                lines = [ln for ln in text.splitlines() if 'outcome="http_error"' in ln]
+                return sum(float(ln.rsplit(" ", 1)[1]) for ln in lines)
+
+            assert wait_for(lambda: counted() >= 4, 30)
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0, err
+    assert "Traceback" not in err
+    assert "128: http_error" in err and "1k: http_error" in err

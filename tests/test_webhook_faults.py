@@ -374,6 +374,27 @@ def test_json_nested_too_deeply_is_answered_400(site, prometheus):
         assert post(url, notification(alert()))[0] == 200  # still serving
 
 
+@pytest.mark.parametrize(
+    "body",
+    [
+        b'{"alerts": [], "truncatedAlerts": ' + b"9" * 5000 + b"}",
+        b'{"alerts": [], "truncatedAlerts": -' + b"9" * 5000 + b"}",
+        b'{"alerts": [], "groupKey": "g", "version": ' + b"1" * 100_000 + b"}",
+    ],
+    ids=["5000 digits", "negative", "100000 digits"],
+)
+def test_a_number_of_thousands_of_digits_is_answered_400(site, prometheus, body):
+    """It was answered nothing: Python refuses to read an integer of over 4,300 digits with
+    a ValueError that is not a JSON error, and the connection was closed without a word."""
+    hook, _ = make_hook(site, PrometheusSource(prometheus))
+    with running(hook) as (url, _):
+        code, answered = post(url, body)
+        assert code == 400, answered
+        assert "digits" in answered["error"] and "set_int_max_str_digits" not in answered["error"]
+        assert post(url, notification(alert()))[0] == 200  # still serving
+    assert hook.counters.snapshot()[("notifications", "bad_request")] == 1
+
+
 def test_a_label_value_cannot_forge_a_log_line(prometheus):
     proc, url = _start(prometheus)
     forged = "m-1\n2026-11-29 03:00:00,000 ERROR forged: all models down"

@@ -92,10 +92,11 @@ def _positive_int(option: str, value: str, most: int) -> int:
 @click.option(
     "--listen",
     type=HOST_PORT,
-    default="0.0.0.0:9464",
+    default="127.0.0.1:9464",
     show_default=True,
     metavar="HOST:PORT",
-    help="Serve the probe's /metrics here.",
+    help="Serve the probe's /metrics here (loopback by default: 0.0.0.0:9464 for a "
+    "Prometheus on another host).",
 )
 @click.option(
     "--target-label",

@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import json
+import logging
+import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -88,11 +93,12 @@ from diagnoser.cli.params import DURATION, HOST_PORT, Duration
 @click.option(
     "--drain-timeout",
     type=Duration(zero=True),
-    default="20s",
+    default="8s",
     show_default=True,
     metavar="DURATION",
-    help="On SIGTERM or Ctrl-C: time to diagnose the alerts already accepted (new ones get "
-    "503); those left are printed as JSON lines with outcome undone.",
+    help="On SIGTERM, Ctrl-C or any signal that would end it: time to diagnose the alerts "
+    "already accepted (new ones get 503); those left are printed as JSON lines with outcome "
+    "undone. The default fits Docker's 10 s before SIGKILL; a second signal ends it at once.",
 )
 @click.option(
     "--workers",
@@ -126,16 +132,16 @@ def webhook_cmd(
     over the last --since and prints one JSON line on stdout: the alert, its playbook id and
     runbook_url, the top finding and the whole diagnosis. Logs go to stderr. A bad payload is
     answered 400, a full queue 503; a failing diagnosis is logged, printed with its error,
-    and the receiver goes on. GET /healthz and GET /metrics are served too. Stops on Ctrl-C
-    or SIGTERM, after diagnosing what it accepted (--drain-timeout); exit status 0.
+    and the receiver goes on. GET /healthz and GET /metrics are served too. Stops on Ctrl-C,
+    SIGTERM or any signal that would end it, after diagnosing what it accepted
+    (--drain-timeout), exit status 0; a second signal ends the drain at once, the alerts
+    left printed as undone, exit status 128 + that signal's number (130 for Ctrl-C).
 
     \b
     Examples:
       servediag webhook --listen 0.0.0.0:9095 --prometheus-url http://prometheus:9090
       servediag webhook --listen 127.0.0.1:9095 --slack-url https://hooks.slack.com/services/...
     """
-    import logging
-    import signal
     import threading
 
     from diagnoser.core.source import MAX_POINTS
@@ -143,6 +149,7 @@ def webhook_cmd(
     from diagnoser.webhook.http import SafeFormatter, serve
     from diagnoser.webhook.notify import SlackForwarder
     from diagnoser.webhook.receiver import Webhook
+    from diagnoser.webhook.stop import SignalStop
 
     host, port = listen
     since_s, step_s, dedupe_s = since, step, dedupe_window
@@ -157,12 +164,12 @@ def webhook_cmd(
     if slack_url is not None:
         _check_url(slack_url, "--slack-url")
     lock = threading.Lock()
+    write = _stdout_writer()
 
     def emit(record: dict[str, Any]) -> None:
         line = json.dumps(record, separators=(",", ":")) + "\n"
         with lock:  # workers emit concurrently; a line is never split
-            sys.stdout.write(line)
-            sys.stdout.flush()
+            write(line.encode())
 
     hook = Webhook(
         source.connect(),
@@ -177,14 +184,57 @@ def webhook_cmd(
         workers=workers,
         max_pending=queue_size,
     )
-    stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    stop = SignalStop()
+    stop.install()
     try:
         serve(hook, host, port, stop=stop, drain=drain_timeout)
     except OSError as exc:
         fail(f"cannot listen on {host}:{port}: {exc.strerror or exc}")
-    except KeyboardInterrupt:
-        pass
+    forcing = stop.forcing()
+    code = 0 if forcing is None else 128 + forcing
+    if hook.dispatcher.running:
+        # Diagnoses the drain gave up on (their alerts were printed as undone) still wait on
+        # their queries, in executor threads that Python joins at exit: up to --timeout
+        # later, past a container's grace period. Their records are written: leave now.
+        logging.shutdown()
+        with contextlib.suppress(OSError, ValueError):
+            sys.stderr.flush()
+        os._exit(code)
+    if code:
+        sys.exit(code)
+
+
+def _stdout_writer() -> Callable[[bytes], None]:
+    """How a record line is written: straight to stdout's file descriptor, so no buffer is
+    left for Python to flush (and fail on) at exit when stdout broke; when it fails (closed,
+    its reader gone, a full disk), the receiver logs the record instead. A stdout closed
+    before Python started is never written: descriptor 1 may be a socket by now."""
+    stream = sys.stdout
+    if stream is None:
+
+        def closed(data: bytes) -> None:
+            raise OSError(errno.EBADF, "stdout is closed")
+
+        logging.getLogger("servediag.webhook").warning(
+            "stdout is closed: each record is logged instead"
+        )
+        return closed
+    try:
+        fd = stream.fileno()
+    except (OSError, ValueError):  # a stdout captured in memory
+
+        def captured(data: bytes) -> None:
+            stream.write(data.decode())
+            stream.flush()
+
+        return captured
+
+    def direct(data: bytes) -> None:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+
+    return direct
 
 
 def _check_url(url: str, option: str) -> None:

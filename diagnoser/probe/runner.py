@@ -10,17 +10,16 @@ it is counted in ``llm_probe_skipped_total`` by reason.
 
 from __future__ import annotations
 
-import contextlib
 import random
 import threading
 import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from statistics import median
 from typing import Any
 
+from diagnoser.core import listener
 from diagnoser.core.buckets import prompt_bucket_label
 from diagnoser.core.exposition import Recorder, text_exposition
 from diagnoser.probe.metrics import ProbeMetrics
@@ -29,6 +28,7 @@ from diagnoser.probe.stream import Endpoint, ProbeError, Result, get_json, strea
 
 DEFAULT_CLASSES = (128, 1024, 4096, 16384)
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+METRICS_CONNECTIONS = 16  # /metrics served at once
 
 
 @dataclass
@@ -126,7 +126,7 @@ class Prober:
         try:
             with self.lock:
                 prompt, counted = self.cfg.counter.prompt(tokens, self.rng)
-            res = stream(self.cfg.endpoint, self.cfg.api, self.body(prompt), self.cfg.timeout)
+            res = self._request(prompt)
         finally:
             self.slots.release()
         with self.lock:
@@ -138,6 +138,18 @@ class Prober:
             else:
                 self.metrics.count(label, res.outcome)
         return Attempt(label, counted, res)
+
+    def _request(self, prompt: str) -> Result:
+        """``stream``, whose failures are outcomes; what it raises all the same (an answer
+        no one foresaw) is one too, so the request is counted, not lost with its round's
+        thread: ``connection_error`` when the connection failed, else ``http_error``."""
+        ep = self.cfg.endpoint
+        try:
+            return stream(ep, self.cfg.api, self.body(prompt), self.cfg.timeout)
+        except Exception as exc:
+            outcome = "connection_error" if isinstance(exc, OSError) else "http_error"
+            detail = ep.clean(f"the request failed: {type(exc).__name__}: {exc}")
+            return Result(outcome, detail=" ".join(detail.split())[:300])
 
     def _skip(self, label: str, tokens: int, reason: str) -> Attempt:
         with self.lock:
@@ -167,7 +179,12 @@ class Prober:
             stop.wait(max(0.0, next_at - time.monotonic()))
 
     def _logged_round(self, log: Callable[[str], None]) -> None:
-        for a in self.round():
+        try:
+            attempts = self.round()
+        except Exception as exc:  # one line, not the thread's traceback; the next round runs
+            log(f"a round failed: {type(exc).__name__}: {exc}")
+            return
+        for a in attempts:
             log(describe(a))
 
 
@@ -220,14 +237,18 @@ def _secs(value: float | None) -> str:
     return "-" if value is None else f"{value:.3f}s"
 
 
-def serve_metrics(prober: Prober, host: str, port: int) -> ThreadingHTTPServer:
-    """``/metrics`` on HOST:PORT in a background thread; ``shutdown()`` stops it."""
+class MetricsServer(listener.Server):
+    """The probe's ``/metrics``: a scraper or two, so few connections at once."""
 
-    class Handler(BaseHTTPRequestHandler):
-        def handle(self) -> None:
-            with contextlib.suppress(ConnectionResetError, BrokenPipeError):
-                super().handle()  # a client that hangs up is not an error
+    max_connections = METRICS_CONNECTIONS
 
+
+def serve_metrics(prober: Prober, host: str, port: int) -> MetricsServer:
+    """``/metrics`` on HOST:PORT in a background thread; ``shutdown()`` stops it. Bounded as
+    the webhook's listener is (``core.listener``): connections at once, a timeout for each
+    read (an idle connection is closed), a deadline per connection, a bounded request head."""
+
+    class Handler(listener.Handler):
         def do_GET(self) -> None:
             if self.path.split("?")[0] != "/metrics":
                 self.send_error(404, "only /metrics is served")
@@ -239,10 +260,6 @@ def serve_metrics(prober: Prober, host: str, port: int) -> ThreadingHTTPServer:
             self.end_headers()
             self.wfile.write(body)
 
-        def log_message(self, format: str, *args: object) -> None:
-            return
-
-    server = ThreadingHTTPServer((host, port), Handler)
-    server.daemon_threads = True
+    server = MetricsServer((host, port), Handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     return server

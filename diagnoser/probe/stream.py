@@ -24,6 +24,7 @@ from __future__ import annotations
 import base64
 import http.client
 import json
+import re
 import socket
 import ssl
 import time
@@ -259,6 +260,56 @@ def _exchange(
         conn.close()
 
 
+class _Lines:
+    """The stream's lines, each ended by CRLF, LF or a lone CR: the server-sent events format
+    allows all three, and ``readline`` knows only LF (a CR-only stream was one long line,
+    read as invalid JSON). Each line comes with LF as its ending; a line longer than
+    ``MAX_LINE`` comes in pieces of that size; ``b""`` is the end of the stream."""
+
+    EOL = re.compile(rb"\r\n|\r|\n")
+
+    def __init__(self, resp: http.client.HTTPResponse) -> None:
+        self.resp = resp
+        self.buf = bytearray()
+        self.pos = 0  # where the next line starts in ``buf``
+        self.scanned = 0  # ``buf`` up to here holds no line ending past ``pos``
+        self.after_cr = False  # the last line ended with a CR at the end of what was read
+        self.done = False
+
+    def next(self) -> bytes:
+        while True:
+            if self.after_cr and len(self.buf) > self.pos:
+                if self.buf[self.pos] == 0x0A:  # the LF of a CRLF split between two reads
+                    self.pos += 1
+                    self.scanned = max(self.scanned, self.pos)
+                self.after_cr = False
+            m = self.EOL.search(self.buf, max(self.pos, self.scanned))
+            if m and m.start() - self.pos <= MAX_LINE:
+                line = bytes(self.buf[self.pos : m.start()]) + b"\n"
+                self.after_cr = m.group() == b"\r" and m.end() == len(self.buf)
+                self.pos = self.scanned = m.end()
+                return line
+            if m is None:
+                self.scanned = len(self.buf)
+            if len(self.buf) - self.pos >= MAX_LINE:
+                line = bytes(self.buf[self.pos : self.pos + MAX_LINE])
+                self.pos += MAX_LINE
+                return line
+            if self.done:
+                line = bytes(self.buf[self.pos :])
+                self.pos = len(self.buf)
+                return line
+            if self.pos:  # drop what was read, before reading more
+                del self.buf[: self.pos]
+                self.scanned -= self.pos
+                self.pos = 0
+            chunk = self.resp.read1(1 << 16)
+            if chunk:
+                self.buf += chunk
+            else:
+                self.done = True
+
+
 def _read_events(
     resp: http.client.HTTPResponse,
     sock: object,
@@ -270,6 +321,7 @@ def _read_events(
     res = Result("truncated")
     last = t0
     events, foreign = 0, ""
+    lines = _Lines(resp)
     while True:
         remaining = deadline - clock()
         if remaining <= 0:
@@ -277,7 +329,7 @@ def _read_events(
         try:
             if isinstance(sock, socket.socket):
                 sock.settimeout(remaining)
-            raw = resp.readline(MAX_LINE)
+            raw = lines.next()
         except TimeoutError:
             return _timed_out(res, timeout)
         except (OSError, http.client.HTTPException) as exc:

@@ -15,6 +15,8 @@ from diagnoser.webhook.payload import FiringAlert
 
 log = logging.getLogger("servediag.webhook")
 
+CUT_POLL = 0.1  # seconds between two looks at whether a drain was cut short
+
 
 @dataclass
 class Job:
@@ -102,15 +104,16 @@ class Dispatcher:
                         del self.running[job.group_key]
                     self.cond.notify_all()
 
-    def wait_idle(self, timeout: float) -> bool:
-        """Wait until nothing waits or runs, for at most ``timeout`` seconds."""
+    def wait_idle(self, timeout: float, cut: Callable[[], bool] = lambda: False) -> bool:
+        """Wait until nothing waits or runs, for at most ``timeout`` seconds, or until
+        ``cut()`` (asked every ``CUT_POLL`` seconds) says to stop waiting."""
         deadline = time.monotonic() + timeout
         with self.cond:
             while self.pending or self.running:
                 left = deadline - time.monotonic()
-                if left <= 0:
+                if left <= 0 or cut():
                     return False
-                self.cond.wait(left)
+                self.cond.wait(min(left, CUT_POLL))
             return True
 
     def abandon(self) -> list[Job]:

@@ -6,34 +6,36 @@ too deeply), 413 for one over 1 MiB or with more new alerts than the queue holds
 the queue is full or the receiver is stopping. ``GET /healthz`` answers ``ok`` (503 while
 stopping); ``GET /metrics`` exposes the receiver's own counters for Prometheus.
 
-The edge holds up under load and against slow or hostile clients: a listen backlog of
-``BACKLOG`` connections, ``CLIENT_TIMEOUT`` seconds for each read from a client and
-``CLIENT_DEADLINE`` for a whole request, after which its connection is closed. Log lines
-escape control characters (``SafeFormatter``), so a label value cannot forge one.
+The edge holds up under load and against slow or hostile clients (``core.listener``): at
+most ``MAX_CONNECTIONS`` served at once, the next waiting in a listen backlog of ``BACKLOG``,
+``CLIENT_TIMEOUT`` seconds for each read from a client and ``CLIENT_DEADLINE`` for a whole
+request, after which its connection is closed, and a request head of at most 32 KiB and 64
+header fields. Log lines escape control characters (``SafeFormatter``), so a label value
+cannot forge one.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import re
-import sys
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from http.server import BaseHTTPRequestHandler
 
-from diagnoser.core.http import REAPER
+from diagnoser.core import listener
 from diagnoser.webhook.payload import PayloadError, parse_notification
 from diagnoser.webhook.receiver import Webhook
+from diagnoser.webhook.stop import SignalStop
 
 log = logging.getLogger("servediag.webhook")
 
-BACKLOG = 1024  # connections waiting to be accepted (socketserver's default is 5)
-CLIENT_TIMEOUT = 10.0  # seconds for each read from a client
-CLIENT_DEADLINE = 30.0  # seconds for a whole request, however slowly the client sends
-DRAIN_TIMEOUT = 20.0  # on SIGTERM: time to finish the queue (--drain-timeout)
+BACKLOG = listener.BACKLOG  # connections waiting to be accepted
+MAX_CONNECTIONS = 64  # served at once; Alertmanager sends one notification at a time per group
+CLIENT_TIMEOUT = listener.CLIENT_TIMEOUT  # seconds for each read from a client
+CLIENT_DEADLINE = listener.CLIENT_DEADLINE  # seconds for a whole request
+DRAIN_TIMEOUT = 8.0  # on SIGTERM: time to finish the queue (--drain-timeout)
+STOP_POLL = 0.2  # seconds between two looks at whether a signal asked to stop
 MAX_BODY = 1 << 20
 DRAIN_LIMIT = 8 * MAX_BODY  # larger bodies are not read at all: the connection is closed
 POST_PATHS = ("/", "/alerts")
@@ -42,6 +44,7 @@ HELP = {
     "alerts": "Alerts in the notifications, by what was done with them.",
     "diagnoses": "Diagnoses run, by outcome.",
     "forwards": "Messages forwarded to the chat webhook, by outcome.",
+    "records": "Records of alerts, printed on stdout or logged (stdout could not be written).",
 }
 REFUSED = {
     "queue_full": (503, "queue full, retry later"),
@@ -86,18 +89,10 @@ def metrics_text(webhook: Webhook) -> str:
 
 
 def make_handler(webhook: Webhook) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
+    class Handler(listener.Handler):
         server_version = "servediag-webhook"
         timeout = CLIENT_TIMEOUT
-
-        def setup(self) -> None:
-            super().setup()
-            self._reaped = REAPER.watch(self.connection, time.monotonic() + CLIENT_DEADLINE)
-
-        def finish(self) -> None:
-            REAPER.forget(self._reaped)
-            with contextlib.suppress(OSError):  # the client went away, or its time ran out
-                super().finish()
+        deadline = CLIENT_DEADLINE
 
         def _answer(self, code: int, doc: dict[str, object] | str) -> None:
             text = doc if isinstance(doc, str) else json.dumps(doc) + "\n"
@@ -183,18 +178,8 @@ def make_handler(webhook: Webhook) -> type[BaseHTTPRequestHandler]:
     return Handler
 
 
-class Server(ThreadingHTTPServer):
-    daemon_threads = True
-    request_queue_size = BACKLOG
-
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        """One line, not socketserver's traceback on stderr."""
-        exc = sys.exc_info()[1]
-        if isinstance(exc, OSError):  # a client that went away, or whose time ran out
-            log.debug("request from %s ended: %s", client_address[0], exc)
-        else:
-            log.error("request from %s failed: %s: %s", client_address[0], type(exc).__name__, exc)
-            log.debug("its traceback", exc_info=True)
+class Server(listener.Server):
+    max_connections = MAX_CONNECTIONS
 
 
 def serve(
@@ -202,11 +187,12 @@ def serve(
     host: str,
     port: int,
     ready: threading.Event | None = None,
-    stop: threading.Event | None = None,
+    stop: threading.Event | SignalStop | None = None,
     drain: float = DRAIN_TIMEOUT,
 ) -> None:
     """Serve until ``stop`` is set; then drain: notifications are answered 503 while the
-    queue gets up to ``drain`` seconds to finish, and alerts left are emitted as undone."""
+    queue gets up to ``drain`` seconds to finish (less when a second signal cuts the drain
+    short, with a ``SignalStop``), and alerts left are emitted as undone."""
     stop = stop or threading.Event()
     server = Server((host, port), make_handler(webhook))
     webhook.start()
@@ -215,14 +201,17 @@ def serve(
     log.info("listening on http://%s:%d/alerts", host, server.server_address[1])
     if ready is not None:
         ready.set()
+    stopping = stop if isinstance(stop, SignalStop) else None
     try:
-        # Wake up now and then: a signal delivered to another thread (SIGTERM from a
-        # container runtime, say) runs its handler only when the main thread does.
-        while not stop.wait(0.5):
-            pass
+        # Poll: a signal handler only sets a flag (see webhook.stop), and a signal delivered
+        # to another thread runs its handler only when the main thread wakes up.
+        while not stop.is_set():
+            time.sleep(STOP_POLL)
+        if stopping is not None:
+            log.info("stopping %s; a second signal ends the drain at once", stopping.why())
     finally:
         try:
-            webhook.drain(drain)
+            webhook.drain(drain, stopping)
         finally:
             server.shutdown()
             thread.join()

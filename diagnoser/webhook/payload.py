@@ -6,6 +6,8 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+MAX_DIGITS = 4300  # Python's own limit for reading an integer (sys.get_int_max_str_digits)
+
 
 class PayloadError(ValueError):
     """A request body that is not an Alertmanager webhook notification; one line."""
@@ -42,10 +44,21 @@ def parse_notification(body: bytes) -> Notification:
         raise PayloadError("JSON nested too deeply to be a notification") from None
 
 
+def _int(text: str) -> int:
+    """An integer of the body. Python refuses to read one of over ``MAX_DIGITS`` digits with
+    a ValueError of its own, which no JSON error handler expects: refuse it first."""
+    digits = len(text) - text.startswith("-")
+    if digits > MAX_DIGITS:
+        raise PayloadError(f"a number of {digits} digits (at most {MAX_DIGITS})")
+    return int(text)
+
+
 def _parse(body: bytes) -> Notification:
     try:
-        raw = json.loads(body)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raw = json.loads(body, parse_int=_int)
+    except PayloadError:
+        raise
+    except ValueError as exc:  # not UTF-8, not JSON
         raise PayloadError(f"not JSON: {exc}") from None
     if not isinstance(raw, dict):
         raise PayloadError("must be a JSON object")

@@ -14,11 +14,14 @@ skipped (the dedupe entries are dropped once their window has passed).
 Every alert accepted gets a record: diagnosed, failed (the source failed, or the diagnosis
 raised: the record carries the error, the failure is counted, and the alert is not remembered
 as seen, so Alertmanager's next send is diagnosed), or undone (the receiver stopped before
-its diagnosis ended: ``drain``). The HTTP side is in ``webhook.http``.
+its diagnosis ended: ``drain``, which a second signal ends early). A record that ``emit``
+cannot write (stdout closed, its reader gone, a full disk) is logged whole instead, and the
+chat post is sent all the same. The HTTP side is in ``webhook.http``.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import time
@@ -59,6 +62,14 @@ def plan_window(
 
 class Forwarder(Protocol):
     def send(self, record: dict[str, Any], diagnosis: Diagnosis | None) -> None: ...
+
+
+class Stopping(Protocol):
+    """What stopped the receiver (``webhook.stop.SignalStop``)."""
+
+    def why(self) -> str: ...  # "on SIGTERM", or ""
+
+    def cut(self) -> str | None: ...  # why the drain ends now ("a second signal (SIGINT)")
 
 
 @dataclass
@@ -124,14 +135,22 @@ class Webhook:
     def close(self, timeout: float = 5.0) -> None:
         self.drain(timeout)
 
-    def drain(self, grace: float) -> int:
-        """Stop taking notifications, let the queue run for up to ``grace`` seconds, then
-        emit every accepted alert still without a record as undone. The count of those."""
+    def drain(self, grace: float, stopping: Stopping | None = None) -> int:
+        """Stop taking notifications, let the queue run for up to ``grace`` seconds (less if
+        ``stopping`` says the drain was cut short), then emit every accepted alert still
+        without a record as undone, with the reason. The count of those."""
         self.draining = True
         waiting = self.dispatcher.waiting()
-        if waiting or self.dispatcher.running:
-            log.info("stopping: up to %g s to diagnose %d waiting alert(s)", grace, waiting)
-        finished = self.dispatcher.wait_idle(grace)
+        running = sum(len(job.alerts) for job in list(self.dispatcher.running.values()))
+        if waiting or running:
+            log.info(
+                "up to %g s to finish %d alert(s) being diagnosed and %d waiting",
+                grace,
+                running,
+                waiting,
+            )
+        cut = (lambda: stopping.cut() is not None) if stopping else (lambda: False)
+        finished = self.dispatcher.wait_idle(grace, cut)
         left = self.dispatcher.abandon()
         with self.delivery:
             self.closed = True
@@ -141,22 +160,46 @@ class Webhook:
                 job.delivered.add(i)
             while self.emitting:  # a worker writing its record: let it finish the line
                 self.delivery.wait(1.0)
-        why = (
-            f"not diagnosed: the receiver stopped and its {grace:g} s to finish "
-            "(--drain-timeout) ran out"
-        )
+        forced = stopping.cut() if stopping else None
+        if forced:
+            why = f"not diagnosed: {forced} ended the receiver's drain"
+        else:
+            stopped = f"stopped {stopping.why()}".rstrip() if stopping else "stopped"
+            why = (
+                f"not diagnosed: the receiver {stopped} and its {grace:g} s to finish "
+                "(--drain-timeout) ran out"
+            )
         for job, i in undone:
             a = job.alerts[i]
             self._forget(a)
             record = self.record(a, job.group_key, scope_of(a, self.cfg), None, why)
             record["outcome"] = "undone"
-            self.emit(record)
+            self._emit(record)
         if undone:
             self.counters.add("alerts", "undone", len(undone))
-            log.warning("stopped with %d alert(s) not diagnosed (emitted as undone)", len(undone))
+            log.warning(
+                "stopped with %d alert(s) not diagnosed (emitted as undone)%s",
+                len(undone),
+                f": {forced} ended the drain" if forced else "",
+            )
         elif not finished:
             log.warning("stopped before the last diagnosis ended")
         return len(undone)
+
+    def _emit(self, record: dict[str, Any]) -> None:
+        """``emit``, or, when it fails, the record logged whole: never lost silently."""
+        try:
+            self.emit(record)
+            self.counters.add("records", "printed")
+        except Exception as exc:
+            self.counters.add("records", "logged")
+            log.error(
+                "%s (%s): its record could not be printed (%s), so it is logged instead: %s",
+                record.get("alert"),
+                _fmt_scope(record.get("scope") or {}),
+                exc,
+                json.dumps(record, separators=(",", ":")),
+            )
 
     # --- accepting ----------------------------------------------------------------------
 
@@ -322,7 +365,7 @@ class Webhook:
             job.delivered.add(i)
             self.emitting += 1
         try:
-            self.emit(record)
+            self._emit(record)
         finally:
             with self.delivery:
                 self.emitting -= 1
