@@ -329,6 +329,23 @@ def main() -> None:
     print(f"servediag --help (process start to exit): {help_s * 1000:.0f} ms")
     print(f"servediag diagnose --help: {diag_help_s * 1000:.0f} ms")
     print(f"servediag catalog list: {list_s * 1000:.0f} ms")
+    bench_imports()
+
+
+def bench_imports() -> None:
+    """What importing the package costs, and what pandas would add if it were imported
+    (it is not: only ``Diagnosis.to_frame()`` and ``findings_frame()`` import it)."""
+
+    def python(code: str) -> None:
+        subprocess.run([sys.executable, "-c", code], check=True, capture_output=True)
+
+    bare_s = timed(lambda: python("pass"))
+    pkg_s = timed(lambda: python("import diagnoser, diagnoser.api"))
+    frames_s = timed(lambda: python("import diagnoser, diagnoser.api, pandas"))
+    print(
+        f"import diagnoser: {(pkg_s - bare_s) * 1000:.0f} ms over Python's own start "
+        f"({bare_s * 1000:.0f} ms); with pandas it would be {(frames_s - bare_s) * 1000:.0f} ms"
+    )
 
 
 if __name__ == "__main__":
