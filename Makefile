@@ -41,7 +41,7 @@ check-generated: setup
 	$(VENV)/bin/servediag generate --check
 
 goldens: setup
-	UPDATE_GOLDENS=1 $(PY) -m pytest -q tests/test_golden.py tests/test_replay.py
+	UPDATE_GOLDENS=1 $(PY) -m pytest -q tests/test_golden.py tests/test_replay.py tests/test_html.py
 
 bench: setup
 	$(PY) -m diagnoser.lab.bench
