@@ -1,15 +1,21 @@
 """``--format html``: one self-contained page, each finding's evidence plotted over the window.
 
 No scripts and no external files: the plots are inline SVG, so the page can be attached to an
-incident ticket or opened from disk.
+incident ticket or opened from disk. The page is ``templates/report.html.j2``, rendered by
+jinja2 with autoescape on: every value is escaped where the template places it.
 """
 
 from __future__ import annotations
 
-import html
+import functools
 import math
+from importlib import resources
+from typing import Any
+from urllib.parse import urlsplit
 
+import jinja2
 import numpy as np
+from markupsafe import Markup
 
 from diagnoser.core.source import Series
 from diagnoser.core.units import fmt
@@ -28,6 +34,12 @@ h1{font-size:1.4em} h2{font-size:1.15em;margin-top:2em} .meta{color:#666}
 figure{margin:0} figcaption{font-size:12px;color:#444} svg{background:#fafafa}
 table{border-collapse:collapse} td,th{padding:2px 8px;border-bottom:1px solid #eee;text-align:left}
 """
+
+
+def runbook_link(url: str) -> bool:
+    """Whether the runbook's URL may be a link: http(s) only (a ``javascript:`` URL from a
+    site config runs a script when clicked); any other is shown as text."""
+    return urlsplit(url.strip()).scheme.lower() in ("http", "https")
 
 
 def _path(t: np.ndarray, v: np.ndarray, x0: float, x1: float, lo: float, hi: float) -> str:
@@ -49,111 +61,118 @@ def plot(
     end: float,
     window_start: float,
     onset: float | None,
-) -> str:
+) -> dict[str, Any] | None:
+    """One evidence plot's geometry and labels for the template (None: nothing to plot)."""
     mask = (series.t >= start) & (series.t <= end) & np.isfinite(series.v)
     v = series.v[mask]
     if v.size == 0:
-        return ""
+        return None
     lo, hi = float(min(0.0, v.min())), float(v.max()) or 1.0
 
     def xpos(t: float) -> float:
         return PAD + (t - start) / (end - start) * (W - 2 * PAD)
 
-    parts = [
-        f'<svg width="{W}" height="{H}" role="img" aria-label="{name}">',
-        f'<rect x="{xpos(window_start):.1f}" y="0" width="{W - PAD - xpos(window_start):.1f}"'
-        f' height="{H}" fill="#eef4fb"/>',
-        f'<polyline fill="none" stroke="#2c6fbb" stroke-width="1.5" '
-        f'points="{_path(series.t, series.v, start, end, lo, hi)}"/>',
-    ]
-    if onset is not None and start <= onset <= end:
-        x = xpos(onset)
-        parts.append(
-            f'<line x1="{x:.1f}" x2="{x:.1f}" y1="0" y2="{H}" stroke="#c0392b" '
-            f'stroke-dasharray="4 3"/><text x="{x + 3:.1f}" y="12" font-size="10" '
-            f'fill="#c0392b">onset</text>'
-        )
-    parts.append(f'<text x="2" y="12" font-size="10">{html.escape(fmt(hi, unit))}</text>')
-    parts.append(f'<text x="2" y="{H - 4}" font-size="10">{html.escape(fmt(lo, unit))}</text>')
-    parts.append("</svg>")
-    return (
-        f"<figure>{''.join(parts)}<figcaption>{html.escape(name)} ({unit}); shaded: the "
-        f"window</figcaption></figure>"
-    )
+    shade = xpos(window_start)
+    return {
+        "width": W,
+        "height": H,
+        "name": name,
+        "unit": unit,
+        "shade_x": shade,
+        "shade_w": W - PAD - shade,
+        "points": _path(series.t, series.v, start, end, lo, hi),
+        "onset_x": xpos(onset) if onset is not None and start <= onset <= end else None,
+        "top": fmt(hi, unit),
+        "bottom": fmt(lo, unit),
+    }
+
+
+@functools.cache
+def _template() -> jinja2.Template:
+    """The page's template, each line stripped and the lines joined (the page is one line,
+    as it was when it was written by hand; see the template's head)."""
+    source = resources.files("diagnoser.report").joinpath("templates/report.html.j2")
+    text = "".join(line.strip() for line in source.read_text(encoding="utf-8").splitlines())
+    env = jinja2.Environment(autoescape=True, undefined=jinja2.StrictUndefined)
+    return env.from_string(text)
 
 
 def render(d: Diagnosis) -> str:
-    e = html.escape
     w = d.window
     start = w.first
-    body = [
-        f"<h1>Diagnosis {e(str(iso(w.start)))} to {e(str(iso(w.end)))}</h1>",
-        f"<p class=meta>Baseline {e(str(iso(w.baseline_start)))} to "
-        f"{e(str(iso(w.baseline_end)))}; {d.queries} queries.</p>",
-    ]
-    if d.warnings:
-        body.append(f"<p><strong>Partial answer:</strong> {e('; '.join(d.warnings))}</p>")
-    if d.health:
-        rows = "".join(
-            f'<tr><td>{e(scope_text(h.scope))}</td><td class="v-{e(h.verdict)}">'
-            f"{e(health_line(h))}</td></tr>"
-            for h in d.health
-        )
-        body.append(f"<table><tr><th>Model</th><th>State</th></tr>{rows}</table>")
     unexplained = [h for h in d.health if h.verdict == "unhealthy" and not d.findings_for(h.scope)]
-    for h in unexplained:
-        near = "".join(
-            f"<li><code>{e(m.playbook.id)}</code>: "
-            + e(f"{f.condition.describe()} does not hold ({d.evidence_text(f)})" if f else m.reason)
-            + "</li>"
-            for m, f in d.nearest(h.scope)
-        )
-        body.append(
-            f'<div class="finding top"><h2>{e(scope_text(h.scope))} is unhealthy and no known '
-            f"problem pattern explains it</h2><p>{e('; '.join(h.reasons))}.</p>"
-            + (f"<p>Nearest playbooks:</p><ul>{near}</ul>" if near else "")
-            + "</div>"
-        )
-    if not d.findings and not unexplained:
-        body.append("<p>No known problem pattern matched.</p>")
-    for i, m in enumerate(d.findings, 1):
+    findings = []
+    for m in d.findings:
         pb = m.playbook
         data = d.data_for(m)
-        figs = []
+        plots = []
         if data is not None:
             for name in pb.evidence:
                 s = data.series.get(name)
                 if s is not None:
-                    figs.append(plot(s, name, d.unit(name), start, w.end, w.start, m.onset))
-        ev = "".join(
-            f"<tr><td>{e(d.evidence_text(r))}</td><td>{e(r.condition.describe())}</td>"
-            f"<td>{'yes' if r.verdict.holds else 'no'}</td></tr>"
-            for r in m.shown()
+                    p = plot(s, name, d.unit(name), start, w.end, w.start, m.onset)
+                    if p is not None:
+                        plots.append(p)
+        url = d.runbook(m)
+        findings.append(
+            {
+                "id": pb.id,
+                "title": pb.title,
+                "scope": scope_text(m.scope),
+                "since": since(d, m),
+                "confidence": f"{m.confidence:.0%}",
+                "severity": pb.severity,
+                "explained_by": m.explained_by,
+                "caveats": m.caveats,
+                "plots": plots,
+                "evidence": [
+                    {
+                        "text": d.evidence_text(r),
+                        "condition": r.condition.describe(),
+                        "holds": "yes" if r.verdict.holds else "no",
+                    }
+                    for r in m.shown()
+                ],
+                "cause": pb.cause,
+                "fix": list(pb.fix),
+                "guardrail": " ".join(pb.guardrail),
+                "runbook": url,
+                "runbook_is_link": runbook_link(url),
+            }
         )
-        fixes = "".join(f"<li>{e(s)}</li>" for s in pb.fix)
-        body.append(
-            f'<div class="finding{" top" if i == 1 else ""}"><h2>{i}. {e(pb.title)} '
-            f"<code>{e(pb.id)}</code></h2><p>{e(scope_text(m.scope))} &middot; "
-            f"{e(since(d, m))} &middot; confidence "
-            f'{m.confidence:.0%} &middot; <span class="sev-{e(pb.severity)}">'
-            f"{e(pb.severity)}</span>"
-            + (f" &middot; explained by <code>{e(m.explained_by)}</code>" if m.explained_by else "")
-            + "".join(f" &middot; caveat: {e(c)}" for c in m.caveats)
-            + f'</p><div class="plots">{"".join(figs)}</div><table><tr><th>Evidence</th>'
-            f"<th>Condition</th><th>Holds</th></tr>{ev}</table><p><b>Cause.</b> "
-            f"{e(pb.cause)}</p><p><b>Fix.</b></p><ol>{fixes}</ol><p><b>Guardrail.</b> "
-            f'{e(" ".join(pb.guardrail))}</p><p><a href="{e(d.runbook(m))}">Runbook</a></p>'
-            "</div>"
-        )
-    if d.undecided:
-        items = "".join(
-            f"<li><code>{e(u.playbook.id)}</code>: {e(needs(u))}"
-            + (f" ({e(d.engine_gap(u))})" if d.engine_gap(u) else "")
-            + "</li>"
-            for u in d.undecided
-        )
-        body.append(f"<h2>Undecided (missing data is not health)</h2><ul>{items}</ul>")
-    return (
-        f"<!doctype html><html lang=en><meta charset=utf-8><title>servediag diagnosis"
-        f"</title><style>{CSS}</style><body>{''.join(body)}</body></html>\n"
+    page = _template().render(
+        css=Markup(CSS),
+        start=str(iso(w.start)),
+        end=str(iso(w.end)),
+        baseline_start=str(iso(w.baseline_start)),
+        baseline_end=str(iso(w.baseline_end)),
+        queries=d.queries,
+        warnings=d.warnings,
+        health=[
+            {"scope": scope_text(h.scope), "verdict": h.verdict, "line": health_line(h)}
+            for h in d.health
+        ],
+        unexplained=[
+            {
+                "scope": scope_text(h.scope),
+                "reasons": "; ".join(h.reasons),
+                "nearest": [
+                    {
+                        "id": m.playbook.id,
+                        "why": (
+                            f"{f.condition.describe()} does not hold ({d.evidence_text(f)})"
+                            if f
+                            else m.reason
+                        ),
+                    }
+                    for m, f in d.nearest(h.scope)
+                ],
+            }
+            for h in unexplained
+        ],
+        findings=findings,
+        undecided=[
+            {"id": u.playbook.id, "needs": needs(u), "gap": d.engine_gap(u)} for u in d.undecided
+        ],
     )
+    return page + "\n"
