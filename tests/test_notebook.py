@@ -192,6 +192,23 @@ def test_the_postmortem_notebook_runs_against_the_demo_in_a_real_prometheus(
     assert out.returncode == 0, out.stderr[-2000:]
     assert "prompt-length-shift" in out.stdout
     print(f"the notebook ran in {time.monotonic() - started:.1f} s")
+    # The KV budget from Python: the plan, and each live engine read at the incident's end.
+    end = scenario_library["retrieval-launch"].end
+    plan, live = diagnoser.kv_budget("llama-3.1-8b", source=prom.url, at=end, max_model_len=8192)
+    assert plan is not None and plan.max_model_len == 8192
+    assert live is not None and live.engines and live.at == end
+    assert all(e.num_gpu_blocks and e.block_size for e in live.engines)
+
+
+def test_kv_budget_from_python_plans_without_a_source_and_names_bad_input():
+    plan, live = diagnoser.kv_budget("llama-3.1-8b", max_model_len=8192, users=4)
+    assert live is None and plan is not None and plan.users == 4
+    with pytest.raises(ValueError, match="give a model"):
+        diagnoser.kv_budget()
+    with pytest.raises(diagnoser.UserError):
+        diagnoser.kv_budget("no-such-model")
+    with pytest.raises(SourceError, match="connection refused"):
+        diagnoser.kv_budget(source=f"http://127.0.0.1:{free_port()}", timeout=2)
 
 
 # --- a PrometheusConnect the user configured, on loopback servers ---------------------------
