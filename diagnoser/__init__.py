@@ -14,9 +14,11 @@ imported when first used, so ``import diagnoser`` stays as quick as the command 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
-
+# Not ``typing.TYPE_CHECKING``: importing typing alone costs more than this package's start.
+TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from typing import Any
+
     from diagnoser.api import connect, diagnose, kv_budget
     from diagnoser.core.source import SourceError
     from diagnoser.diagnosis.model import Diagnosis

@@ -316,3 +316,14 @@ def test_a_dead_prometheusconnect_gives_the_clis_error():
     with pytest.raises(SourceError) as info:
         diagnoser.diagnose(_connect(url), timeout=3)
     assert str(info.value) == f"cannot reach {url}: connection refused"
+
+
+def test_importing_diagnoser_imports_nothing_else_until_a_name_is_used():
+    code = (
+        "import sys; before = set(sys.modules); import diagnoser; "
+        "print(sorted(set(sys.modules) - before)); diagnoser.diagnose; "
+        "print('diagnoser.api' in sys.modules, 'pandas' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    first, second = out.stdout.splitlines()
+    assert first == "['diagnoser']" and second == "True False"
