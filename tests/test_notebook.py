@@ -326,4 +326,4 @@ def test_importing_diagnoser_imports_nothing_else_until_a_name_is_used():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     first, second = out.stdout.splitlines()
-    assert first == "['diagnoser']" and second == "True False"
+    assert first == "['__future__', 'diagnoser']" and second == "True False"
