@@ -21,9 +21,10 @@ def test_a_server_goes_when_the_process_that_started_it_is_killed():
     )
     child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
     assert child.stdout is not None
-    pid = int(child.stdout.readline())
-    child.kill()  # SIGKILL: no fixture teardown, no atexit
-    child.wait()
+    with child, child.stdout:
+        pid = int(child.stdout.readline())
+        child.kill()  # SIGKILL: no fixture teardown, no atexit
+        child.wait()
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         try:
