@@ -22,7 +22,7 @@ from urllib.parse import unquote, urlencode, urljoin, urlsplit, urlunsplit
 import numpy as np
 
 from diagnoser.core import http
-from diagnoser.errors import UserError
+from diagnoser.errors import UserError, read_bytes
 
 # Prometheus refuses range queries of more than 11,000 points per series.
 MAX_POINTS = 11_000
@@ -306,17 +306,17 @@ def _series(raw: Any, expr: str) -> Series:
 
 
 def read_token(path: Path, option: str) -> str:
-    """A token file's first line; a file too big, binary or of several lines is refused
-    with ``UserError`` (bad usage: exit status 2)."""
-    try:
-        with path.open("rb") as fh:
-            raw = fh.read(MAX_TOKEN_BYTES + 1)
-    except OSError as exc:
-        raise UserError(f"cannot read {option} {path}: {exc.strerror or exc}") from None
-    if len(raw) > MAX_TOKEN_BYTES:
-        raise UserError(
-            f"{option} {path}: larger than {MAX_TOKEN_BYTES // 1024} KiB; is it a token?"
-        )
+    """A token file's first line; a file too big, binary, of several lines or not a regular
+    file (a FIFO would block the read) is refused with ``UserError`` (bad usage: exit status
+    2)."""
+
+    def error(p: Path, where: str, message: str) -> UserError:
+        unreadable = message.removeprefix("cannot read: ")  # said as "cannot read OPTION FILE"
+        if unreadable != message:
+            return UserError(f"cannot read {option} {p}: {unreadable}")
+        return UserError(f"{option} {p}: {message}")
+
+    raw = read_bytes(path, error, MAX_TOKEN_BYTES)
     try:
         text = raw.decode("utf-8").strip()
     except UnicodeDecodeError:
