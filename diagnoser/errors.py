@@ -4,8 +4,9 @@ The files users hand us (playbooks, scenarios, the site config, a model's config
 token) are read here, through one bounded reader (``read_bytes``): what is not a regular file
 (a FIFO would block the read forever, ``/dev/zero`` would fill the memory) or is larger than
 any such file can be is refused before a byte is read, and what is not text, not YAML or JSON,
-nested absurdly deep or blown up through YAML aliases is refused in one line naming the file,
-before any code walks it.
+nested absurdly deep, blown up through YAML aliases or holding a whole number no setting can
+take (a YAML integer of hundreds of digits) is refused in one line naming the file and the
+field, before any code walks it.
 """
 
 from __future__ import annotations
@@ -28,6 +29,9 @@ MAX_VALUES = 1_000_000
 MAX_YAML_BYTES = 1 << 20
 # A model's config.json is a few KiB; a CA bundle (the system's) a few hundred.
 MAX_FILE_BYTES = 4 << 20
+# Whole numbers beyond int64: no count, size or threshold of any file is that large, and
+# turning one into a float overflows (or, past 4,300 digits, Python refuses to read it).
+MAX_WHOLE_BITS = 63
 
 
 class UserError(Exception):
@@ -96,6 +100,34 @@ def read_text(path: Path, error: ErrorFactory, most: int = MAX_FILE_BYTES) -> st
         raise error(path, "", f"not UTF-8 text (byte {exc.start}); is it a binary file?") from None
 
 
+def whole_number_problem(data: Any) -> tuple[str, str] | None:
+    """Where a parsed document holds a whole number beyond int64, and what it is, or None.
+    Keys count too (YAML allows a number as a key). Each distinct node is walked once."""
+    seen: set[int] = set()
+    stack: list[tuple[Any, str]] = [(data, "")]
+    while stack:
+        node, where = stack.pop()
+        if isinstance(node, int) and not isinstance(node, bool):
+            if node.bit_length() > MAX_WHOLE_BITS:
+                digits = int(node.bit_length() * 0.30103) + 1
+                return where or "(top level)", (
+                    f"a whole number of about {digits} digits; no setting here goes beyond "
+                    f"2^{MAX_WHOLE_BITS}"
+                )
+            continue
+        if not isinstance(node, (dict, list)) or id(node) in seen:
+            continue
+        seen.add(id(node))
+        if isinstance(node, list):
+            stack += [(v, f"{where}[{i}]") for i, v in enumerate(node)]
+            continue
+        for key, value in node.items():
+            if isinstance(key, int) and not isinstance(key, bool):
+                stack.append((key, where or "(top level)"))
+            stack.append((value, f"{where}.{key}" if where else str(key)))
+    return None
+
+
 def nesting_problem(data: Any) -> str | None:
     """Why a parsed document cannot be used, or None: nested deeper than ``MAX_DEPTH``,
     holding itself (a YAML alias to its own ancestor), or expanding through aliases to more
@@ -149,9 +181,14 @@ def load_yaml(path: Path, error: ErrorFactory) -> Any:
         raise error(path, where, f"not valid YAML: {problem}") from None
     except RecursionError:
         raise error(path, "", f"nested deeper than {MAX_DEPTH} levels") from None
+    except ValueError:  # Python refuses to read integers of thousands of digits
+        raise error(path, "", "holds a number of thousands of digits") from None
     problem = nesting_problem(data)
     if problem is not None:
         raise error(path, "", problem)
+    number = whole_number_problem(data)
+    if number is not None:
+        raise error(path, *number)
     return data
 
 

@@ -292,17 +292,32 @@ def _body_hint(body: bytes, clean: Callable[[str], str]) -> str:
 
 
 def _series(raw: Any, expr: str) -> Series:
+    """One series of an answer. Prometheus writes label values as strings, a sample as
+    ``[time, "value"]`` with the time a finite number; anything else (a boolean, a number
+    where a label value goes, a time of hundreds of digits or ``1e400``) is not its format."""
     try:
         metric = raw["metric"]
         pts = raw["values"] if "values" in raw else [raw["value"]]
         if not isinstance(metric, dict) or not isinstance(pts, list):
             raise TypeError
-        labels = {str(k): str(v) for k, v in metric.items()}
-        t = np.array([float(p[0]) for p in pts], dtype=np.float64)
-        v = np.array([float(p[1]) for p in pts], dtype=np.float64)
-    except (KeyError, TypeError, ValueError, IndexError):
+        if not all(isinstance(v, str) for v in metric.values()):
+            raise TypeError
+        labels = {str(k): v for k, v in metric.items()}
+        t = np.array([_number(p[0]) for p in pts], dtype=np.float64)
+        v = np.array([_number(p[1]) for p in pts], dtype=np.float64)
+    except (KeyError, TypeError, ValueError, IndexError, OverflowError):
         raise SourceError("the answer's series are not in Prometheus's format") from None
+    if not np.isfinite(t).all():
+        raise SourceError("the answer's series are not in Prometheus's format")
     return Series(labels, t, v)
+
+
+def _number(value: Any) -> float:
+    """A sample's time or value: a number or a numeric string (``"NaN"`` and ``"+Inf"`` are
+    Prometheus's own), never a boolean; a whole number too large for a float raises."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        raise TypeError
+    return float(value)
 
 
 def read_token(path: Path, option: str) -> str:

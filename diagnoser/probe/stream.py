@@ -42,6 +42,7 @@ API_PATHS = {"completions": "/v1/completions", "chat": "/v1/chat/completions"}
 USER_AGENT = "servediag-probe"
 MAX_LINE = 1 << 20  # longest server-sent event line read whole
 MAX_ERROR_BODY = 1 << 16
+MAX_TOKENS = 10**9  # more prompt tokens than any context window holds
 # Answers with status 200 that are not a stream: a login page, a JSON error from a gateway.
 NOT_A_STREAM = ("text/html", "application/json", "application/xhtml+xml")
 SSE_FIELDS = ("", "event", "id", "retry")  # "" is a comment (":..."), besides "data"
@@ -148,7 +149,7 @@ def _error_message(body: bytes, clean: Callable[[str], str]) -> str:
     text = clean(body.decode("utf-8", "replace")).strip()
     try:
         obj = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):
         return " ".join(text.split())[:200] or "(empty body)"
     return _message_of(obj) or text[:200]
 
@@ -303,7 +304,7 @@ def _read_events(
             return res
         try:
             obj = json.loads(value)
-        except ValueError:
+        except (ValueError, RecursionError):  # nested thousands deep is no chunk either
             res.outcome, res.detail = "http_error", "the stream carries invalid JSON"
             return res
         if not isinstance(obj, dict):
@@ -313,7 +314,7 @@ def _read_events(
             res.detail = f"error in the stream: {_message_of(obj) or 'no message'}"
             return res
         usage = obj.get("usage")
-        if isinstance(usage, dict) and isinstance(usage.get("prompt_tokens"), int):
+        if isinstance(usage, dict) and _token_count(usage.get("prompt_tokens")):
             res.prompt_tokens = usage["prompt_tokens"]
         choices = obj.get("choices")
         if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
@@ -336,6 +337,13 @@ def _read_events(
     else:
         res.detail = f"the stream ended after {res.tokens} token(s) without [DONE]"
     return res
+
+
+def _token_count(value: object) -> bool:
+    """Whether a server's ``usage`` count can be one: a whole number (not ``true``) from 0 to
+    ``MAX_TOKENS``. Anything else is not shown or exported: a count of hundreds of digits
+    cannot even become a float for the gauge."""
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_TOKENS
 
 
 def _timed_out(res: Result, timeout: float) -> Result:
@@ -379,5 +387,5 @@ def get_json(ep: Endpoint, api_path: str, timeout: float) -> Any:
         raise ProbeError(ep.clean(f"{where}: HTTP {resp.status}: {_error_message(body, ep.clean)}"))
     try:
         return json.loads(body)
-    except ValueError:
+    except (ValueError, RecursionError):
         raise ProbeError(f"{where}: the answer is not JSON") from None

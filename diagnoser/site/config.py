@@ -13,6 +13,7 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
+from diagnoser.core.durations import LONGEST, parse_duration
 from diagnoser.errors import UserError, load_yaml
 from diagnoser.site.slo import SloConfig, SloError
 from diagnoser.site.slo import parse as parse_slo
@@ -24,6 +25,8 @@ FOR = re.compile(r"[0-9]+[smhd]")
 # vllm_targets: one matcher or several, comma-separated, as they go inside {...}.
 MATCHERS = re.compile(rf"{MATCHER.pattern}(?:\s*,\s*{MATCHER.pattern})*")
 INTERVAL = re.compile(r"[1-9][0-9]*(ms|s|m|h)")
+# Longer than any scrape interval: the dashboards' step would skip whole hours of data.
+LONGEST_SCRAPE = 3600.0
 
 
 class ConfigError(UserError):
@@ -131,6 +134,8 @@ def load_config(path: Path | None) -> SiteConfig:
         elif key == "scrape_interval":
             if not isinstance(value, str) or not INTERVAL.fullmatch(value.strip()):
                 raise ConfigError(f"{path}: {key}: must be a duration like 15s, 30s or 1m")
+            if _seconds(value) > LONGEST_SCRAPE:
+                raise ConfigError(f"{path}: {key}: must be at most 1h")
             kwargs[key] = value.strip()
         else:
             if not isinstance(value, str):
@@ -149,6 +154,14 @@ def load_config(path: Path | None) -> SiteConfig:
     return SiteConfig(**kwargs)
 
 
+def _seconds(duration: str) -> float:
+    """A duration the pattern already accepted; one of hundreds of digits is infinitely long."""
+    try:
+        return parse_duration(duration.strip())
+    except ValueError:
+        return math.inf
+
+
 def _overrides(path: Path, value: Any) -> dict[str, AlertOverride]:
     if not isinstance(value, dict):
         raise ConfigError(f"{path}: alerts: must map alert names to overrides")
@@ -160,6 +173,8 @@ def _overrides(path: Path, value: Any) -> dict[str, AlertOverride]:
             raise ConfigError(f"{path}: alerts.{name}.severity: must be critical, warning or info")
         if "for" in ov and not (isinstance(ov["for"], str) and FOR.fullmatch(ov["for"])):
             raise ConfigError(f"{path}: alerts.{name}.for: must be a duration like 10m")
+        if "for" in ov and _seconds(ov["for"]) > LONGEST:
+            raise ConfigError(f"{path}: alerts.{name}.for: must be at most 3650d")
         params = ov.get("params", {})
         if not isinstance(params, dict) or not all(
             isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)

@@ -47,6 +47,8 @@ def _parse(body: bytes) -> Notification:
         raw = json.loads(body)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise PayloadError(f"not JSON: {exc}") from None
+    except ValueError:  # Python refuses to read an integer of thousands of digits
+        raise PayloadError("holds a number of thousands of digits: not a notification") from None
     if not isinstance(raw, dict):
         raise PayloadError("must be a JSON object")
     alerts = raw.get("alerts")
