@@ -25,7 +25,6 @@ import base64
 import http.client
 import json
 import socket
-import ssl
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -33,8 +32,9 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
-from diagnoser.core.http import REAPER, describe
+from diagnoser.core.http import REAPER, describe, tls_context
 from diagnoser.core.source import MIN_SECRET, read_token, redact_url
+from diagnoser.core.tls import check_ca_file
 from diagnoser.errors import UserError
 
 OUTCOMES = ("ok", "http_error", "timeout", "truncated", "connection_error")
@@ -86,6 +86,8 @@ class Endpoint:
             self.headers.setdefault(
                 "Authorization", "Basic " + base64.b64encode(user_pass.encode()).decode()
             )
+        if self.ca_file is not None:
+            check_ca_file(self.ca_file)
         self._token: str | None = None
         if self.bearer_token_file is not None:
             self._token = read_token(self.bearer_token_file, "--bearer-token-file") or None
@@ -126,7 +128,7 @@ class Endpoint:
 
     def connection(self, timeout: float) -> http.client.HTTPConnection:
         if self.scheme == "https":
-            ctx = ssl.create_default_context(cafile=self.ca_file)
+            ctx = tls_context(self.ca_file)
             return http.client.HTTPSConnection(self.host, self.port, timeout=timeout, context=ctx)
         return http.client.HTTPConnection(self.host, self.port, timeout=timeout)
 
