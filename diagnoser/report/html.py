@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import html
 import math
+from urllib.parse import urlsplit
 
 import numpy as np
 
@@ -28,6 +29,14 @@ h1{font-size:1.4em} h2{font-size:1.15em;margin-top:2em} .meta{color:#666}
 figure{margin:0} figcaption{font-size:12px;color:#444} svg{background:#fafafa}
 table{border-collapse:collapse} td,th{padding:2px 8px;border-bottom:1px solid #eee;text-align:left}
 """
+
+
+def runbook_link(url: str) -> str:
+    """The runbook as a link when its URL is http(s); any other scheme (``javascript:`` runs
+    a script when clicked) is shown as text."""
+    if urlsplit(url.strip()).scheme.lower() in ("http", "https"):
+        return f'<a href="{html.escape(url)}">Runbook</a>'
+    return f"Runbook: {html.escape(url)}"
 
 
 def _path(t: np.ndarray, v: np.ndarray, x0: float, x1: float, lo: float, hi: float) -> str:
@@ -142,7 +151,7 @@ def render(d: Diagnosis) -> str:
             + f'</p><div class="plots">{"".join(figs)}</div><table><tr><th>Evidence</th>'
             f"<th>Condition</th><th>Holds</th></tr>{ev}</table><p><b>Cause.</b> "
             f"{e(pb.cause)}</p><p><b>Fix.</b></p><ol>{fixes}</ol><p><b>Guardrail.</b> "
-            f'{e(" ".join(pb.guardrail))}</p><p><a href="{e(d.runbook(m))}">Runbook</a></p>'
+            f"{e(' '.join(pb.guardrail))}</p><p>{runbook_link(d.runbook(m))}</p>"
             "</div>"
         )
     if d.undecided:

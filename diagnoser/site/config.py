@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import math
 import re
+import string
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from diagnoser.core.durations import LONGEST, parse_duration
 from diagnoser.errors import UserError, load_yaml
@@ -140,11 +142,14 @@ def load_config(path: Path | None) -> SiteConfig:
         else:
             if not isinstance(value, str):
                 raise ConfigError(f"{path}: {key}: must be a string")
-            if key == "vllm_targets" and not MATCHERS.fullmatch(value.strip()):
+            targets = key in ("vllm_targets", "sglang_targets")
+            if targets and not MATCHERS.fullmatch(value.strip()):
                 raise ConfigError(f'{path}: {key}: {value!r} is not label matchers like job="vllm"')
-            kwargs[key] = value.strip() if key == "vllm_targets" else value
-    if "{id}" not in kwargs.get("runbook_url", "{id}"):
-        raise ConfigError(f"{path}: runbook_url: must contain {{id}}")
+            if key == "runbook_url":
+                problem = runbook_url_problem(value)
+                if problem is not None:
+                    raise ConfigError(f"{path}: runbook_url: {problem}")
+            kwargs[key] = value.strip() if targets else value
     ttft = kwargs.get("ttft_slo_seconds", SiteConfig.ttft_slo_seconds)
     itl = kwargs.get("itl_slo_seconds", SiteConfig.itl_slo_seconds)
     try:
@@ -160,6 +165,32 @@ def _seconds(duration: str) -> float:
         return parse_duration(duration.strip())
     except ValueError:
         return math.inf
+
+
+def runbook_url_problem(url: str) -> str | None:
+    """Why ``url`` cannot be the runbook link template, or None. It is filled in with
+    ``str.format(id=...)``, so its only field may be a plain ``{id}``: any other (``{x}``,
+    ``{}``, ``{id.__class__}``, ``{id!r}``) would fail at render time or reach into Python
+    objects; a brace of its own is written ``{{`` or ``}}``. The link lands in reports, chat
+    messages and alerts, where only http(s) is a page (``javascript:`` would run a script)."""
+    try:
+        parts = list(string.Formatter().parse(url))
+    except ValueError as exc:
+        return f"{exc} (a brace of the URL's own is written {{{{ or }}}})"
+    found = [(name, spec, conv) for _, name, spec, conv in parts if name is not None]
+    for name, spec, conv in found:
+        if name != "id" or spec or conv:
+            field_text = name + (f"!{conv}" if conv else "") + (f":{spec}" if spec else "")
+            return (
+                f"{{{field_text}}} is not a field it can hold: the only one is {{id}} (a brace "
+                "of the URL's own is written {{ or }})"
+            )
+    if not found:
+        return "must contain {id}"
+    parts_of = urlsplit(url.replace("{id}", "id"))
+    if parts_of.scheme.lower() not in ("http", "https") or not parts_of.netloc:
+        return f"{url!r} is not an http:// or https:// URL"
+    return None
 
 
 def _overrides(path: Path, value: Any) -> dict[str, AlertOverride]:
