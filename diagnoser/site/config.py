@@ -27,6 +27,9 @@ FOR = re.compile(r"[0-9]+[smhd]")
 # vllm_targets: one matcher or several, comma-separated, as they go inside {...}.
 MATCHERS = re.compile(rf"{MATCHER.pattern}(?:\s*,\s*{MATCHER.pattern})*")
 INTERVAL = re.compile(r"[1-9][0-9]*(ms|s|m|h)")
+# Labels the rules aggregate by themselves: a group label of that name would repeat it in the
+# same ``by`` or ``on`` clause, which Prometheus refuses (or sums the buckets it must keep).
+RESERVED_GROUP_LABELS = ("model_name", "le", "__name__")
 # Longer than any scrape interval: the dashboards' step would skip whole hours of data.
 LONGEST_SCRAPE = 3600.0
 
@@ -119,6 +122,13 @@ def load_config(path: Path | None) -> SiteConfig:
             for i, v in enumerate(value):
                 if not pattern.fullmatch(v.strip()):
                     raise ConfigError(f"{path}: {key}[{i}]: {v!r} is not a {what}")
+                if key == "group_labels" and v.strip() in RESERVED_GROUP_LABELS:
+                    raise ConfigError(
+                        f"{path}: {key}[{i}]: {v.strip()!r} is aggregated by the rules "
+                        "themselves; a group label is another label (cluster, namespace)"
+                    )
+                if key == "group_labels" and v.strip() in (w.strip() for w in value[:i]):
+                    raise ConfigError(f"{path}: {key}[{i}]: {v.strip()!r} is listed twice")
             kwargs[key] = tuple(v.strip() for v in value)
         elif key == "alerts":
             kwargs[key] = _overrides(path, value)
