@@ -136,3 +136,14 @@ def test_files_of_ordinary_size_are_still_read(tmp_path):
     from diagnoser.kvbudget.budget import read_json
 
     assert read_json(cfg)["hidden_size"] == 1
+
+
+def test_a_tokenizer_is_read_through_the_bounded_reader(tmp_path):
+    fifo = tmp_path / "tokenizer.json"
+    os.mkfifo(fifo)
+    probe = ("probe", "--target", "http://127.0.0.1:9", "--model", "m", "--once")
+    one_line(cli(*probe, "--tokenizer", str(fifo), timeout=30), "is a FIFO (named pipe)")
+    big = tmp_path / "big.json"
+    with big.open("wb") as fh:
+        fh.truncate((64 << 20) + 1)  # sparse: larger than any tokenizer.json, on no disk
+    one_line(cli(*probe, "--tokenizer", str(big)), str(big), "larger than 64 MiB")
