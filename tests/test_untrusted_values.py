@@ -309,6 +309,7 @@ def test_the_chat_message_cannot_mention_a_channel_or_forge_a_link(site):
     }
     text = message(record, None, site)
     assert "<!channel>" not in text and "<https://evil" not in text and "<@U123>" not in text
-    assert "&lt;!channel&gt; see &lt;https://evil.example|the runbook&gt; &amp; more" in text
+    # The URL is not even a bare link for Mattermost or Rocket.Chat (a word joiner after ":").
+    assert "&lt;!channel&gt; see &lt;https:\u2060//evil.example|the runbook&gt; &amp; more" in text
     # The runbook link stays a link, its URL unable to end it early.
     assert "*Runbook:* <https://rb/kv?a=1%7Cb&gt;|kv-cache-pressure>" in text

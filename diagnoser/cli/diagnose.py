@@ -58,10 +58,16 @@ def _is_text(value: str) -> bool:
 
 
 def _writable(output: Path) -> None:
-    """Refuse an --output that cannot be written before any query is made."""
+    """Refuse an --output that cannot be written before any query is made: one that is a
+    symbolic link (writing would replace the file it points to), a directory or a device."""
+    from diagnoser.core.atomic import refusal
+
     parent = output.parent
     if not parent.is_dir():
         fail(f"--output {output}: {parent} is not a directory")
+    why = refusal(output)
+    if why is not None:
+        fail(f"--output {output}: {why}")
     if not os.access(output if output.exists() else parent, os.W_OK):
         fail(f"--output {output}: permission denied")
 
@@ -223,8 +229,10 @@ def diagnose_cmd(
     if output is None:
         click.echo(rendered, nl=False)
         return
-    try:
-        output.write_text(rendered, encoding="utf-8")
+    from diagnoser.core.atomic import write_atomic
+
+    try:  # whole or not at all, and never through a link put there meanwhile
+        write_atomic(output, rendered.encode("utf-8"))
     except OSError as exc:
         fail(f"cannot write {output}: {exc.strerror or exc}")
     top = result.findings[0].playbook.id if result.findings else "no finding"

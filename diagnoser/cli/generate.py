@@ -79,10 +79,27 @@ def generate_cmd(
       servediag generate --check
     """
     from diagnoser.outputs import generate
+    from diagnoser.outputs.promcheck import config_matchers_problem, rule_files_problem
+    from diagnoser.outputs.rules import ALERTS_FILE, RECORDING_FILE
 
     site = load_site(config_path, catalog_dirs)
+    if config_path is not None:
+        wrong = config_matchers_problem(site)
+        if wrong is not None:
+            fail(f"{config_path}: {wrong}")
     files = generate.render(site)
     check_alert_rules(site, site.catalog.detectable())
+    # The whole rule files, as Prometheus will load them, before anything is written: what
+    # the site config alone shapes (the SLO and symptom rules) is checked nowhere else.
+    rule_files = {name: files[Path("rules") / name] for name in (RECORDING_FILE, ALERTS_FILE)}
+    problem = rule_files_problem(rule_files)
+    if problem is not None:
+        where = f" from {config_path}" if config_path else ""
+        fail(
+            f"the rules generated{where} would not load in Prometheus, so nothing was "
+            f"written: {problem}",
+            EXIT_FOUND,
+        )
     if check:
         outdated = generate.stale(files, out_root)
         for rel in outdated:
@@ -94,7 +111,8 @@ def generate_cmd(
     try:
         changed = generate.write(files, out_root)
     except OSError as exc:
-        fail(f"cannot write under --out {out_root}: {exc.strerror or exc}: {exc.filename}")
+        where = f": {exc.filename}" if exc.filename else ""
+        fail(f"cannot write under --out {out_root}: {exc.strerror or exc}{where}")
     for rel in changed:
         click.echo(f"wrote {rel}")
     click.echo(f"{len(files)} files generated, {len(changed)} changed")

@@ -197,6 +197,14 @@ class SourceOptions:
             fail(f"--prometheus-url {redact_url(url)!r}: {exc}")
         if parts.scheme not in ("http", "https") or not parts.hostname:
             fail(f"--prometheus-url {redact_url(url)!r} is not an http:// or https:// URL")
+        if self.ca_file is not None:
+            from diagnoser.core.tls import check_ca_file
+            from diagnoser.errors import UserError
+
+            try:
+                check_ca_file(self.ca_file)
+            except UserError as exc:
+                fail(str(exc))
         token = os.environ.get("PROMETHEUS_BEARER_TOKEN")
         if self.bearer_token_file is not None:
             token = read_token(self.bearer_token_file, "--bearer-token-file")

@@ -128,6 +128,11 @@ def simulate_cmd(
             pass
         return
     assert out is not None
+    from diagnoser.core.atomic import Staged, refusal
+
+    why = refusal(out)
+    if why is not None:
+        fail(f"--out {out}: {why}")
     if out.exists() and not force:
         fail(f"{out} exists; pass --force to overwrite it")
     end_ts = end if end is not None else time.time()
@@ -136,22 +141,24 @@ def simulate_cmd(
     from diagnoser.core.exposition import write_openmetrics
     from diagnoser.sim.run import simulate
 
-    # Open the file first: an unwritable --out is said before minutes of simulation.
-    tmp = out.with_name(out.name + ".partial")
+    # Open the file first: an unwritable --out is said before minutes of simulation. It is a
+    # new temporary file beside --out (a link planted at a guessable name is not followed),
+    # renamed over --out once whole.
+    staged = Staged()
     try:
-        fh = tmp.open("w", encoding="utf-8")
+        fh = staged.open_text(out)
     except OSError as exc:
+        staged.discard()
         fail(f"cannot write {out}: {exc.strerror or exc}")
     t0 = time.monotonic()
     try:
-        with fh:
-            rec = simulate(sc, end_ts)
-            write_openmetrics(rec, fh)
-        tmp.replace(out)
+        with staged:
+            with fh:
+                rec = simulate(sc, end_ts)
+                write_openmetrics(rec, fh)
+            staged.commit()
     except OSError as exc:
         fail(f"cannot write {out}: {exc.strerror or exc}")
-    finally:
-        tmp.unlink(missing_ok=True)
     click.echo(
         f"{sc.name}: {sc.duration / 3600:g} h simulated in {time.monotonic() - t0:.1f} s,"
         f" {rec.sample_count()} samples -> {out}",

@@ -19,6 +19,7 @@ may show.
 from __future__ import annotations
 
 import contextlib
+import functools
 import heapq
 import http.client
 import itertools
@@ -164,7 +165,10 @@ REAPER = Reaper()
 # --- connections --------------------------------------------------------------------------
 
 
+@functools.lru_cache(maxsize=8)
 def tls_context(ca_file: str | None = None, insecure: bool = False) -> ssl.SSLContext:
+    """One context per CA file, made once (``core.tls`` has checked the file): OpenSSL does
+    not read the bundle again for every request."""
     if insecure:
         ctx = ssl.create_default_context()
         ctx.check_hostname = False

@@ -13,6 +13,12 @@ another order than it is. Two guards, both used by every text and Markdown outpu
   output by a path that forgot ``printable`` still cannot drive the terminal.
 
 JSON keeps the values as they are, encoded by ``json``; HTML escapes them and runs ``inert``.
+
+A third guard is for text a renderer reads as markup, Markdown and chat messages (Mattermost
+and Rocket.Chat render Markdown, mentions and bare URLs): ``defang(value)`` keeps a value from
+notifying a channel (``@channel``, ``@all``, ``@here``, ``@someone``), making a Markdown link or
+image (``[text](url)``) or becoming a link by itself (``https://...``, ``www.``), by putting an
+invisible word joiner where each would be recognised. What the reader sees does not change.
 """
 
 from __future__ import annotations
@@ -54,3 +60,15 @@ def inert(text: str, sgr: bool = False) -> str:
         last = m.end()
     out.append(text[last:].translate(_LAYOUT))
     return "".join(out)
+
+
+# WORD JOINER: no width, no break; between "@" and a name, "]" and "(", ":" and "//", a
+# renderer no longer sees a mention, a link or a URL, and the reader sees the same text.
+JOINER = "\u2060"
+_MARKUP = re.compile(r"@|\]\(|:(?=//)|(?i:\bwww)(?=\.)")
+
+
+def defang(value: str) -> str:
+    """``value`` unable to mention anyone, make a Markdown link or image, or autolink, once
+    rendered as Markdown or a chat message (see the module's docstring)."""
+    return _MARKUP.sub(lambda m: m.group()[0] + JOINER + m.group()[1:], value)

@@ -22,7 +22,7 @@ from urllib.parse import unquote, urlencode, urljoin, urlsplit, urlunsplit
 import numpy as np
 
 from diagnoser.core import http
-from diagnoser.errors import UserError
+from diagnoser.errors import UserError, read_bytes
 
 # Prometheus refuses range queries of more than 11,000 points per series.
 MAX_POINTS = 11_000
@@ -297,31 +297,46 @@ def _body_hint(body: bytes, clean: Callable[[str], str]) -> str:
 
 
 def _series(raw: Any, expr: str) -> Series:
+    """One series of an answer. Prometheus writes label values as strings, a sample as
+    ``[time, "value"]`` with the time a finite number; anything else (a boolean, a number
+    where a label value goes, a time of hundreds of digits or ``1e400``) is not its format."""
     try:
         metric = raw["metric"]
         pts = raw["values"] if "values" in raw else [raw["value"]]
         if not isinstance(metric, dict) or not isinstance(pts, list):
             raise TypeError
-        labels = {str(k): str(v) for k, v in metric.items()}
-        t = np.array([float(p[0]) for p in pts], dtype=np.float64)
-        v = np.array([float(p[1]) for p in pts], dtype=np.float64)
-    except (KeyError, TypeError, ValueError, IndexError):
+        if not all(isinstance(v, str) for v in metric.values()):
+            raise TypeError
+        labels = {str(k): v for k, v in metric.items()}
+        t = np.array([_number(p[0]) for p in pts], dtype=np.float64)
+        v = np.array([_number(p[1]) for p in pts], dtype=np.float64)
+    except (KeyError, TypeError, ValueError, IndexError, OverflowError):
         raise SourceError("the answer's series are not in Prometheus's format") from None
+    if not np.isfinite(t).all():
+        raise SourceError("the answer's series are not in Prometheus's format")
     return Series(labels, t, v)
 
 
+def _number(value: Any) -> float:
+    """A sample's time or value: a number or a numeric string (``"NaN"`` and ``"+Inf"`` are
+    Prometheus's own), never a boolean; a whole number too large for a float raises."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        raise TypeError
+    return float(value)
+
+
 def read_token(path: Path, option: str) -> str:
-    """A token file's first line; a file too big, binary or of several lines is refused
-    with ``UserError`` (bad usage: exit status 2)."""
-    try:
-        with path.open("rb") as fh:
-            raw = fh.read(MAX_TOKEN_BYTES + 1)
-    except OSError as exc:
-        raise UserError(f"cannot read {option} {path}: {exc.strerror or exc}") from None
-    if len(raw) > MAX_TOKEN_BYTES:
-        raise UserError(
-            f"{option} {path}: larger than {MAX_TOKEN_BYTES // 1024} KiB; is it a token?"
-        )
+    """A token file's first line; a file too big, binary, of several lines or not a regular
+    file (a FIFO would block the read) is refused with ``UserError`` (bad usage: exit status
+    2)."""
+
+    def error(p: Path, where: str, message: str) -> UserError:
+        unreadable = message.removeprefix("cannot read: ")  # said as "cannot read OPTION FILE"
+        if unreadable != message:
+            return UserError(f"cannot read {option} {p}: {unreadable}")
+        return UserError(f"{option} {p}: {message}")
+
+    raw = read_bytes(path, error, MAX_TOKEN_BYTES)
     try:
         text = raw.decode("utf-8").strip()
     except UnicodeDecodeError:

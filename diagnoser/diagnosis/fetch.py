@@ -166,7 +166,7 @@ def _engines(out: Fetched, signals: Sequence[Signal]) -> None:
     gaps = {s.name: s.sglang_gap for s in signals if not s.on_sglang}
     for data in out.models.values():
         servers = data.series.get("sglang_servers")
-        if servers is not None and servers.v.size and np.nanmax(servers.v) > 0:
+        if servers is not None and servers.v.size and np.nanmax(servers.v, initial=0.0) > 0:
             data.gaps = dict(gaps)
 
 

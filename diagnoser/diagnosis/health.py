@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from diagnoser.catalog.shapes.base import episodes, events
+from diagnoser.catalog.shapes.base import episodes, events, whole
 from diagnoser.diagnosis.match import ScopeData
 from diagnoser.site import Site
 
@@ -181,8 +181,8 @@ def assess(
     total = _inside(data, "targets_total", window)
     down = _inside(data, "targets_down", window)
     if total is not None and total.size:
-        h.targets_total = int(np.nanmax(total))
-        h.targets_down = int(down[-1]) if down is not None and down.size else 0
+        h.targets_total = whole(float(np.nanmax(total, initial=0.0)))
+        h.targets_down = whole(float(down[-1])) if down is not None and down.size else 0
         h.down_since = _down_since(data, window) if h.targets_down else None
         h.down_share = float(np.mean(np.nan_to_num(down) > 0)) if down is not None else 0.0
         h.targets_gone_at = _gone(data, window)
@@ -209,7 +209,7 @@ def _stopped(
     if tail.size == 0 or np.nanmax(tail, initial=0.0) > IDLE_RPS:
         return None
     earlier = (s.t >= before[0]) & (s.t < tail_start) & (np.nan_to_num(s.v) > IDLE_RPS)
-    if not earlier.any() or np.nanmax(s.v[earlier]) < 10 * IDLE_RPS:
+    if not earlier.any() or np.nanmax(s.v[earlier], initial=0.0) < 10 * IDLE_RPS:
         return None
     return float(s.t[earlier][-1])
 

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from diagnoser.core import families_sglang
+from diagnoser.core.finite import finite
 from diagnoser.diagnosis.health import Health, Sli
 from diagnoser.diagnosis.lookback import Reach
 from diagnoser.diagnosis.match import ConditionResult, Match, ScopeData
@@ -247,6 +248,14 @@ def finding_json(d: Diagnosis, m: Match) -> dict[str, Any]:
 
 
 def to_json(d: Diagnosis) -> dict[str, Any]:
+    """The JSON contract. A number that is NaN or infinite (a series can hold either) is
+    written as null, and ``non_finite`` lists each such field with what it was."""
+    out, non_finite = finite(_to_json(d))
+    out["non_finite"] = non_finite
+    return dict(out)
+
+
+def _to_json(d: Diagnosis) -> dict[str, Any]:
     w = d.window
     return {
         "window": {"start": iso(w.start), "end": iso(w.end), "step_seconds": w.step},

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import numpy as np
+
 from diagnoser.catalog import Playbook
 from diagnoser.core.source import MetricSource, one_operation, warnings_of
 from diagnoser.diagnosis.fetch import Fetched, fetch, needed_signals
@@ -39,7 +41,23 @@ def diagnose(
     lookback: float = DEFAULT_LOOKBACK,
 ) -> Diagnosis:
     """``lookback``: how far before the window's end to look for an onset (0: not at all).
-    Every query shares one deadline (a Prometheus source's ``timeout``)."""
+    Every query shares one deadline (a Prometheus source's ``timeout``).
+
+    Samples are whatever the source answered: values near 1e308 overflow to infinity when
+    summed, and NaN stays NaN through arithmetic. Every judgement reads such a result as no
+    value (``finite``), so numpy's warnings about them are not printed."""
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+        return _diagnose(source, site, window, matchers, workers, lookback)
+
+
+def _diagnose(
+    source: MetricSource,
+    site: Site,
+    window: Window,
+    matchers: Sequence[str],
+    workers: int,
+    lookback: float,
+) -> Diagnosis:
     source = one_operation(source)
     catalog = site.catalog
     model_level = [pb for pb in catalog.detectable() if not _target_level(pb, site)]

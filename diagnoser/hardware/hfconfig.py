@@ -167,8 +167,8 @@ def weight_bytes_per_param(cfg: HfConfig) -> float:
         raise ConfigFieldError("quantization_config", "must be a JSON object")
     method = str(q.get("quant_method", "")).lower()
     for key in ("bits", "w_bit", "weight_bits"):
-        if isinstance(q.get(key), int) and q[key] > 0:
-            return float(q[key]) / 8
+        if q.get(key) is not None:
+            return _bits(q[key], f"quantization_config.{key}") / 8
     if method in ("fp8", "fbgemm_fp8", "ptpc_fp8") or q.get("fmt") in ("e4m3", "e5m2"):
         return 1.0
     if method == "bitsandbytes":
@@ -178,11 +178,14 @@ def weight_bytes_per_param(cfg: HfConfig) -> float:
     if method == "compressed-tensors":
         groups = q.get("config_groups")
         bits: list[int] = [
-            g["weights"]["num_bits"]
-            for g in (groups.values() if isinstance(groups, Mapping) else ())
+            _bits(
+                g["weights"]["num_bits"],
+                f"quantization_config.config_groups.{name}.weights.num_bits",
+            )
+            for name, g in (groups.items() if isinstance(groups, Mapping) else ())
             if isinstance(g, Mapping)
             and isinstance(g.get("weights"), Mapping)
-            and isinstance(g["weights"].get("num_bits"), int)
+            and g["weights"].get("num_bits") is not None
         ]
         if bits:
             return max(bits) / 8
@@ -190,6 +193,16 @@ def weight_bytes_per_param(cfg: HfConfig) -> float:
         "quantization_config.quant_method",
         f"cannot tell the width of {method or 'unnamed'!r} weights",
     )
+
+
+def _bits(value: Any, field: str) -> int:
+    """A weight's width in bits: a whole number from 1 to 64 (not ``true``, not a number of
+    hundreds of digits, which no float can hold)."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 64:
+        shown = repr(value)
+        shown = shown if len(shown) <= 24 else f"{shown[:12]}... ({len(shown)} characters)"
+        raise ConfigFieldError(field, f"must be a whole number of bits from 1 to 64, not {shown}")
+    return value
 
 
 def estimate_params(cfg: HfConfig) -> float:

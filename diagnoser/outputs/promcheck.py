@@ -159,3 +159,104 @@ def _promql_parser() -> Callable[[str], object] | None:
         return None
     parse: Callable[[str], object] = promql_parser.parse
     return parse
+
+
+def rule_files_problem(files: dict[str, str]) -> str | None:
+    """What Prometheus would refuse in these rule files (name -> text, the plain Prometheus
+    format), as one line: the first problem and how many more; None when they load. This is
+    the whole output, recording rules and the symptom and SLO alerts included, which the
+    site config alone shapes (an SLO override's regex that Go's engine cannot compile, say):
+    the per-playbook check of ``check_alerts`` does not see them. promtool when it is on the
+    PATH; otherwise each expression through the promql-parser library, or its brackets."""
+    exe = shutil.which("promtool")
+    if exe is not None:
+        with tempfile.TemporaryDirectory(prefix="servediag-") as tmp:
+            paths = []
+            for name, text in files.items():
+                path = Path(tmp) / name
+                path.write_text(text, encoding="utf-8")
+                paths.append(str(path))
+            proc = subprocess.run(
+                [exe, "check", "rules", *paths], capture_output=True, text=True, check=False
+            )
+            if proc.returncode == 0:
+                return None
+            output = (proc.stdout + proc.stderr).replace(f"{tmp}/", "rules/")
+        found = [line.strip() for line in output.splitlines() if _PROBLEM.search(line)]
+        found = found or [line.strip() for line in output.splitlines() if line.strip()][-1:]
+    else:
+        found = _parse_rule_files(files)
+        if not found:
+            return None
+    more = f" (and {len(found) - 1} more)" if len(found) > 1 else ""
+    return f"{found[0]}{more}"
+
+
+def _parse_rule_files(files: dict[str, str]) -> list[str]:
+    import yaml
+
+    parse = _promql_parser()
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    found = []
+    for name, text in files.items():
+        doc = yaml.load(text, Loader=loader)  # a safe loader: ours, or libyaml's
+        for group in doc.get("groups", []):
+            for i, rule in enumerate(group.get("rules", []), 1):
+                expr = str(rule.get("expr", ""))
+                why = balance_problem(expr)
+                if why is None and parse is not None:
+                    try:
+                        parse(expr)
+                    except Exception as exc:  # ValueError, or the library's own on a panic
+                        why = " ".join(str(exc).split()) or type(exc).__name__
+                if why is not None:
+                    what = rule.get("record") or rule.get("alert")
+                    found.append(
+                        f'rules/{name}: group "{group.get("name")}", rule {i}, "{what}": '
+                        f"could not parse expression: {why}"
+                    )
+    return found
+
+
+def config_matchers_problem(site: Site) -> str | None:
+    """The first of the site config's label matchers (``selector``, ``vllm_targets``,
+    ``sglang_targets``, each ``slo.overrides[i].match``) that Prometheus would refuse, as
+    ``FIELD: why``, or None. Python's ``re`` accepts regexes Go's engine does not (``a++``,
+    ``(?=...)``); found here, the problem names the config's field instead of surfacing in
+    every rule that carries the matcher."""
+    cfg = site.config
+    fields = [(f"selector[{i}]", m) for i, m in enumerate(cfg.selector)]
+    fields += [("vllm_targets", cfg.vllm_targets), ("sglang_targets", cfg.sglang_targets)]
+    for i, ov in enumerate(cfg.slo.overrides):
+        fields += [(f"slo.overrides[{i}].match[{j}]", str(m)) for j, m in enumerate(ov.match)]
+    exprs = {field: f"up{{{matcher}}}" for field, matcher in fields}
+    exe = shutil.which("promtool")
+    if exe is None:
+        parse = _promql_parser()
+        for field, expr in exprs.items():
+            why = balance_problem(expr)
+            if why is None and parse is not None:
+                try:
+                    parse(expr)
+                except Exception as exc:  # ValueError, or the library's own on a panic
+                    why = " ".join(str(exc).split()) or type(exc).__name__
+            if why is not None:
+                return f"{field}: not a matcher Prometheus accepts: {why}"
+        return None
+    groups = [
+        {"name": field, "rules": [{"record": "servediag:config_check", "expr": expr}]}
+        for field, expr in exprs.items()
+    ]
+    with tempfile.TemporaryDirectory(prefix="servediag-") as tmp:
+        rules = Path(tmp) / "config.rules.yaml"
+        rules.write_text(dump({"groups": groups}), encoding="utf-8")
+        proc = subprocess.run(
+            [exe, "check", "rules", str(rules)], capture_output=True, text=True, check=False
+        )
+    for line in (proc.stdout + proc.stderr).splitlines():
+        m = _PROBLEM.search(line)
+        if m is not None and m.group("group") in exprs:
+            why = m.group("message").removeprefix("could not parse expression: ")
+            why = re.sub(r"^\d+:\d+: parse error: ", "", why)  # a place in up{...}, not theirs
+            return f"{m.group('group')}: not a matcher Prometheus accepts: {why}"
+    return None

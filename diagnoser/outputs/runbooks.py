@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import stat
 import textwrap
 from pathlib import Path
 from typing import Any
@@ -125,10 +126,15 @@ def render_all(site: Site) -> dict[str, str]:
 
 
 def prune(files: dict[str, str], out_dir: Path) -> list[Path]:
-    """Remove generated pages whose playbook is gone (only pages carrying our marker)."""
+    """Remove generated pages whose playbook is gone: only regular files that begin with our
+    marker (a link, a directory or a page of someone else's, UTF-8 or not, stays)."""
     removed = []
     for path in sorted(out_dir.glob("*.md")) if out_dir.is_dir() else []:
-        if path.name not in files and path.read_text(encoding="utf-8").startswith(MARKER[:24]):
+        if path.name in files or not stat.S_ISREG(path.lstat().st_mode):
+            continue
+        with path.open("rb") as fh:
+            head = fh.read(len(MARKER[:24].encode()))
+        if head == MARKER[:24].encode():
             path.unlink()
             removed.append(path)
     return removed

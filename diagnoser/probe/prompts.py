@@ -25,10 +25,12 @@ from typing import Any, Protocol
 
 from diagnoser.core.buckets import prompt_bucket_label
 from diagnoser.core.tokens import WORDS
-from diagnoser.errors import UserError
+from diagnoser.errors import UserError, read_text
 
 APPROXIMATION = "approximation"
 TOKENIZER = "tokenizer"
+# The tokenizer.json of the largest vocabularies (256k tokens) is some 35 MiB.
+MAX_TOKENIZER_BYTES = 64 << 20
 
 
 def parse_classes(text: str) -> list[int]:
@@ -118,8 +120,14 @@ def load_counter(path: Path | None) -> tuple[TokenCounter, str | None]:
     """
     if path is None:
         return Approximation(), None
-    if not path.is_file():
+    if not path.exists():
         raise UserError(f"--tokenizer {path}: no such file")
+
+    def error(p: Path, where: str, message: str) -> UserError:
+        return UserError(f"--tokenizer {p}: {message}")
+
+    # Through the bounded reader: a FIFO or /dev/zero is refused, not read without end.
+    text = read_text(path, error, MAX_TOKENIZER_BYTES)
     try:
         from tokenizers import Tokenizer
     except ImportError:
@@ -128,7 +136,7 @@ def load_counter(path: Path | None) -> tuple[TokenCounter, str | None]:
             "are approximate (pip install tokenizers)"
         )
     try:
-        tok = Tokenizer.from_file(str(path))
+        tok = Tokenizer.from_str(text)
     except Exception as exc:  # the Rust library raises its own exception types
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise UserError(f"--tokenizer {path}: not a tokenizer.json ({first})") from None

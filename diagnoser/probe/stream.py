@@ -26,7 +26,6 @@ import http.client
 import json
 import re
 import socket
-import ssl
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -34,8 +33,9 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
-from diagnoser.core.http import REAPER, describe
+from diagnoser.core.http import REAPER, describe, tls_context
 from diagnoser.core.source import MIN_SECRET, read_token, redact_url
+from diagnoser.core.tls import check_ca_file
 from diagnoser.errors import UserError
 
 OUTCOMES = ("ok", "http_error", "timeout", "truncated", "connection_error")
@@ -43,6 +43,7 @@ API_PATHS = {"completions": "/v1/completions", "chat": "/v1/chat/completions"}
 USER_AGENT = "servediag-probe"
 MAX_LINE = 1 << 20  # longest server-sent event line read whole
 MAX_ERROR_BODY = 1 << 16
+MAX_TOKENS = 10**9  # more prompt tokens than any context window holds
 # Answers with status 200 that are not a stream: a login page, a JSON error from a gateway.
 NOT_A_STREAM = ("text/html", "application/json", "application/xhtml+xml")
 SSE_FIELDS = ("", "event", "id", "retry")  # "" is a comment (":..."), besides "data"
@@ -86,6 +87,8 @@ class Endpoint:
             self.headers.setdefault(
                 "Authorization", "Basic " + base64.b64encode(user_pass.encode()).decode()
             )
+        if self.ca_file is not None:
+            check_ca_file(self.ca_file)
         self._token: str | None = None
         if self.bearer_token_file is not None:
             self._token = read_token(self.bearer_token_file, "--bearer-token-file") or None
@@ -126,7 +129,7 @@ class Endpoint:
 
     def connection(self, timeout: float) -> http.client.HTTPConnection:
         if self.scheme == "https":
-            ctx = ssl.create_default_context(cafile=self.ca_file)
+            ctx = tls_context(self.ca_file)
             return http.client.HTTPSConnection(self.host, self.port, timeout=timeout, context=ctx)
         return http.client.HTTPConnection(self.host, self.port, timeout=timeout)
 
@@ -149,7 +152,7 @@ def _error_message(body: bytes, clean: Callable[[str], str]) -> str:
     text = clean(body.decode("utf-8", "replace")).strip()
     try:
         obj = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):
         return " ".join(text.split())[:200] or "(empty body)"
     return _message_of(obj) or text[:200]
 
@@ -355,7 +358,7 @@ def _read_events(
             return res
         try:
             obj = json.loads(value)
-        except ValueError:
+        except (ValueError, RecursionError):  # nested thousands deep is no chunk either
             res.outcome, res.detail = "http_error", "the stream carries invalid JSON"
             return res
         if not isinstance(obj, dict):
@@ -365,7 +368,7 @@ def _read_events(
             res.detail = f"error in the stream: {_message_of(obj) or 'no message'}"
             return res
         usage = obj.get("usage")
-        if isinstance(usage, dict) and isinstance(usage.get("prompt_tokens"), int):
+        if isinstance(usage, dict) and _token_count(usage.get("prompt_tokens")):
             res.prompt_tokens = usage["prompt_tokens"]
         choices = obj.get("choices")
         if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
@@ -388,6 +391,13 @@ def _read_events(
     else:
         res.detail = f"the stream ended after {res.tokens} token(s) without [DONE]"
     return res
+
+
+def _token_count(value: object) -> bool:
+    """Whether a server's ``usage`` count can be one: a whole number (not ``true``) from 0 to
+    ``MAX_TOKENS``. Anything else is not shown or exported: a count of hundreds of digits
+    cannot even become a float for the gauge."""
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_TOKENS
 
 
 def _timed_out(res: Result, timeout: float) -> Result:
@@ -431,5 +441,5 @@ def get_json(ep: Endpoint, api_path: str, timeout: float) -> Any:
         raise ProbeError(ep.clean(f"{where}: HTTP {resp.status}: {_error_message(body, ep.clean)}"))
     try:
         return json.loads(body)
-    except ValueError:
+    except (ValueError, RecursionError):
         raise ProbeError(f"{where}: the answer is not JSON") from None

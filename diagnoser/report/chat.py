@@ -3,13 +3,20 @@
 It says which alert fired and for what, then the diagnosis: its top finding with the
 evidence, the cause, the fix and the runbook link. When the diagnosis did not confirm the
 alert's playbook, the message says so and still gives that playbook's cause and runbook.
+
+Slack-compatible servers read the same text in their own ways: Slack as mrkdwn (``<...>``
+makes links and mentions), Mattermost and Rocket.Chat as Markdown (``[text](url)``, bare
+URLs, ``@channel``, ``@all``). Every line but the runbook links is escaped for both: Slack's
+three characters (``mrkdwn``) and ``core.printable.defang``, so what an alert or a label
+brought can neither notify anyone nor become a link. A link is only ever an http(s) URL.
 """
 
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import urlsplit
 
-from diagnoser.core.printable import inert, printable
+from diagnoser.core.printable import defang, inert, printable
 from diagnoser.diagnosis.model import Diagnosis
 from diagnoser.report.format import evidence_lines, health_line, scope_text, since
 from diagnoser.site import Site
@@ -28,12 +35,15 @@ class _Link(str):
 
 
 def link(url: str, text: str) -> _Link:
-    return _Link(f"<{mrkdwn(url).replace('|', '%7C')}|{mrkdwn(text)}>")
+    """``<url|text>``; a URL that is not http(s) (``javascript:``, say) is no link, only text."""
+    if urlsplit(url.strip()).scheme.lower() not in ("http", "https"):
+        return _Link(defang(mrkdwn(f"{text} ({url})")))
+    return _Link(f"<{mrkdwn(url).replace('|', '%7C')}|{defang(mrkdwn(text))}>")
 
 
 def _line(parts: str | list[str]) -> str:
     parts = [parts] if isinstance(parts, str) else parts
-    return " ".join(p if isinstance(p, _Link) else mrkdwn(p) for p in parts)
+    return " ".join(p if isinstance(p, _Link) else defang(mrkdwn(p)) for p in parts)
 
 
 def _text(lines: list[str | list[str]]) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from diagnoser.core.printable import defang
 from diagnoser.diagnosis.model import Diagnosis, iso
 from diagnoser.report.format import health_line, needs, scope_text, since
 
@@ -11,21 +12,30 @@ def cell(text: str) -> str:
     return text.replace("|", "\\|")
 
 
+def plain(text: str) -> str:
+    """What came from outside (label values, a server's warning), as text and nothing else
+    once rendered: HTML written as entities (no tag, no image), no mention, link or URL
+    (``core.printable.defang``)."""
+    return defang(text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;"))
+
+
 def markdown(d: Diagnosis) -> str:
     w = d.window
     out = [f"## Diagnosis {iso(w.start)} - {iso(w.end)}", ""]
     if d.warnings:
-        out += ["**Partial answer:** " + "; ".join(d.warnings), ""]
+        out += ["**Partial answer:** " + plain("; ".join(d.warnings)), ""]
     if d.health:
         out += ["| Model | State |", "|---|---|"]
-        out += [f"| {cell(scope_text(h.scope))} | {cell(health_line(h))} |" for h in d.health]
+        out += [
+            f"| {cell(plain(scope_text(h.scope)))} | {cell(plain(health_line(h)))} |"
+            for h in d.health
+        ]
         out.append("")
     unexplained = [h for h in d.health if h.verdict == "unhealthy" and not d.findings_for(h.scope)]
     for h in unexplained:
         out.append(
-            f"**{scope_text(h.scope)} is unhealthy and no known problem pattern explains it:** "
-            + "; ".join(h.reasons)
-            + "."
+            f"**{plain(scope_text(h.scope))} is unhealthy and no known problem pattern explains "
+            "it:** " + plain("; ".join(h.reasons)) + "."
         )
         near = d.nearest(h.scope)
         if near:
@@ -46,7 +56,7 @@ def markdown(d: Diagnosis) -> str:
         pb = m.playbook
         out.append(f"### {i}. {pb.title} (`{pb.id}`)")
         out.append("")
-        out.append(f"- **Scope:** {scope_text(m.scope)}")
+        out.append(f"- **Scope:** {plain(scope_text(m.scope))}")
         out.append(f"- **Since:** {since(d, m)} ({iso(m.onset) or 'no onset found'})")
         out.append(f"- **Confidence:** {m.confidence:.0%} ({pb.severity})")
         if m.explained_by:

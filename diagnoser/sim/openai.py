@@ -105,6 +105,8 @@ def parse(path: str, body: bytes, models: list[str]) -> Completion:
         obj = json.loads(body or b"null")
     except ValueError:
         raise ApiError(400, "the request body is not valid JSON") from None
+    except RecursionError:  # the parser's recursion, not the server, gives up
+        raise ApiError(400, "the request body is JSON nested too deeply") from None
     if not isinstance(obj, dict):
         raise ApiError(400, "the request body must be a JSON object")
     model = obj.get("model") or models[0]

@@ -9,10 +9,13 @@ from __future__ import annotations
 
 import math
 import re
+import string
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
+from diagnoser.core.durations import LONGEST, parse_duration
 from diagnoser.errors import UserError, load_yaml
 from diagnoser.site.slo import SloConfig, SloError
 from diagnoser.site.slo import parse as parse_slo
@@ -24,6 +27,11 @@ FOR = re.compile(r"[0-9]+[smhd]")
 # vllm_targets: one matcher or several, comma-separated, as they go inside {...}.
 MATCHERS = re.compile(rf"{MATCHER.pattern}(?:\s*,\s*{MATCHER.pattern})*")
 INTERVAL = re.compile(r"[1-9][0-9]*(ms|s|m|h)")
+# Labels the rules aggregate by themselves: a group label of that name would repeat it in the
+# same ``by`` or ``on`` clause, which Prometheus refuses (or sums the buckets it must keep).
+RESERVED_GROUP_LABELS = ("model_name", "le", "__name__")
+# Longer than any scrape interval: the dashboards' step would skip whole hours of data.
+LONGEST_SCRAPE = 3600.0
 
 
 class ConfigError(UserError):
@@ -114,6 +122,13 @@ def load_config(path: Path | None) -> SiteConfig:
             for i, v in enumerate(value):
                 if not pattern.fullmatch(v.strip()):
                     raise ConfigError(f"{path}: {key}[{i}]: {v!r} is not a {what}")
+                if key == "group_labels" and v.strip() in RESERVED_GROUP_LABELS:
+                    raise ConfigError(
+                        f"{path}: {key}[{i}]: {v.strip()!r} is aggregated by the rules "
+                        "themselves; a group label is another label (cluster, namespace)"
+                    )
+                if key == "group_labels" and v.strip() in (w.strip() for w in value[:i]):
+                    raise ConfigError(f"{path}: {key}[{i}]: {v.strip()!r} is listed twice")
             kwargs[key] = tuple(v.strip() for v in value)
         elif key == "alerts":
             kwargs[key] = _overrides(path, value)
@@ -131,15 +146,20 @@ def load_config(path: Path | None) -> SiteConfig:
         elif key == "scrape_interval":
             if not isinstance(value, str) or not INTERVAL.fullmatch(value.strip()):
                 raise ConfigError(f"{path}: {key}: must be a duration like 15s, 30s or 1m")
+            if _seconds(value) > LONGEST_SCRAPE:
+                raise ConfigError(f"{path}: {key}: must be at most 1h")
             kwargs[key] = value.strip()
         else:
             if not isinstance(value, str):
                 raise ConfigError(f"{path}: {key}: must be a string")
-            if key == "vllm_targets" and not MATCHERS.fullmatch(value.strip()):
+            targets = key in ("vllm_targets", "sglang_targets")
+            if targets and not MATCHERS.fullmatch(value.strip()):
                 raise ConfigError(f'{path}: {key}: {value!r} is not label matchers like job="vllm"')
-            kwargs[key] = value.strip() if key == "vllm_targets" else value
-    if "{id}" not in kwargs.get("runbook_url", "{id}"):
-        raise ConfigError(f"{path}: runbook_url: must contain {{id}}")
+            if key == "runbook_url":
+                problem = runbook_url_problem(value)
+                if problem is not None:
+                    raise ConfigError(f"{path}: runbook_url: {problem}")
+            kwargs[key] = value.strip() if targets else value
     ttft = kwargs.get("ttft_slo_seconds", SiteConfig.ttft_slo_seconds)
     itl = kwargs.get("itl_slo_seconds", SiteConfig.itl_slo_seconds)
     try:
@@ -147,6 +167,40 @@ def load_config(path: Path | None) -> SiteConfig:
     except SloError as exc:
         raise ConfigError(f"{path}: {exc}") from None
     return SiteConfig(**kwargs)
+
+
+def _seconds(duration: str) -> float:
+    """A duration the pattern already accepted; one of hundreds of digits is infinitely long."""
+    try:
+        return parse_duration(duration.strip())
+    except ValueError:
+        return math.inf
+
+
+def runbook_url_problem(url: str) -> str | None:
+    """Why ``url`` cannot be the runbook link template, or None. It is filled in with
+    ``str.format(id=...)``, so its only field may be a plain ``{id}``: any other (``{x}``,
+    ``{}``, ``{id.__class__}``, ``{id!r}``) would fail at render time or reach into Python
+    objects; a brace of its own is written ``{{`` or ``}}``. The link lands in reports, chat
+    messages and alerts, where only http(s) is a page (``javascript:`` would run a script)."""
+    try:
+        parts = list(string.Formatter().parse(url))
+    except ValueError as exc:
+        return f"{exc} (a brace of the URL's own is written {{{{ or }}}})"
+    found = [(name, spec, conv) for _, name, spec, conv in parts if name is not None]
+    for name, spec, conv in found:
+        if name != "id" or spec or conv:
+            field_text = name + (f"!{conv}" if conv else "") + (f":{spec}" if spec else "")
+            return (
+                f"{{{field_text}}} is not a field it can hold: the only one is {{id}} (a brace "
+                "of the URL's own is written {{ or }})"
+            )
+    if not found:
+        return "must contain {id}"
+    parts_of = urlsplit(url.replace("{id}", "id"))
+    if parts_of.scheme.lower() not in ("http", "https") or not parts_of.netloc:
+        return f"{url!r} is not an http:// or https:// URL"
+    return None
 
 
 def _overrides(path: Path, value: Any) -> dict[str, AlertOverride]:
@@ -160,6 +214,8 @@ def _overrides(path: Path, value: Any) -> dict[str, AlertOverride]:
             raise ConfigError(f"{path}: alerts.{name}.severity: must be critical, warning or info")
         if "for" in ov and not (isinstance(ov["for"], str) and FOR.fullmatch(ov["for"])):
             raise ConfigError(f"{path}: alerts.{name}.for: must be a duration like 10m")
+        if "for" in ov and _seconds(ov["for"]) > LONGEST:
+            raise ConfigError(f"{path}: alerts.{name}.for: must be at most 3650d")
         params = ov.get("params", {})
         if not isinstance(params, dict) or not all(
             isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)

@@ -145,8 +145,11 @@ def parse(raw: Any, ttft_seconds: float, itl_seconds: float) -> SloConfig:
             raise SloError(f"slo.period: {exc}") from None
         if not 86400 <= period <= 366 * 86400:
             raise SloError("slo.period: must be from 1d to 366d")
+    listed = raw.get("overrides") or []
+    if not isinstance(listed, list):
+        raise SloError("slo.overrides: must be a list of overrides, each {match: ..., objectives}")
     overrides = []
-    for i, ov in enumerate(raw.get("overrides") or []):
+    for i, ov in enumerate(listed):
         where = f"slo.overrides[{i}]"
         if not isinstance(ov, dict) or "match" not in ov:
             raise SloError(f"{where}: needs match (label matchers) and objectives")

@@ -109,8 +109,22 @@ def events(values: np.ndarray) -> int:
     idx = np.where(known, np.arange(v.size), 0)
     filled = v[np.maximum.accumulate(idx)]
     filled[: int(np.argmax(known))] = 0.0
-    rises = np.diff(filled, prepend=0.0)
-    return round(float(np.clip(rises, 0, None).sum()))
+    with np.errstate(over="ignore", invalid="ignore"):  # 1e308 - (-1e308): infinitely many
+        rises = np.diff(filled, prepend=0.0)
+        return whole(float(np.clip(rises, 0, None).sum()))
+
+
+# More events, targets or restarts than any fleet has: a count past it (a sum that overflowed
+# to infinity on values of 1e308) is said as this many, not turned into an integer that fails.
+MOST_COUNTED = 10**12
+
+
+def whole(count: float) -> int:
+    """A count read from series as a whole number: rounded, at least 0 and at most
+    ``MOST_COUNTED`` (an infinite count is the most); NaN counts nothing."""
+    if math.isnan(count):
+        return 0
+    return round(min(max(count, 0.0), float(MOST_COUNTED)))
 
 
 def log_margin(ratio: float, threshold: float) -> float:
