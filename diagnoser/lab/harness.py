@@ -91,6 +91,7 @@ _SIMULATION_CODE = (
     "core/family.py",
     "core/http.py",
     "core/source.py",
+    "core/tls.py",
     "core/tokens.py",
     "errors.py",
     "probe/metrics.py",
