@@ -45,7 +45,7 @@ def connect(source: Any, timeout: float = 60.0, max_response_mb: float = 64.0) -
         return PrometheusSource(
             source.strip(), timeout=timeout, max_bytes=int(max_response_mb * MIB)
         )
-    if type(source).__name__ == "PrometheusConnect":
+    if _is_prometheus_connect(source):
         from diagnoser.core.connect import ConnectSource
 
         return ConnectSource(source, timeout=timeout, max_bytes=int(max_response_mb * MIB))
@@ -55,6 +55,16 @@ def connect(source: Any, timeout: float = 60.0, max_response_mb: float = 64.0) -
         "source must be a URL, a prometheus_api_client.PrometheusConnect, or an object with "
         f"query_range() and query(); got {type(source).__name__}"
     )
+
+
+def _is_prometheus_connect(source: Any) -> bool:
+    """A ``prometheus_api_client.PrometheusConnect`` (or a subclass), without importing the
+    library when it is not already in use."""
+    import sys
+
+    module = sys.modules.get("prometheus_api_client")
+    cls = getattr(module, "PrometheusConnect", None) if module is not None else None
+    return isinstance(cls, type) and isinstance(source, cls)
 
 
 def seconds(value: Seconds, what: str) -> float:

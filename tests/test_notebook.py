@@ -316,6 +316,13 @@ def test_a_dead_prometheusconnect_gives_the_clis_error():
     with pytest.raises(SourceError) as info:
         diagnoser.diagnose(_connect(url), timeout=3)
     assert str(info.value) == f"cannot reach {url}: connection refused"
+    from prometheus_api_client import PrometheusConnect
+
+    class SiteConnect(PrometheusConnect):  # a site's own wrapper is still one
+        pass
+
+    with pytest.raises(SourceError, match="connection refused"):
+        diagnoser.diagnose(SiteConnect(url=url), timeout=3)
 
 
 def test_importing_diagnoser_imports_nothing_else_until_a_name_is_used():
