@@ -85,6 +85,8 @@ except ImportError:
 # the table a postmortem's "what changed" section starts from.
 
 # %%
+import numpy as np
+
 by_period = (
     series[series["period"].isin(["baseline", "window"])]
     .groupby(["signal", "unit", "period"])["value"]
@@ -92,5 +94,7 @@ by_period = (
     .unstack("period")
 )
 by_period["change"] = by_period["window"] / by_period["baseline"].where(by_period["baseline"] != 0)
-moved = by_period.dropna(subset=["change"]).sort_values("change", key=abs, ascending=False)
-moved.head(12).round(3)
+# Farthest from 1 first, a fall as far as a rise (x0.25 as far as x4).
+far = by_period["change"].abs().pipe(np.log).abs()
+moved = by_period.assign(far=far).dropna(subset=["change"]).sort_values("far", ascending=False)
+moved.drop(columns="far").head(12).round(3)
