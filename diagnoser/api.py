@@ -69,12 +69,15 @@ def _is_prometheus_connect(source: Any) -> bool:
 
 def seconds(value: Seconds, what: str) -> float:
     """``"1h"``, ``"90m"`` or a number of seconds -> seconds; ``ValueError`` naming ``what``."""
-    from diagnoser.core.durations import parse_duration
+    from diagnoser.core.durations import LONGEST, parse_duration
 
     try:
-        return parse_duration(value)
+        out = parse_duration(value)
     except ValueError as exc:
         raise ValueError(f"{what}: {exc}") from None
+    if out > LONGEST:  # as the command line's options
+        raise ValueError(f"{what}: {value!r} is longer than {LONGEST / 86400:g} days")
+    return out
 
 
 def timestamp(value: When, what: str) -> float | None:

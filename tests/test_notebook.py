@@ -60,6 +60,7 @@ def test_the_api_takes_times_as_text_numbers_or_datetimes(launch):
     ("kwargs", "says"),
     [
         ({"since": "an hour"}, "since: 'an hour' is not a duration"),
+        ({"since": "99999999999d"}, "since: '99999999999d' is longer than 3650 days"),
         ({"until": "yesterday"}, "until: "),
         ({"lookback": "-1h"}, "lookback: "),
         ({"match": ['job="x"} or up{']}, "is not a label matcher"),
