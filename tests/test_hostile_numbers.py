@@ -13,44 +13,14 @@ import urllib.error
 import urllib.request
 
 import pytest
-from click.testing import CliRunner
+from clitest import SCENARIO, one_line, run
 from loopback import answer, post_alerts, serve
 
-from diagnoser.cli import main
 from diagnoser.lab.promserver import free_port
 
 BIG = "1" * 400  # Python reads it, but no float holds it
 HUGE = "1" * 5000  # past the 4,300 digits Python agrees to read at all
 HEX = "0x" + "f" * 6000  # a YAML integer read in base 16, which has no digit limit
-
-SCENARIO = """\
-description: One small model for twenty minutes.
-duration: 20m
-scrape_interval: 15s
-seed: 1
-labels: {window: 10m, expect: [], absent: []}
-models:
-  - name: m
-    preset: llama-3.1-8b
-    workload:
-      rate: {mean: 1}
-      prompt: {median: 400, sigma: 0.4}
-      output: {median: 100, sigma: 0.4}
-"""
-
-
-def run(*args: str):
-    runner = CliRunner(env={"PROMETHEUS_URL": None, "SERVEDIAG_CONFIG": None})
-    return runner.invoke(main, list(args), catch_exceptions=False)
-
-
-def one_line(res, code: int, *says: str) -> str:
-    assert res.exit_code == code, (res.exit_code, res.stderr[-2000:])
-    lines = res.stderr.splitlines()
-    assert len(lines) == 1, res.stderr[-2000:]
-    for s in says:
-        assert s in lines[0], lines[0][:600]
-    return lines[0]
 
 
 def strict_json(text: str):

@@ -14,22 +14,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from clitest import SCENARIO
 
 ROOT = Path(__file__).resolve().parent.parent
-SCENARIO = """\
-description: One small model for twenty minutes.
-duration: 20m
-scrape_interval: 15s
-seed: 1
-labels: {window: 10m, expect: [], absent: []}
-models:
-  - name: m
-    preset: llama-3.1-8b
-    workload:
-      rate: {mean: 1}
-      prompt: {median: 400, sigma: 0.4}
-      output: {median: 100, sigma: 0.4}
-"""
 
 
 def _limits() -> None:
