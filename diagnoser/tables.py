@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import csv
 import io
-import math
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -131,10 +130,6 @@ def series_rows(d: Diagnosis) -> Iterator[dict[str, Any]]:
                 }
 
 
-def _number(v: float | None) -> float | None:
-    return None if v is None or not math.isfinite(v) else v
-
-
 def _condition_row(d: Diagnosis, rank: int, m: Match, r: ConditionResult) -> dict[str, Any]:
     from diagnoser.diagnosis.model import iso
 
@@ -154,7 +149,7 @@ def _condition_row(d: Diagnosis, rank: int, m: Match, r: ConditionResult) -> dic
         "group": r.group,
         "holds": r.verdict.holds,
         "evidence": d.evidence_text(r),
-        **{k: _number(numbers.get(k)) for k in NUMBER_COLUMNS},
+        **{k: numbers.get(k) for k in NUMBER_COLUMNS},  # finite or None (numbers())
         "explained_by": m.explained_by or "",
         "runbook": d.runbook(m),
     }
