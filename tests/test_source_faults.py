@@ -6,10 +6,15 @@ partial answers."""
 from __future__ import annotations
 
 import base64
+import contextlib
 import gzip
+import html
 import json
+import socket
 import subprocess
 import sys
+import threading
+import urllib.parse
 
 import pytest
 from loopback import EMPTY, answer, drip, elapsed, serve
@@ -201,6 +206,94 @@ def test_short_secrets_do_not_garble_messages(auth):
         out = elapsed(lambda: _range(PrometheusSource(api.url, auth=auth)))[1]
     assert isinstance(out, SourceError)
     assert "answered HTTP 400 to a query_range: bad_data: parse error at char 5" in str(out)
+
+
+TOKEN = "tok/en+key=9876&x<y>"
+
+
+def _encodings(secret: str) -> dict[str, str]:
+    """The forms a server's error page gives a credential it echoes."""
+    json_escaped = json.dumps(secret)[1:-1].replace("/", "\\/")  # as PHP and Jackson write
+    return {
+        "url": urllib.parse.quote(secret, safe=""),
+        "url-lower": urllib.parse.quote(secret, safe="").lower(),
+        "url-plus": urllib.parse.quote_plus(f"{secret} {secret}"),
+        "url-twice": urllib.parse.quote(urllib.parse.quote(secret, safe=""), safe=""),
+        "json": json_escaped,
+        "json-unicode": "".join(f"\\u{ord(c):04x}" for c in secret),
+        "html": html.escape(secret),
+        "html-numeric": "".join(f"&#{ord(c)};" for c in secret),
+        "html-hex": "".join(f"&#x{ord(c):X};" for c in secret),
+        "base64": base64.b64encode(secret.encode()).decode(),
+        "base64-inside": base64.b64encode(f"Bearer {secret}".encode()).decode(),
+    }
+
+
+@pytest.mark.parametrize("encoding", sorted(_encodings(TOKEN)))
+def test_a_token_echoed_in_another_encoding_is_not_shown(encoding):
+    def echo(h, f):  # an error page that quotes the request its own way
+        answer(h, f"denied for {_encodings(TOKEN)[encoding]} here".encode(), 401)
+
+    with serve(echo) as api:
+        out = elapsed(lambda: _range(PrometheusSource(api.url, auth=Auth(bearer_token=TOKEN))))[1]
+    text = str(out)
+    assert isinstance(out, SourceError) and "HTTP 401 to a query_range: denied for " in text
+    assert "*** here" in text, text
+    for form in _encodings(TOKEN).values():
+        assert form not in text
+    assert "9876" not in text
+
+
+def test_a_proxys_credentials_are_never_shown(monkeypatch):
+    def refuse(h, f):  # a proxy's 407 page, quoting what it was sent
+        got = h.headers.get("Proxy-Authorization", "")
+        answer(h, f"bad {got} (user proxyuser, password pass/word-5678)".encode(), 407)
+
+    pair = "proxyuser:pass/word-5678"
+    with serve(refuse) as proxy:
+        netloc = proxy.url.removeprefix("http://")
+        monkeypatch.setenv("HTTP_PROXY", f"http://proxyuser:pass%2Fword-5678@{netloc}")
+        monkeypatch.delenv("NO_PROXY", raising=False)
+        monkeypatch.delenv("no_proxy", raising=False)
+        out = elapsed(lambda: _range(PrometheusSource("http://prometheus.example:9090")))[1]
+        assert proxy.seen, "the request did not go through the proxy"
+        assert (
+            proxy.seen[0]
+            .headers["Proxy-Authorization"]
+            .endswith(base64.b64encode(pair.encode()).decode())
+        )
+    text = str(out)
+    assert isinstance(out, SourceError) and "query_range: bad Basic *** (user" in text, text
+    assert "5678" not in text and "pass%2Fword" not in text
+    assert base64.b64encode(pair.encode()).decode() not in text
+
+
+def test_a_proxy_that_refuses_a_tunnel_shows_no_credential(monkeypatch):
+    """HTTPS goes through a CONNECT tunnel; a refusal's status line is in the error."""
+    pair = "proxyuser:pass/word-5678"
+    server = socket.create_server(("127.0.0.1", 0))
+    said = base64.b64encode(pair.encode()).decode()
+
+    def refuse() -> None:
+        with contextlib.suppress(OSError):  # until the server is closed
+            while True:
+                conn, _ = server.accept()
+                with conn:
+                    conn.recv(65536)
+                    conn.sendall(f"HTTP/1.1 407 no for {said} {pair}\r\n\r\n".encode())
+
+    threading.Thread(target=refuse, daemon=True).start()
+    port = server.getsockname()[1]
+    monkeypatch.setenv("HTTPS_PROXY", f"http://proxyuser:pass%2Fword-5678@127.0.0.1:{port}")
+    monkeypatch.delenv("NO_PROXY", raising=False)
+    monkeypatch.delenv("no_proxy", raising=False)
+    try:
+        out = elapsed(lambda: _range(PrometheusSource("https://prometheus.example:9090")))[1]
+    finally:
+        server.close()
+    text = str(out)
+    assert isinstance(out, SourceError) and "407 no for ***" in text, text
+    assert "5678" not in text and said not in text
 
 
 # --- Prometheus's own words -------------------------------------------------------------

@@ -13,7 +13,8 @@ limit). Redirects are never followed here: the caller decides where its credenti
 
 Proxies come from the environment (``HTTP_PROXY``, ``HTTPS_PROXY``, ``NO_PROXY``), as
 ``urllib`` and ``requests`` read them. Messages never contain the URL: callers add what they
-may show.
+may show. Nor do they contain the proxy's credentials, in any encoding: a proxy that refuses
+them says so in its status line, and may quote them (``proxy_secrets``, ``core.redact``).
 """
 
 from __future__ import annotations
@@ -35,12 +36,30 @@ from email.utils import parsedate_to_datetime
 from typing import Any
 from urllib.parse import SplitResult, unquote, urlsplit
 
+from diagnoser.core.redact import redactor, userinfo_secrets
+
 CHUNK = 1 << 16
 REDIRECTS = (301, 302, 303, 307, 308)
 
 
 class HttpError(Exception):
     """A request that failed: ``str()`` is one line with neither URL nor credentials."""
+
+    def __init__(self, message: str):
+        super().__init__(scrub(message))
+
+
+def proxy_secrets() -> list[str]:
+    """The credentials of the proxies the environment names (``HTTP_PROXY=http://user:pass@
+    proxy:3128``, ``HTTPS_PROXY``...): what a message must never show, in any encoding."""
+    proxies = sorted(urllib.request.getproxies().values())
+    return [secret for url in proxies for secret in userinfo_secrets(url)]
+
+
+def scrub(message: str) -> str:
+    """``message`` without the proxies' credentials."""
+    secrets = proxy_secrets()
+    return redactor(tuple(secrets)).clean(message) if secrets else message
 
 
 class ConnectError(HttpError):

@@ -22,6 +22,7 @@ from urllib.parse import unquote, urlencode, urljoin, urlsplit, urlunsplit
 import numpy as np
 
 from diagnoser.core import http
+from diagnoser.core.redact import MIN_SECRET, redactor
 from diagnoser.errors import UserError
 
 # Prometheus refuses range queries of more than 11,000 points per series.
@@ -29,8 +30,11 @@ MAX_POINTS = 11_000
 MIB = 1 << 20
 MAX_ANSWER_BYTES = 64 * MIB  # an answer, decompressed (--max-response-mb)
 MAX_TOKEN_BYTES = 64 * 1024  # a bearer token is a line, not a file of any size
-MIN_SECRET = 4  # shorter secrets are not blanked out of a server's text (see Auth.secrets)
 MAX_WARNINGS = 20
+# What of a server's text (an error page, an error or a warning) is read for the one line
+# shown: the line is a few hundred characters, and every form of every secret is looked for
+# in what is read (see ``core.redact``).
+MAX_SHOWN = 4096
 MAX_REDIRECTS = 5
 RETRIES = 2  # after a refused connection, or a 429, 502, 503 or 504
 RETRY_STATUSES = (429, 502, 503, 504)
@@ -94,9 +98,10 @@ class Auth:
         return out
 
     def secrets(self) -> list[str]:
-        """What to blank out of any text shown: each secret of at least ``MIN_SECRET``
-        characters (shorter ones would blank out ordinary words; servediag's own messages
-        never contain a credential), and the base64 form of basic credentials."""
+        """What to blank out of any text shown, in any encoding (``core.redact``): each
+        secret of at least ``MIN_SECRET`` characters (shorter ones would blank out ordinary
+        words; servediag's own messages never contain a credential), and the base64 form of
+        basic credentials."""
         out = [*self.headers.values()]
         if self.bearer_token:
             out.append(self.bearer_token)
@@ -266,10 +271,13 @@ class PrometheusSource:
             )
         return SourceError(f"{self.shown} did not answer a {what} within {self.timeout:g} s")
 
-    def _clean(self, text: str) -> str:
-        for secret in self.auth.secrets():
-            text = text.replace(secret, "***")
-        return text.replace(self.url, self.shown)
+    def _clean(self, text: str, most: int = MAX_SHOWN) -> str:
+        """At most ``most`` characters of ``text`` (from a server, or a message quoting one)
+        without the URL's credentials and without any secret the process holds, in any
+        encoding: the source's (token, basic credentials, headers) and the proxy's from the
+        environment (``HTTP_PROXY``, ``HTTPS_PROXY``: a proxy's 407 page shows them)."""
+        secrets = (*self.auth.secrets(), *http.proxy_secrets())
+        return redactor(tuple(secrets)).head(text.replace(self.url, self.shown), most)
 
 
 def _one_line(text: str, most: int) -> str:
@@ -288,7 +296,10 @@ def _error_text(doc: Any, clean: Callable[[str], str]) -> str:
 
 
 def _body_hint(body: bytes, clean: Callable[[str], str]) -> str:
-    return _one_line(clean(body.decode("utf-8", "replace")), 120) or "no body"
+    """The start of an answer's body as one line (a page of megabytes is not read whole:
+    ``clean`` keeps what it shows of the text it is given)."""
+    head = bytes(body[: 4 * MAX_SHOWN + (1 << 16)]).decode("utf-8", "replace")
+    return _one_line(clean(head), 120) or "no body"
 
 
 def _series(raw: Any, expr: str) -> Series:
