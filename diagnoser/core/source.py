@@ -120,6 +120,19 @@ def one_operation(source: MetricSource) -> MetricSource:
     return source.operation() if isinstance(source, PrometheusSource) else source
 
 
+def in_time(source: MetricSource) -> None:
+    """``SourceError`` once the operation's deadline (``one_operation``) has passed: it
+    bounds the work on the answers too (the webhook's diagnosis of a fleet of thousands of
+    models once wrote its record 55 s into a ``--timeout`` of 10 s)."""
+    if not isinstance(source, PrometheusSource) or source.deadline is None:
+        return
+    if time.monotonic() > source.deadline:
+        raise SourceError(
+            f"the diagnosis did not finish within {source.timeout:g} s (--timeout: the time "
+            "for all of a diagnosis's queries and the work on their answers)"
+        )
+
+
 def warnings_of(source: MetricSource) -> list[str]:
     """The warnings the source's answers carried (a partial answer from Thanos or Mimir)."""
     return list(source.warnings) if isinstance(source, PrometheusSource) else []
