@@ -14,11 +14,13 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 import urllib.parse
 
 import pytest
 from loopback import EMPTY, answer, drip, elapsed, serve
 
+from diagnoser.core import http
 from diagnoser.core.source import Auth, PrometheusSource, SourceError
 
 
@@ -135,6 +137,108 @@ def test_a_compressed_answer_under_the_limit_is_read():
     small = gzip.compress(json.dumps(EMPTY).encode())
     with serve(lambda h, f: answer(h, small, headers={"Content-Encoding": "gzip"})) as api:
         assert _range(PrometheusSource(api.url)) == []
+
+
+# --- memory across the answers read at once --------------------------------------------
+
+
+def _matrix(megabytes: float, model_name: bool = False) -> bytes:
+    """A valid matrix of about ``megabytes`` MB, of series of 481 points (two hours at 15 s);
+    without ``model_name``, a diagnosis drops its series once read."""
+    values = [[1_699_992_800 + 15 * k, f"{k % 97 / 7:.6g}"] for k in range(481)]
+    each = len(json.dumps({"metric": {"pod": "pod-000000"}, "values": values}))
+    result = []
+    for i in range(int(megabytes * 1e6 / each) + 1):
+        metric = {"model_name": f"m-{i}"} if model_name else {"pod": f"pod-{i:06d}"}
+        result.append({"metric": metric, "values": values})
+    doc = {"status": "success", "data": {"resultType": "matrix", "result": result}}
+    return json.dumps(doc, separators=(",", ":")).encode()
+
+
+def _peak_rss_kb(*args: str) -> tuple[subprocess.CompletedProcess[str], int]:
+    """Run the CLI; its exit status and output, and its peak resident memory in KiB."""
+    code = (
+        "import atexit, resource, sys, runpy\n"
+        "atexit.register(lambda: sys.stderr.write("
+        "f'\\npeak-rss-kb {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}\\n'))\n"
+        f"sys.argv = ['diagnoser', *{list(args)!r}]\n"
+        "runpy.run_module('diagnoser', run_name='__main__')\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=False, timeout=600
+    )
+    peak = int(proc.stderr.rsplit("peak-rss-kb ", 1)[1].split()[0])
+    return proc, peak
+
+
+def test_eight_large_answers_at_once_share_one_memory_budget():
+    # Eight queries of a diagnosis run at once. Each answer alone is under the limit, and
+    # each grew tenfold when parsed: eight 15 MB answers took 1.4 GB. The first eight
+    # queries are held until all eight have arrived, then answered together; the rest get
+    # no series.
+    big = _matrix(15)
+    arrived = threading.Barrier(8, timeout=60)
+
+    def respond(h, f):
+        if len(f.seen) <= 8:
+            with contextlib.suppress(threading.BrokenBarrierError):
+                arrived.wait()
+            answer(h, big)
+        else:
+            answer(h, EMPTY)
+
+    with serve(respond) as api:
+        proc, peak = _peak_rss_kb(
+            "diagnose", "--prometheus-url", api.url, "--until", "1700000000", "--timeout", "300"
+        )
+    assert proc.returncode == 0, proc.stderr
+    assert peak < 450_000, f"{peak} KiB"  # 969 MB before; 180 MB after
+
+
+def test_reading_an_answer_stops_at_the_deadline():
+    # 120 MB of series in a small gzip body: the bytes arrive at once, and parsing them took
+    # many seconds more, past the deadline, which nothing then checked.
+    body = gzip.compress(_matrix(120), compresslevel=6)
+    assert len(body) < 12_000_000
+    with serve(lambda h, f: answer(h, body, headers={"Content-Encoding": "gzip"})) as api:
+        source = PrometheusSource(api.url, timeout=1.5, max_bytes=256 << 20)
+        took, out = elapsed(lambda: _range(source))
+    assert isinstance(out, SourceError), type(out)
+    assert "did not answer a query_range within 1.5 s" in str(out)
+    assert took < 5, took
+    assert source.budget.used == 0  # what it held is given back
+
+
+def test_a_budget_lets_one_answer_past_it_and_the_others_wait_their_turn():
+    budget = http.Budget(100)
+    at = time.monotonic() + 5
+    first, second = budget.lease(at, 1000), budget.lease(at, 1000)
+    first.draw(60)
+    second.draw(40)  # the budget is spent
+    first.draw(200)  # one answer may go past it, and finish
+    assert budget.used == 300
+    done = threading.Event()
+
+    def more() -> None:
+        second.draw(10)  # waits until the one past the budget is done
+        done.set()
+
+    waiter = threading.Thread(target=more)
+    waiter.start()
+    assert not done.wait(0.3)
+    first.close()
+    assert done.wait(5)
+    waiter.join()
+    assert budget.used == 50
+    second.close()
+    late = budget.lease(time.monotonic() + 0.2, 1000)
+    late.draw(100)
+    other = budget.lease(time.monotonic() + 0.2, 1000)
+    other.draw(50)  # past the budget: the one lease allowed past it
+    with pytest.raises(http.TimedOut):
+        late.draw(1)  # another lease is past it: wait, and the deadline comes first
+    with pytest.raises(http.TooLarge):
+        other.draw(2000)
 
 
 # --- credentials ------------------------------------------------------------------------
@@ -312,6 +416,20 @@ def test_a_series_with_a_null_metric_is_a_source_error():
     with serve(lambda h, f: answer(h, body)) as api:
         out = elapsed(lambda: _range(PrometheusSource(api.url)))[1]
     assert isinstance(out, SourceError) and "not in Prometheus's format" in str(out)
+
+
+@pytest.mark.parametrize(
+    "point",
+    [b"[" + b"9" * 400 + b',"1"]', b"[1," + b"9" * 400 + b"]", b'[true,"1"]', b"[1,false]"],
+    ids=["time-of-400-digits", "value-of-400-digits", "true", "false"],
+)
+def test_a_point_no_float_can_hold_is_one_line_and_exit_3(point):
+    body = b'{"status":"success","data":{"result":[{"metric":{"model_name":"m"},"values":['
+    body += point + b"]}]}}"
+    with serve(lambda h, f: answer(h, body)) as api:
+        proc = _cli("diagnose", "--prometheus-url", api.url, "--until", "1700000000")
+    assert proc.returncode == 3, proc.stderr
+    assert "not in Prometheus's format" in proc.stderr and proc.stderr.count("\n") == 1
 
 
 def test_a_partial_answer_is_said_in_the_report_and_the_json():

@@ -283,7 +283,8 @@ def source_options(default_url: str | None, url_help: str) -> Callable[[F], F]:
             default=64,
             show_default=True,
             help="Largest answer taken from Prometheus, in MiB once decompressed; a larger "
-            "one is a source failure (exit status 3).",
+            "one is a source failure (exit status 3). Also the memory the answers read at "
+            "once share.",
         ),
     ]
 

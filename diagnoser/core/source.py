@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import base64
 import copy
-import json
 import threading
 import time
 from collections.abc import Callable
@@ -22,6 +21,7 @@ from urllib.parse import unquote, urlencode, urljoin, urlsplit, urlunsplit
 import numpy as np
 
 from diagnoser.core import http
+from diagnoser.core.answer import Answer, BadAnswer, decode
 from diagnoser.core.redact import MIN_SECRET, redactor
 from diagnoser.errors import UserError
 
@@ -29,6 +29,9 @@ from diagnoser.errors import UserError
 MAX_POINTS = 11_000
 MIB = 1 << 20
 MAX_ANSWER_BYTES = 64 * MIB  # an answer, decompressed (--max-response-mb)
+# What one answer may hold, its body and its series once read, in answers' bytes: its series
+# take at most twice its body in points (16 bytes for a point of at least 8), more in labels.
+ANSWER_SHARE = 5
 MAX_TOKEN_BYTES = 64 * 1024  # a bearer token is a line, not a file of any size
 MAX_WARNINGS = 20
 # What of a server's text (an error page, an error or a warning) is read for the one line
@@ -140,9 +143,18 @@ def warnings_of(source: MetricSource) -> list[str]:
 
 class PrometheusSource:
     """A Prometheus HTTP API over ``core.http``: a deadline per query (``timeout``), or one
-    for a whole operation (``operation()``), covering the connection, the answer, retries
-    and ``Retry-After``; answers at most ``max_bytes`` long once decompressed; credentials
-    sent only to the URL's origin (a redirect elsewhere goes without them)."""
+    for a whole operation (``operation()``), covering the connection, the answer, retries,
+    ``Retry-After`` and the reading of the answer's series; answers at most ``max_bytes``
+    long once decompressed; credentials sent only to the URL's origin (a redirect elsewhere
+    goes without them).
+
+    Memory is bounded across the queries that run at once, not only per answer: the bodies
+    being read and the series being made of them draw from one ``http.Budget`` of
+    ``max_bytes``, shared by every operation of the source (a diagnosis runs eight queries at
+    once, the webhook several diagnoses). Past it, one answer goes on and the others wait
+    for it, within their deadline (``core.answer`` reads an answer's series into arrays with
+    memory in proportion to its points, about its body's size, where ``json`` took ten
+    times it)."""
 
     def __init__(
         self,
@@ -164,6 +176,7 @@ class PrometheusSource:
         self.deadline: float | None = None
         self.warnings: list[str] = []
         self._lock = threading.Lock()
+        self.budget = http.Budget(max_bytes)
 
     def operation(self) -> PrometheusSource:
         """A copy whose queries share one deadline, ``timeout`` seconds from now, and collect
@@ -182,19 +195,29 @@ class PrometheusSource:
                 f"{MAX_POINTS}; use a larger step"
             )
         params = {"query": expr, "start": round(start), "end": round(end), "step": f"{step:g}s"}
-        result = self._get("query_range", "/api/v1/query_range", params)
-        return [_series(r, expr) for r in result]
+        return self._get("query_range", "/api/v1/query_range", params)
 
     def query(self, expr: str, at: float) -> list[Series]:
-        result = self._get("query", "/api/v1/query", {"query": expr, "time": at})
-        return [_series(r, expr) for r in result]
+        return self._get("query", "/api/v1/query", {"query": expr, "time": at})
 
-    def _get(self, what: str, path: str, params: dict[str, Any]) -> list[Any]:
+    def _get(self, what: str, path: str, params: dict[str, Any]) -> list[Series]:
+        """The series of one query, its answer held in the budget until they are made."""
+        leases: list[http.Lease] = []
+        try:
+            return self._ask(what, path, params, leases)
+        finally:
+            for lease in leases:
+                lease.close()
+
+    def _ask(
+        self, what: str, path: str, params: dict[str, Any], leases: list[http.Lease]
+    ) -> list[Series]:
         at = self.deadline if self.deadline is not None else time.monotonic() + self.timeout
         url = f"{self.base}{path}?{urlencode(params)}"
         credentials = self.auth.credentials()
         retries = redirects = 0
         while True:
+            lease = self._lease(at, leases)
             headers = {**BASE_HEADERS, **credentials}
             try:
                 resp = http.request(
@@ -205,6 +228,7 @@ class PrometheusSource:
                     max_bytes=self.max_bytes,
                     ca_file=self.auth.ca_file,
                     insecure=self.auth.insecure,
+                    lease=lease,
                 )
             except http.TimedOut:
                 raise self._timed_out(what) from None
@@ -244,37 +268,55 @@ class PrometheusSource:
                 if asked is not None:
                     left = max(0.0, at - time.monotonic())
                     note = f" (it asked to retry after {asked:g} s; {left:.1f} s were left)"
-            return self._result(what, resp, note)
+            return self._result(what, resp, note, at, lease)
 
-    def _result(self, what: str, resp: http.Response, note: str) -> list[Any]:
+    def _lease(self, at: float, leases: list[http.Lease]) -> http.Lease:
+        """A lease for one try's answer, from the budget the queries running at once share,
+        given back with the answer of the try before (left for a retry or a redirect)."""
+        for held in leases:
+            held.close()
+        leases.append(self.budget.lease(at, ANSWER_SHARE * self.max_bytes))
+        return leases[-1]
+
+    def _result(
+        self, what: str, resp: http.Response, note: str, at: float, lease: http.Lease
+    ) -> list[Series]:
+        bad: BadAnswer | None = None
         try:
-            doc = json.loads(resp.body)
-        except (ValueError, RecursionError):
-            doc = None
+            answer: Answer | None = decode(resp.body, at, lease)
+        except BadAnswer as exc:
+            answer, bad = None, exc
+        except http.TimedOut:
+            raise self._timed_out(what) from None
+        except http.TooLarge:
+            raise SourceError(
+                f"{self.shown} answered a {what} whose series take more than "
+                f"{lease.most / MIB:g} MiB once read ({ANSWER_SHARE} times --max-response-mb); "
+                "narrow the query (--since, --model) or raise the limit"
+            ) from None
         if resp.status != 200:
-            hint = _error_text(doc, self._clean) or _body_hint(resp.body, self._clean)
+            hint = _error_text(answer, self._clean) or _body_hint(resp.body, self._clean)
             raise SourceError(
                 self._clean(f"{self.shown} answered HTTP {resp.status} to a {what}: {hint}{note}")
             )
-        if not isinstance(doc, dict) or doc.get("status") not in ("success", "error"):
+        if bad is not None and bad.series:
+            raise SourceError("the answer's series are not in Prometheus's format")
+        if answer is None or answer.status not in ("success", "error"):
             raise SourceError(
                 f"{self.shown} answered a {what} with something that is not Prometheus API JSON"
             )
-        if doc["status"] == "error":
-            text = _error_text(doc, self._clean) or "no error text"
+        if answer.status == "error":
+            text = _error_text(answer, self._clean) or "no error text"
             raise SourceError(self._clean(f"{self.shown} answered a {what} with an error: {text}"))
-        found = doc.get("warnings")
-        if isinstance(found, list) and found:
+        if answer.warnings:
             with self._lock:
-                for w in found:
-                    line = _one_line(self._clean(str(w)), 300)
+                for w in answer.warnings:
+                    line = _one_line(self._clean(w), 300)
                     if line not in self.warnings and len(self.warnings) < MAX_WARNINGS:
                         self.warnings.append(line)
-        data = doc.get("data")
-        result = data.get("result") if isinstance(data, dict) else None
-        if not isinstance(result, list):
+        if answer.result is None:
             raise SourceError(f"{self.shown} answered a {what} without a result list")
-        return result
+        return [Series(labels, t, v) for labels, t, v in answer.result]
 
     def _timed_out(self, what: str) -> SourceError:
         if self.deadline is not None:
@@ -298,35 +340,21 @@ def _one_line(text: str, most: int) -> str:
     return " ".join("".join(ch if ch.isprintable() else " " for ch in text).split())[:most]
 
 
-def _error_text(doc: Any, clean: Callable[[str], str]) -> str:
+def _error_text(answer: Answer | None, clean: Callable[[str], str]) -> str:
     """Prometheus's error text (``errorType: error``) from an answer, if it has one, with
     ``clean`` applied before it is cut short (so no part of a secret is left)."""
-    if not isinstance(doc, dict) or not isinstance(doc.get("error"), str):
+    if answer is None or answer.error is None:
         return ""
-    kind = doc.get("errorType")
-    text = f"{kind}: {doc['error']}" if isinstance(kind, str) and kind else doc["error"]
+    kind = answer.error_type
+    text = f"{kind}: {answer.error}" if kind else answer.error
     return _one_line(clean(text), 300)
 
 
-def _body_hint(body: bytes, clean: Callable[[str], str]) -> str:
+def _body_hint(body: bytes | bytearray, clean: Callable[[str], str]) -> str:
     """The start of an answer's body as one line (a page of megabytes is not read whole:
     ``clean`` keeps what it shows of the text it is given)."""
     head = bytes(body[: 4 * MAX_SHOWN + (1 << 16)]).decode("utf-8", "replace")
     return _one_line(clean(head), 120) or "no body"
-
-
-def _series(raw: Any, expr: str) -> Series:
-    try:
-        metric = raw["metric"]
-        pts = raw["values"] if "values" in raw else [raw["value"]]
-        if not isinstance(metric, dict) or not isinstance(pts, list):
-            raise TypeError
-        labels = {str(k): str(v) for k, v in metric.items()}
-        t = np.array([float(p[0]) for p in pts], dtype=np.float64)
-        v = np.array([float(p[1]) for p in pts], dtype=np.float64)
-    except (KeyError, TypeError, ValueError, IndexError):
-        raise SourceError("the answer's series are not in Prometheus's format") from None
-    return Series(labels, t, v)
 
 
 def read_token(path: Path, option: str) -> str:

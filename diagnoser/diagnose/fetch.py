@@ -92,7 +92,9 @@ def fetch(
         series = source.query_range(
             query(site, sig, window, matchers), window.first, window.end, window.step
         )
-        return sig, series, time.perf_counter() - t0
+        # What no scope can take is dropped as it arrives, not held until every query is in.
+        kept = [s for s in series if sig.target_level or "model_name" in s.labels]
+        return sig, kept, time.perf_counter() - t0
 
     def owners() -> tuple[dict[Target, Served], float | None, float]:
         t0 = time.perf_counter()
