@@ -47,6 +47,7 @@ def serve(respond: Respond, host: str = "127.0.0.1") -> Iterator[Faulty]:
             length = int(self.headers.get("Content-Length") or 0)
             body = self.rfile.read(length) if length else b""
             box[0].seen.append(Seen(self.command, self.path, dict(self.headers), body))
+            self.request_body = body
             with contextlib.suppress(BrokenPipeError, ConnectionResetError):
                 respond(self, box[0])
 
@@ -175,7 +176,8 @@ def fleet(models: int, points: int | None = None, sick: bool = True) -> Respond:
         from urllib.parse import parse_qs, urlsplit
 
         parts = urlsplit(h.path)
-        q = {k: v[0] for k, v in parse_qs(parts.query).items()}
+        form = getattr(h, "request_body", b"").decode() if h.command == "POST" else parts.query
+        q = {k: v[0] for k, v in parse_qs(form).items()}
         instant = not parts.path.endswith("query_range")
         key = (q.get("start", ""), q.get("end", q.get("time", "")), q.get("step", ""))
         with lock:

@@ -39,6 +39,10 @@ MAX_WARNINGS = 20
 # in what is read (see ``core.redact``).
 MAX_SHOWN = 4096
 MAX_REDIRECTS = 5
+# A query longer than this goes in a POST form rather than the URL: servers refuse request
+# lines of more than 8 to 64 KiB, and a lookback over thousands of models names them all.
+MAX_URL = 8192
+FORM = {"Content-Type": "application/x-www-form-urlencoded"}
 RETRIES = 2  # after a refused connection, or a 429, 502, 503 or 504
 RETRY_STATUSES = (429, 502, 503, 504)
 RETRY_PAUSE = 0.2  # doubled at each retry, unless the server says how long (Retry-After)
@@ -213,18 +217,21 @@ class PrometheusSource:
         self, what: str, path: str, params: dict[str, Any], leases: list[http.Lease]
     ) -> list[Series]:
         at = self.deadline if self.deadline is not None else time.monotonic() + self.timeout
-        url = f"{self.base}{path}?{urlencode(params)}"
+        url, form = f"{self.base}{path}?{urlencode(params)}", None
+        if len(url) > MAX_URL:
+            url, form = f"{self.base}{path}", urlencode(params).encode()
         credentials = self.auth.credentials()
         retries = redirects = 0
         while True:
             lease = self._lease(at, leases)
-            headers = {**BASE_HEADERS, **credentials}
+            headers = {**BASE_HEADERS, **(FORM if form else {}), **credentials}
             try:
                 resp = http.request(
-                    "GET",
+                    "POST" if form else "GET",
                     url,
                     at,
                     headers,
+                    form,
                     max_bytes=self.max_bytes,
                     ca_file=self.auth.ca_file,
                     insecure=self.auth.insecure,
