@@ -23,6 +23,8 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlsplit
 
+MAX_LINE = 1 << 20
+
 
 def fleet(models: int, sick: bool, start: float, end: float, step: float) -> bytes:
     times = [start + k * step for k in range(int((end - start) // step) + 1)]
@@ -69,6 +71,23 @@ def main() -> None:
 
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.0"
+
+        def handle_one_request(self) -> None:
+            """As http.server's, with request lines of up to 1 MiB, as Prometheus takes them
+            (Go's MaxHeaderBytes), where http.server refuses more than 64 KiB."""
+            self.raw_requestline = self.rfile.readline(MAX_LINE + 1)
+            if len(self.raw_requestline) > MAX_LINE:
+                self.send_error(414)
+                return
+            if not self.raw_requestline or not self.parse_request():
+                self.close_connection = True
+                return
+            method = getattr(self, f"do_{self.command}", None)
+            if method is None:
+                self.send_error(501)
+                return
+            method()
+            self.wfile.flush()
 
         def do_GET(self) -> None:
             parts = urlsplit(self.path)
