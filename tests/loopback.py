@@ -47,6 +47,7 @@ def serve(respond: Respond, host: str = "127.0.0.1") -> Iterator[Faulty]:
             length = int(self.headers.get("Content-Length") or 0)
             body = self.rfile.read(length) if length else b""
             box[0].seen.append(Seen(self.command, self.path, dict(self.headers), body))
+            self.request_body = body
             with contextlib.suppress(BrokenPipeError, ConnectionResetError):
                 respond(self, box[0])
 
@@ -139,3 +140,54 @@ def wait_for(what: Callable[[], Any], timeout: float) -> Any:
             pytest.fail("timed out waiting for the webhook")
         time.sleep(0.05)
     return value
+
+
+def fleet(models: int, points: int | None = None, sick: bool = True) -> Respond:
+    """A Prometheus API's answers for a fleet of ``models`` models, each served by one target:
+    every query (whatever its expression) gets one series per model, at every step of its
+    range (or its first ``points`` steps). With ``sick``, every other model's values jump
+    fivefold halfway through, so that models are unhealthy and diagnosed at length; else
+    they hold still. Answers are made once per range and kept."""
+    made: dict[tuple[str, ...], bytes] = {}
+    lock = threading.Lock()
+
+    def body(start: float, end: float, step: float, instant: bool) -> bytes:
+        count = 1 if instant else int((end - start) // step) + 1
+        times = [start + k * step for k in range(count if points is None else min(count, points))]
+        mid = times[len(times) // 2]
+        result = []
+        for i in range(models):
+            labels = {
+                "model_name": f"model-{i:05d}",
+                "job": "vllm",
+                "instance": f"10.{i // 65536}.{i // 256 % 256}.{i % 256}:8000",
+            }
+            values = [[t, "5" if sick and i % 2 and t >= mid else "1"] for t in times]
+            result.append(
+                {"metric": labels, "value": values[0]}
+                if instant
+                else {"metric": labels, "values": values}
+            )
+        kind = "vector" if instant else "matrix"
+        doc = {"status": "success", "data": {"resultType": kind, "result": result}}
+        return json.dumps(doc, separators=(",", ":")).encode()
+
+    def respond(h: BaseHTTPRequestHandler, f: Faulty) -> None:
+        from urllib.parse import parse_qs, urlsplit
+
+        parts = urlsplit(h.path)
+        form = getattr(h, "request_body", b"").decode() if h.command == "POST" else parts.query
+        q = {k: v[0] for k, v in parse_qs(form).items()}
+        instant = not parts.path.endswith("query_range")
+        key = (q.get("start", ""), q.get("end", q.get("time", "")), q.get("step", ""))
+        with lock:
+            if key not in made:
+                if instant:
+                    made[key] = body(0.0, float(key[1] or time.time()), 1.0, True)
+                else:
+                    step = float(key[2].rstrip("s"))
+                    made[key] = body(float(key[0]), float(key[1]), step, False)
+            data = made[key]
+        answer(h, data)
+
+    return respond

@@ -4,10 +4,14 @@ without ids and a token file that is not a token are said in one line."""
 
 from __future__ import annotations
 
+import base64
+import html
+import json
 import signal
 import subprocess
 import sys
 import time
+import urllib.parse
 import urllib.request
 
 import pytest
@@ -117,6 +121,30 @@ def test_an_error_body_that_echoes_the_request_shows_no_credential(tmp_path):
     assert "HTTP 401: denied:" in res.detail and "***" in res.detail
     for secret in ("tok-secret-1234", "key-9876", "pw-5678", "Ym9iOnB3LTU2Nzg="):
         assert secret not in res.detail and secret not in res_basic.detail
+
+
+@pytest.mark.parametrize(
+    "encode",
+    [
+        lambda t: urllib.parse.quote(t, safe=""),
+        lambda t: json.dumps(t)[1:-1].replace("/", "\\/"),
+        lambda t: html.escape(t),
+        lambda t: base64.b64encode(f"Bearer {t}".encode()).decode(),
+    ],
+    ids=["url", "json", "html", "base64"],
+)
+def test_a_token_echoed_in_another_encoding_is_not_shown(tmp_path, encode):
+    secret = "tok/en+key=9876&x<y>"
+
+    def echo(h, f):  # a gateway's error page quotes the token its own way
+        answer(h, f"denied: {encode(h.headers.get('Authorization'))}".encode(), 401)
+
+    token = tmp_path / "token"
+    token.write_text(secret + "\n")
+    with serve(echo) as target:
+        res = stream(Endpoint(target.url, bearer_token_file=token), "completions", {}, 5.0)
+    assert res.outcome == "http_error" and "***" in res.detail, res.detail
+    assert encode(secret) not in res.detail and "9876" not in res.detail
 
 
 def test_no_part_of_a_token_is_left_where_an_error_body_is_cut_short(tmp_path):

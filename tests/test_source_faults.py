@@ -6,14 +6,21 @@ partial answers."""
 from __future__ import annotations
 
 import base64
+import contextlib
 import gzip
+import html
 import json
+import socket
 import subprocess
 import sys
+import threading
+import time
+import urllib.parse
 
 import pytest
 from loopback import EMPTY, answer, drip, elapsed, serve
 
+from diagnoser.core import http
 from diagnoser.core.source import Auth, PrometheusSource, SourceError
 
 
@@ -132,6 +139,123 @@ def test_a_compressed_answer_under_the_limit_is_read():
         assert _range(PrometheusSource(api.url)) == []
 
 
+def test_a_query_too_long_for_a_url_goes_as_a_form():
+    # A lookback over thousands of models names them all: the URL passed what servers take
+    # in a request line (64 KiB here, 414), and the whole diagnosis failed.
+    names = "|".join(f"model-{i:05d}" for i in range(8000))
+    expr = f'up{{model_name=~"{names}"}}'
+    with serve(lambda h, f: answer(h, EMPTY)) as api:
+        assert PrometheusSource(api.url).query_range(expr, 1_700_000_000, 1_700_003_600, 15) == []
+        assert PrometheusSource(api.url).query("up", 1_700_000_000) == []
+    long, short = api.seen
+    assert long.method == "POST" and long.path == "/api/v1/query_range"
+    assert urllib.parse.parse_qs(long.body.decode())["query"] == [expr]
+    assert long.headers["Content-Type"] == "application/x-www-form-urlencoded"
+    assert short.method == "GET" and "query=up" in short.path
+
+
+# --- memory across the answers read at once --------------------------------------------
+
+
+def _matrix(megabytes: float, model_name: bool = False) -> bytes:
+    """A valid matrix of about ``megabytes`` MB, of series of 481 points (two hours at 15 s);
+    without ``model_name``, a diagnosis drops its series once read."""
+    values = [[1_699_992_800 + 15 * k, f"{k % 97 / 7:.6g}"] for k in range(481)]
+    each = len(json.dumps({"metric": {"pod": "pod-000000"}, "values": values}))
+    result = []
+    for i in range(int(megabytes * 1e6 / each) + 1):
+        metric = {"model_name": f"m-{i}"} if model_name else {"pod": f"pod-{i:06d}"}
+        result.append({"metric": metric, "values": values})
+    doc = {"status": "success", "data": {"resultType": "matrix", "result": result}}
+    return json.dumps(doc, separators=(",", ":")).encode()
+
+
+def _peak_rss_kb(*args: str) -> tuple[subprocess.CompletedProcess[str], int]:
+    """Run the CLI; its exit status and output, and its peak resident memory in KiB."""
+    code = (
+        "import atexit, resource, sys, runpy\n"
+        "atexit.register(lambda: sys.stderr.write("
+        "f'\\npeak-rss-kb {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}\\n'))\n"
+        f"sys.argv = ['diagnoser', *{list(args)!r}]\n"
+        "runpy.run_module('diagnoser', run_name='__main__')\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=False, timeout=600
+    )
+    peak = int(proc.stderr.rsplit("peak-rss-kb ", 1)[1].split()[0])
+    return proc, peak
+
+
+def test_eight_large_answers_at_once_share_one_memory_budget():
+    # Eight queries of a diagnosis run at once. Each answer alone is under the limit, and
+    # each grew tenfold when parsed: eight 15 MB answers took 1.4 GB. The first eight
+    # queries are held until all eight have arrived, then answered together; the rest get
+    # no series.
+    big = _matrix(15)
+    arrived = threading.Barrier(8, timeout=60)
+
+    def respond(h, f):
+        if len(f.seen) <= 8:
+            with contextlib.suppress(threading.BrokenBarrierError):
+                arrived.wait()
+            answer(h, big)
+        else:
+            answer(h, EMPTY)
+
+    with serve(respond) as api:
+        proc, peak = _peak_rss_kb(
+            "diagnose", "--prometheus-url", api.url, "--until", "1700000000", "--timeout", "300"
+        )
+    assert proc.returncode == 0, proc.stderr
+    assert peak < 450_000, f"{peak} KiB"  # 969 MB before; 180 MB after
+
+
+def test_reading_an_answer_stops_at_the_deadline():
+    # 120 MB of series in a small gzip body: the bytes arrive at once, and parsing them took
+    # many seconds more, past the deadline, which nothing then checked.
+    body = gzip.compress(_matrix(120), compresslevel=6)
+    assert len(body) < 12_000_000
+    with serve(lambda h, f: answer(h, body, headers={"Content-Encoding": "gzip"})) as api:
+        source = PrometheusSource(api.url, timeout=1.5, max_bytes=256 << 20)
+        took, out = elapsed(lambda: _range(source))
+    assert isinstance(out, SourceError), type(out)
+    assert "did not answer a query_range within 1.5 s" in str(out)
+    assert took < 5, took
+    assert source.budget.used == 0  # what it held is given back
+
+
+def test_a_budget_lets_one_answer_past_it_and_the_others_wait_their_turn():
+    budget = http.Budget(100)
+    at = time.monotonic() + 5
+    first, second = budget.lease(at, 1000), budget.lease(at, 1000)
+    first.draw(60)
+    second.draw(40)  # the budget is spent
+    first.draw(200)  # one answer may go past it, and finish
+    assert budget.used == 300
+    done = threading.Event()
+
+    def more() -> None:
+        second.draw(10)  # waits until the one past the budget is done
+        done.set()
+
+    waiter = threading.Thread(target=more)
+    waiter.start()
+    assert not done.wait(0.3)
+    first.close()
+    assert done.wait(5)
+    waiter.join()
+    assert budget.used == 50
+    second.close()
+    late = budget.lease(time.monotonic() + 0.2, 1000)
+    late.draw(100)
+    other = budget.lease(time.monotonic() + 0.2, 1000)
+    other.draw(50)  # past the budget: the one lease allowed past it
+    with pytest.raises(http.TimedOut):
+        late.draw(1)  # another lease is past it: wait, and the deadline comes first
+    with pytest.raises(http.TooLarge):
+        other.draw(2000)
+
+
 # --- credentials ------------------------------------------------------------------------
 
 
@@ -203,6 +327,94 @@ def test_short_secrets_do_not_garble_messages(auth):
     assert "answered HTTP 400 to a query_range: bad_data: parse error at char 5" in str(out)
 
 
+TOKEN = "tok/en+key=9876&x<y>"
+
+
+def _encodings(secret: str) -> dict[str, str]:
+    """The forms a server's error page gives a credential it echoes."""
+    json_escaped = json.dumps(secret)[1:-1].replace("/", "\\/")  # as PHP and Jackson write
+    return {
+        "url": urllib.parse.quote(secret, safe=""),
+        "url-lower": urllib.parse.quote(secret, safe="").lower(),
+        "url-plus": urllib.parse.quote_plus(f"{secret} {secret}"),
+        "url-twice": urllib.parse.quote(urllib.parse.quote(secret, safe=""), safe=""),
+        "json": json_escaped,
+        "json-unicode": "".join(f"\\u{ord(c):04x}" for c in secret),
+        "html": html.escape(secret),
+        "html-numeric": "".join(f"&#{ord(c)};" for c in secret),
+        "html-hex": "".join(f"&#x{ord(c):X};" for c in secret),
+        "base64": base64.b64encode(secret.encode()).decode(),
+        "base64-inside": base64.b64encode(f"Bearer {secret}".encode()).decode(),
+    }
+
+
+@pytest.mark.parametrize("encoding", sorted(_encodings(TOKEN)))
+def test_a_token_echoed_in_another_encoding_is_not_shown(encoding):
+    def echo(h, f):  # an error page that quotes the request its own way
+        answer(h, f"denied for {_encodings(TOKEN)[encoding]} here".encode(), 401)
+
+    with serve(echo) as api:
+        out = elapsed(lambda: _range(PrometheusSource(api.url, auth=Auth(bearer_token=TOKEN))))[1]
+    text = str(out)
+    assert isinstance(out, SourceError) and "HTTP 401 to a query_range: denied for " in text
+    assert "*** here" in text, text
+    for form in _encodings(TOKEN).values():
+        assert form not in text
+    assert "9876" not in text
+
+
+def test_a_proxys_credentials_are_never_shown(monkeypatch):
+    def refuse(h, f):  # a proxy's 407 page, quoting what it was sent
+        got = h.headers.get("Proxy-Authorization", "")
+        answer(h, f"bad {got} (user proxyuser, password pass/word-5678)".encode(), 407)
+
+    pair = "proxyuser:pass/word-5678"
+    with serve(refuse) as proxy:
+        netloc = proxy.url.removeprefix("http://")
+        monkeypatch.setenv("HTTP_PROXY", f"http://proxyuser:pass%2Fword-5678@{netloc}")
+        monkeypatch.delenv("NO_PROXY", raising=False)
+        monkeypatch.delenv("no_proxy", raising=False)
+        out = elapsed(lambda: _range(PrometheusSource("http://prometheus.example:9090")))[1]
+        assert proxy.seen, "the request did not go through the proxy"
+        assert (
+            proxy.seen[0]
+            .headers["Proxy-Authorization"]
+            .endswith(base64.b64encode(pair.encode()).decode())
+        )
+    text = str(out)
+    assert isinstance(out, SourceError) and "query_range: bad Basic *** (user" in text, text
+    assert "5678" not in text and "pass%2Fword" not in text
+    assert base64.b64encode(pair.encode()).decode() not in text
+
+
+def test_a_proxy_that_refuses_a_tunnel_shows_no_credential(monkeypatch):
+    """HTTPS goes through a CONNECT tunnel; a refusal's status line is in the error."""
+    pair = "proxyuser:pass/word-5678"
+    server = socket.create_server(("127.0.0.1", 0))
+    said = base64.b64encode(pair.encode()).decode()
+
+    def refuse() -> None:
+        with contextlib.suppress(OSError):  # until the server is closed
+            while True:
+                conn, _ = server.accept()
+                with conn:
+                    conn.recv(65536)
+                    conn.sendall(f"HTTP/1.1 407 no for {said} {pair}\r\n\r\n".encode())
+
+    threading.Thread(target=refuse, daemon=True).start()
+    port = server.getsockname()[1]
+    monkeypatch.setenv("HTTPS_PROXY", f"http://proxyuser:pass%2Fword-5678@127.0.0.1:{port}")
+    monkeypatch.delenv("NO_PROXY", raising=False)
+    monkeypatch.delenv("no_proxy", raising=False)
+    try:
+        out = elapsed(lambda: _range(PrometheusSource("https://prometheus.example:9090")))[1]
+    finally:
+        server.close()
+    text = str(out)
+    assert isinstance(out, SourceError) and "407 no for ***" in text, text
+    assert "5678" not in text and said not in text
+
+
 # --- Prometheus's own words -------------------------------------------------------------
 
 
@@ -219,6 +431,20 @@ def test_a_series_with_a_null_metric_is_a_source_error():
     with serve(lambda h, f: answer(h, body)) as api:
         out = elapsed(lambda: _range(PrometheusSource(api.url)))[1]
     assert isinstance(out, SourceError) and "not in Prometheus's format" in str(out)
+
+
+@pytest.mark.parametrize(
+    "point",
+    [b"[" + b"9" * 400 + b',"1"]', b"[1," + b"9" * 400 + b"]", b'[true,"1"]', b"[1,false]"],
+    ids=["time-of-400-digits", "value-of-400-digits", "true", "false"],
+)
+def test_a_point_no_float_can_hold_is_one_line_and_exit_3(point):
+    body = b'{"status":"success","data":{"result":[{"metric":{"model_name":"m"},"values":['
+    body += point + b"]}]}}"
+    with serve(lambda h, f: answer(h, body)) as api:
+        proc = _cli("diagnose", "--prometheus-url", api.url, "--until", "1700000000")
+    assert proc.returncode == 3, proc.stderr
+    assert "not in Prometheus's format" in proc.stderr and proc.stderr.count("\n") == 1
 
 
 def test_a_partial_answer_is_said_in_the_report_and_the_json():

@@ -283,7 +283,7 @@ def source_options(default_url: str | None, url_help: str) -> Callable[[F], F]:
             default=60.0,
             show_default=True,
             help="Seconds for all the queries of one diagnosis (or kv-budget's reads): "
-            "connections, answers, retries and Retry-After waits.",
+            "connections, answers, retries and Retry-After waits, and their analysis.",
         ),
         click.option(
             "--max-response-mb",
@@ -291,7 +291,8 @@ def source_options(default_url: str | None, url_help: str) -> Callable[[F], F]:
             default=64,
             show_default=True,
             help="Largest answer taken from Prometheus, in MiB once decompressed; a larger "
-            "one is a source failure (exit status 3).",
+            "one is a source failure (exit status 3). Also the memory the answers read at "
+            "once share.",
         ),
     ]
 

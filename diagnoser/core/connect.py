@@ -37,9 +37,18 @@ class ConnectSource(PrometheusSource):
         self._session = _without_retries(connect._session, requests)
         self._requests = requests
 
-    def _send(self, url: str, at: float, headers: dict[str, str]) -> http.Response:
-        """One GET with the ``PrometheusConnect``'s session, headers and auth (to its own
-        origin only: a redirect elsewhere goes without them), finished by ``at``."""
+    def _send(
+        self,
+        url: str,
+        at: float,
+        headers: dict[str, str],
+        form: bytes | None = None,
+        lease: http.Lease | None = None,
+    ) -> http.Response:
+        """One try with the ``PrometheusConnect``'s session, headers and auth (to its own
+        origin only: a redirect elsewhere goes without them), finished by ``at``: a GET, or a
+        POST of ``form`` for a query too long for a URL; the answer's bytes are drawn from
+        ``lease`` as they arrive, as the command line's client draws them."""
         requests = self._requests
         c = self.connect
         own = http.origin(url) == http.origin(self.base)
@@ -48,8 +57,9 @@ class ConnectSource(PrometheusSource):
             raise http.TimedOut("no time left")
         try:
             resp = self._session.request(
-                "GET",
+                "POST" if form else "GET",
                 url,
+                data=form,
                 headers={**headers, **(c.headers or {})} if own else headers,
                 auth=c.auth if own else None,
                 timeout=(left, left),
@@ -73,6 +83,8 @@ class ConnectSource(PrometheusSource):
             body = bytearray()
             try:
                 for chunk in resp.iter_content(CHUNK):  # decompressed as it arrives
+                    if lease is not None:
+                        lease.draw(len(chunk))
                     body += chunk
                     if len(body) > self.max_bytes:
                         raise http.TooLarge(f"more than {self.max_bytes} bytes")
@@ -82,7 +94,7 @@ class ConnectSource(PrometheusSource):
                 if time.monotonic() >= at:
                     raise http.TimedOut("no complete answer in time") from None
                 raise http.HttpError(_root(exc)) from None
-            return http.Response(resp.status_code, got, bytes(body))
+            return http.Response(resp.status_code, got, body)
         finally:
             resp.close()
 

@@ -9,11 +9,15 @@ that is not waited for past the deadline (``getaddrinfo`` has no timeout of its 
 reaper thread shuts the connection's socket down when it passes, which ends any read blocked
 on it. Bodies are read up to a number
 of bytes, counted after decompression (a gzip answer that expands a thousandfold stops at the
-limit). Redirects are never followed here: the caller decides where its credentials may go.
+limit), and, where the caller gives a ``Lease``, drawn from a ``Budget`` that the answers read
+at once share (eight queries of a diagnosis run at once: each alone within the limit, together
+they were not). Redirects are never followed here: the caller decides where its credentials
+may go.
 
 Proxies come from the environment (``HTTP_PROXY``, ``HTTPS_PROXY``, ``NO_PROXY``), as
 ``urllib`` and ``requests`` read them. Messages never contain the URL: callers add what they
-may show.
+may show. Nor do they contain the proxy's credentials, in any encoding: a proxy that refuses
+them says so in its status line, and may quote them (``proxy_secrets``, ``core.redact``).
 """
 
 from __future__ import annotations
@@ -36,12 +40,30 @@ from email.utils import parsedate_to_datetime
 from typing import Any
 from urllib.parse import SplitResult, unquote, urlsplit
 
+from diagnoser.core.redact import redactor, userinfo_secrets
+
 CHUNK = 1 << 16
 REDIRECTS = (301, 302, 303, 307, 308)
 
 
 class HttpError(Exception):
     """A request that failed: ``str()`` is one line with neither URL nor credentials."""
+
+    def __init__(self, message: str):
+        super().__init__(scrub(message))
+
+
+def proxy_secrets() -> list[str]:
+    """The credentials of the proxies the environment names (``HTTP_PROXY=http://user:pass@
+    proxy:3128``, ``HTTPS_PROXY``...): what a message must never show, in any encoding."""
+    proxies = sorted(urllib.request.getproxies().values())
+    return [secret for url in proxies for secret in userinfo_secrets(url)]
+
+
+def scrub(message: str) -> str:
+    """``message`` without the proxies' credentials."""
+    secrets = proxy_secrets()
+    return redactor(tuple(secrets)).clean(message) if secrets else message
 
 
 class ConnectError(HttpError):
@@ -64,7 +86,7 @@ class TooLarge(HttpError):
 class Response:
     status: int
     headers: dict[str, str]  # names in lower case
-    body: bytes
+    body: bytes | bytearray
 
 
 def origin(url: str) -> tuple[str, str, int]:
@@ -160,6 +182,69 @@ def shut(target: Any) -> None:
 
 
 REAPER = Reaper()
+
+
+# --- memory shared by concurrent answers --------------------------------------------------
+
+
+class Budget:
+    """Bytes that the answers of concurrent queries may hold at once, together: each body as
+    it arrives, and what reading its series makes (``core.answer``). A query draws from it
+    through a ``Lease`` as it reads; when the budget is spent, the others wait, within their
+    deadline, for the queries that hold it to finish. One lease at a time may draw past the
+    total, so that an answer larger than what is left (or than the whole budget) still
+    completes and the others wait for it rather than for each other: together, the answers
+    hold at most the total and that one answer."""
+
+    def __init__(self, total: int):
+        self.total = total
+        self.used = 0
+        self.peak = 0  # the most ever held at once (for tests and measures)
+        self._over: Lease | None = None
+        self._cond = threading.Condition()
+
+    def lease(self, at: float, most: int) -> Lease:
+        """A lease that draws by ``at`` (monotonic) at most ``most`` bytes, or ``TooLarge``."""
+        return Lease(self, at, most)
+
+
+class Lease:
+    """One answer's share of a ``Budget``, given back when it is closed."""
+
+    def __init__(self, budget: Budget, at: float, most: int):
+        self.budget, self.at, self.most = budget, at, most
+        self.held = 0
+
+    def draw(self, n: int) -> None:
+        if self.held + n > self.most:
+            raise TooLarge(f"more than {self.most} bytes once read")
+        b = self.budget
+        with b._cond:
+            while b.used + n > b.total and b._over not in (None, self):
+                left = self.at - time.monotonic()
+                if left <= 0:
+                    raise TimedOut("no room in time: other answers held the memory for answers")
+                b._cond.wait(left)
+            if b.used + n > b.total:
+                b._over = self
+            b.used += n
+            b.peak = max(b.peak, b.used)
+            self.held += n
+
+    def close(self) -> None:
+        b = self.budget
+        with b._cond:
+            b.used -= self.held
+            self.held = 0
+            if b._over is self:
+                b._over = None
+            b._cond.notify_all()
+
+    def __enter__(self) -> Lease:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
 # --- connections --------------------------------------------------------------------------
@@ -290,9 +375,11 @@ def request(
     max_bytes: int = 1 << 20,
     ca_file: str | None = None,
     insecure: bool = False,
+    lease: Lease | None = None,
 ) -> Response:
     """One request, finished by ``at`` (monotonic) or ``TimedOut``; no redirect followed.
-    The body is decompressed (gzip) and at most ``max_bytes`` long, or ``TooLarge``."""
+    The body is decompressed (gzip) and at most ``max_bytes`` long, or ``TooLarge``; with
+    ``lease``, it is drawn from a ``Budget`` as it arrives."""
     if time.monotonic() >= at:
         raise TimedOut("no time left")
     conn, target, extra = connection(url, at, ca_file, insecure)
@@ -313,7 +400,7 @@ def request(
                 resp = conn.getresponse()
                 started = True
                 got = {k.lower(): v for k, v in resp.getheaders()}
-                data = read_body(resp, got, max_bytes)
+                data = read_body(resp, got, max_bytes, lease)
                 if time.monotonic() >= at:  # the reaper may have cut the body short
                     raise TimedOut("no complete answer in time")
             except (TimedOut, TooLarge):
@@ -332,7 +419,16 @@ def request(
     return Response(resp.status, got, data)
 
 
-def read_body(resp: http.client.HTTPResponse, headers: dict[str, str], max_bytes: int) -> bytes:
+def read_body(
+    resp: http.client.HTTPResponse,
+    headers: dict[str, str],
+    max_bytes: int,
+    lease: Lease | None = None,
+) -> bytearray:
+    """The body, decompressed, at most ``max_bytes`` long (``TooLarge``), each part drawn
+    from ``lease`` (if any) as it arrives, so that the answers read at once fit in their
+    budget. Inflated a piece of at most ``CHUNK`` bytes at a time: a gzip bomb's chunk does
+    not become megabytes before the limit is seen."""
     length = headers.get("content-length", "").strip()
     encoding = headers.get("content-encoding", "identity").strip().lower()
     if encoding in ("", "identity") and length.isdigit() and int(length) > max_bytes:
@@ -341,20 +437,24 @@ def read_body(resp: http.client.HTTPResponse, headers: dict[str, str], max_bytes
         raise HttpError(f"the answer is encoded as {encoding!r}, which was not asked for")
     inflate = zlib.decompressobj(wbits=47) if encoding not in ("", "identity") else None
     out = bytearray()
+
+    def add(part: bytes) -> None:
+        if lease is not None:
+            lease.draw(len(part))
+        out.extend(part)
+        if len(out) > max_bytes:
+            raise TooLarge(f"more than {max_bytes} bytes")
+
     try:
         while chunk := resp.read(CHUNK):
             if inflate is None:
-                out += chunk
-            else:
-                out += inflate.decompress(chunk, max_bytes + 1 - len(out))
-                while inflate.unconsumed_tail and len(out) <= max_bytes:
-                    out += inflate.decompress(inflate.unconsumed_tail, max_bytes + 1 - len(out))
-            if len(out) > max_bytes:
-                raise TooLarge(f"more than {max_bytes} bytes")
+                add(chunk)
+                continue
+            add(inflate.decompress(chunk, CHUNK))
+            while inflate.unconsumed_tail:
+                add(inflate.decompress(inflate.unconsumed_tail, CHUNK))
         if inflate is not None:
-            out += inflate.flush()
+            add(inflate.flush())
     except zlib.error:
         raise HttpError("the answer's gzip encoding is corrupt") from None
-    if len(out) > max_bytes:
-        raise TooLarge(f"more than {max_bytes} bytes")
-    return bytes(out)
+    return out

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import base64
 import copy
-import json
 import threading
 import time
 from collections.abc import Callable
@@ -22,16 +21,28 @@ from urllib.parse import unquote, urlencode, urljoin, urlsplit, urlunsplit
 import numpy as np
 
 from diagnoser.core import http
+from diagnoser.core.answer import Answer, BadAnswer, decode
+from diagnoser.core.redact import MIN_SECRET, redactor
 from diagnoser.errors import UserError, read_bytes
 
 # Prometheus refuses range queries of more than 11,000 points per series.
 MAX_POINTS = 11_000
 MIB = 1 << 20
 MAX_ANSWER_BYTES = 64 * MIB  # an answer, decompressed (--max-response-mb)
+# What one answer may hold, its body and its series once read, in answers' bytes: its series
+# take at most twice its body in points (16 bytes for a point of at least 8), more in labels.
+ANSWER_SHARE = 5
 MAX_TOKEN_BYTES = 64 * 1024  # a bearer token is a line, not a file of any size
-MIN_SECRET = 4  # shorter secrets are not blanked out of a server's text (see Auth.secrets)
 MAX_WARNINGS = 20
+# What of a server's text (an error page, an error or a warning) is read for the one line
+# shown: the line is a few hundred characters, and every form of every secret is looked for
+# in what is read (see ``core.redact``).
+MAX_SHOWN = 4096
 MAX_REDIRECTS = 5
+# A query longer than this goes in a POST form rather than the URL: servers refuse request
+# lines of more than 8 to 64 KiB, and a lookback over thousands of models names them all.
+MAX_URL = 8192
+FORM = {"Content-Type": "application/x-www-form-urlencoded"}
 RETRIES = 2  # after a refused connection, or a 429, 502, 503 or 504
 RETRY_STATUSES = (429, 502, 503, 504)
 RETRY_PAUSE = 0.2  # doubled at each retry, unless the server says how long (Retry-After)
@@ -94,9 +105,10 @@ class Auth:
         return out
 
     def secrets(self) -> list[str]:
-        """What to blank out of any text shown: each secret of at least ``MIN_SECRET``
-        characters (shorter ones would blank out ordinary words; servediag's own messages
-        never contain a credential), and the base64 form of basic credentials."""
+        """What to blank out of any text shown, in any encoding (``core.redact``): each
+        secret of at least ``MIN_SECRET`` characters (shorter ones would blank out ordinary
+        words; servediag's own messages never contain a credential), and the base64 form of
+        basic credentials."""
         out = [*self.headers.values()]
         if self.bearer_token:
             out.append(self.bearer_token)
@@ -115,6 +127,19 @@ def one_operation(source: MetricSource) -> MetricSource:
     return source.operation() if isinstance(source, PrometheusSource) else source
 
 
+def in_time(source: MetricSource) -> None:
+    """``SourceError`` once the operation's deadline (``one_operation``) has passed: it
+    bounds the work on the answers too (the webhook's diagnosis of a fleet of thousands of
+    models once wrote its record 55 s into a ``--timeout`` of 10 s)."""
+    if not isinstance(source, PrometheusSource) or source.deadline is None:
+        return
+    if time.monotonic() > source.deadline:
+        raise SourceError(
+            f"the diagnosis did not finish within {source.timeout:g} s (--timeout: the time "
+            "for all of a diagnosis's queries and the work on their answers)"
+        )
+
+
 def warnings_of(source: MetricSource) -> list[str]:
     """The warnings the source's answers carried (a partial answer from Thanos or Mimir)."""
     return list(source.warnings) if isinstance(source, PrometheusSource) else []
@@ -122,9 +147,18 @@ def warnings_of(source: MetricSource) -> list[str]:
 
 class PrometheusSource:
     """A Prometheus HTTP API over ``core.http``: a deadline per query (``timeout``), or one
-    for a whole operation (``operation()``), covering the connection, the answer, retries
-    and ``Retry-After``; answers at most ``max_bytes`` long once decompressed; credentials
-    sent only to the URL's origin (a redirect elsewhere goes without them)."""
+    for a whole operation (``operation()``), covering the connection, the answer, retries,
+    ``Retry-After`` and the reading of the answer's series; answers at most ``max_bytes``
+    long once decompressed; credentials sent only to the URL's origin (a redirect elsewhere
+    goes without them).
+
+    Memory is bounded across the queries that run at once, not only per answer: the bodies
+    being read and the series being made of them draw from one ``http.Budget`` of
+    ``max_bytes``, shared by every operation of the source (a diagnosis runs eight queries at
+    once, the webhook several diagnoses). Past it, one answer goes on and the others wait
+    for it, within their deadline (``core.answer`` reads an answer's series into arrays with
+    memory in proportion to its points, about its body's size, where ``json`` took ten
+    times it)."""
 
     def __init__(
         self,
@@ -146,6 +180,7 @@ class PrometheusSource:
         self.deadline: float | None = None
         self.warnings: list[str] = []
         self._lock = threading.Lock()
+        self.budget = http.Budget(max_bytes)
 
     def operation(self) -> PrometheusSource:
         """A copy whose queries share one deadline, ``timeout`` seconds from now, and collect
@@ -164,22 +199,34 @@ class PrometheusSource:
                 f"{MAX_POINTS}; use a larger step"
             )
         params = {"query": expr, "start": round(start), "end": round(end), "step": f"{step:g}s"}
-        result = self._get("query_range", "/api/v1/query_range", params)
-        return [_series(r, expr) for r in result]
+        return self._get("query_range", "/api/v1/query_range", params)
 
     def query(self, expr: str, at: float) -> list[Series]:
-        result = self._get("query", "/api/v1/query", {"query": expr, "time": at})
-        return [_series(r, expr) for r in result]
+        return self._get("query", "/api/v1/query", {"query": expr, "time": at})
 
-    def _get(self, what: str, path: str, params: dict[str, Any]) -> list[Any]:
+    def _get(self, what: str, path: str, params: dict[str, Any]) -> list[Series]:
+        """The series of one query, its answer held in the budget until they are made."""
+        leases: list[http.Lease] = []
+        try:
+            return self._ask(what, path, params, leases)
+        finally:
+            for lease in leases:
+                lease.close()
+
+    def _ask(
+        self, what: str, path: str, params: dict[str, Any], leases: list[http.Lease]
+    ) -> list[Series]:
         at = self.deadline if self.deadline is not None else time.monotonic() + self.timeout
-        url = f"{self.base}{path}?{urlencode(params)}"
+        url, form = f"{self.base}{path}?{urlencode(params)}", None
+        if len(url) > MAX_URL:
+            url, form = f"{self.base}{path}", urlencode(params).encode()
         credentials = self.auth.credentials()
         retries = redirects = 0
         while True:
-            headers = {**BASE_HEADERS, **credentials}
+            lease = self._lease(at, leases)
+            headers = {**BASE_HEADERS, **(FORM if form else {}), **credentials}
             try:
-                resp = self._send(url, at, headers)
+                resp = self._send(url, at, headers, form, lease)
             except http.TimedOut:
                 raise self._timed_out(what) from None
             except http.TooLarge:
@@ -218,50 +265,73 @@ class PrometheusSource:
                 if asked is not None:
                     left = max(0.0, at - time.monotonic())
                     note = f" (it asked to retry after {asked:g} s; {left:.1f} s were left)"
-            return self._result(what, resp, note)
+            return self._result(what, resp, note, at, lease)
 
-    def _send(self, url: str, at: float, headers: dict[str, str]) -> http.Response:
-        """One GET, finished by ``at``; the transport (``core.connect`` sends with a
+    def _send(
+        self, url: str, at: float, headers: dict[str, str], form: bytes | None, lease: http.Lease
+    ) -> http.Response:
+        """One try, finished by ``at``, its answer held under ``lease``: a GET, or a POST of
+        ``form`` for a query too long for a URL (``core.connect`` sends with a
         ``PrometheusConnect``'s session instead)."""
         return http.request(
-            "GET",
+            "POST" if form else "GET",
             url,
             at,
             headers,
+            form,
             max_bytes=self.max_bytes,
             ca_file=self.auth.ca_file,
             insecure=self.auth.insecure,
+            lease=lease,
         )
 
-    def _result(self, what: str, resp: http.Response, note: str) -> list[Any]:
+    def _lease(self, at: float, leases: list[http.Lease]) -> http.Lease:
+        """A lease for one try's answer, from the budget the queries running at once share,
+        given back with the answer of the try before (left for a retry or a redirect)."""
+        for held in leases:
+            held.close()
+        leases.append(self.budget.lease(at, ANSWER_SHARE * self.max_bytes))
+        return leases[-1]
+
+    def _result(
+        self, what: str, resp: http.Response, note: str, at: float, lease: http.Lease
+    ) -> list[Series]:
+        bad: BadAnswer | None = None
         try:
-            doc = json.loads(resp.body)
-        except (ValueError, RecursionError):
-            doc = None
+            answer: Answer | None = decode(resp.body, at, lease)
+        except BadAnswer as exc:
+            answer, bad = None, exc
+        except http.TimedOut:
+            raise self._timed_out(what) from None
+        except http.TooLarge:
+            raise SourceError(
+                f"{self.shown} answered a {what} whose series take more than "
+                f"{lease.most / MIB:g} MiB once read ({ANSWER_SHARE} times --max-response-mb); "
+                "narrow the query (--since, --model) or raise the limit"
+            ) from None
         if resp.status != 200:
-            hint = _error_text(doc, self._clean) or _body_hint(resp.body, self._clean)
+            hint = _error_text(answer, self._clean) or _body_hint(resp.body, self._clean)
             raise SourceError(
                 self._clean(f"{self.shown} answered HTTP {resp.status} to a {what}: {hint}{note}")
             )
-        if not isinstance(doc, dict) or doc.get("status") not in ("success", "error"):
+        if bad is not None and bad.series:
+            raise SourceError("the answer's series are not in Prometheus's format")
+        if answer is None or answer.status not in ("success", "error"):
             raise SourceError(
                 f"{self.shown} answered a {what} with something that is not Prometheus API JSON"
             )
-        if doc["status"] == "error":
-            text = _error_text(doc, self._clean) or "no error text"
+        if answer.status == "error":
+            text = _error_text(answer, self._clean) or "no error text"
             raise SourceError(self._clean(f"{self.shown} answered a {what} with an error: {text}"))
-        found = doc.get("warnings")
-        if isinstance(found, list) and found:
+        if answer.warnings:
             with self._lock:
-                for w in found:
-                    line = _one_line(self._clean(str(w)), 300)
+                for w in answer.warnings:
+                    line = _one_line(self._clean(w), 300)
                     if line not in self.warnings and len(self.warnings) < MAX_WARNINGS:
                         self.warnings.append(line)
-        data = doc.get("data")
-        result = data.get("result") if isinstance(data, dict) else None
-        if not isinstance(result, list):
+        if answer.result is None:
             raise SourceError(f"{self.shown} answered a {what} without a result list")
-        return result
+        return [Series(labels, t, v) for labels, t, v in answer.result]
 
     def _timed_out(self, what: str) -> SourceError:
         if self.deadline is not None:
@@ -271,10 +341,13 @@ class PrometheusSource:
             )
         return SourceError(f"{self.shown} did not answer a {what} within {self.timeout:g} s")
 
-    def _clean(self, text: str) -> str:
-        for secret in self.auth.secrets():
-            text = text.replace(secret, "***")
-        return text.replace(self.url, self.shown)
+    def _clean(self, text: str, most: int = MAX_SHOWN) -> str:
+        """At most ``most`` characters of ``text`` (from a server, or a message quoting one)
+        without the URL's credentials and without any secret the process holds, in any
+        encoding: the source's (token, basic credentials, headers) and the proxy's from the
+        environment (``HTTP_PROXY``, ``HTTPS_PROXY``: a proxy's 407 page shows them)."""
+        secrets = (*self.auth.secrets(), *http.proxy_secrets())
+        return redactor(tuple(secrets)).head(text.replace(self.url, self.shown), most)
 
 
 def _one_line(text: str, most: int) -> str:
@@ -282,47 +355,21 @@ def _one_line(text: str, most: int) -> str:
     return " ".join("".join(ch if ch.isprintable() else " " for ch in text).split())[:most]
 
 
-def _error_text(doc: Any, clean: Callable[[str], str]) -> str:
+def _error_text(answer: Answer | None, clean: Callable[[str], str]) -> str:
     """Prometheus's error text (``errorType: error``) from an answer, if it has one, with
     ``clean`` applied before it is cut short (so no part of a secret is left)."""
-    if not isinstance(doc, dict) or not isinstance(doc.get("error"), str):
+    if answer is None or answer.error is None:
         return ""
-    kind = doc.get("errorType")
-    text = f"{kind}: {doc['error']}" if isinstance(kind, str) and kind else doc["error"]
+    kind = answer.error_type
+    text = f"{kind}: {answer.error}" if kind else answer.error
     return _one_line(clean(text), 300)
 
 
-def _body_hint(body: bytes, clean: Callable[[str], str]) -> str:
-    return _one_line(clean(body.decode("utf-8", "replace")), 120) or "no body"
-
-
-def _series(raw: Any, expr: str) -> Series:
-    """One series of an answer. Prometheus writes label values as strings, a sample as
-    ``[time, "value"]`` with the time a finite number; anything else (a boolean, a number
-    where a label value goes, a time of hundreds of digits or ``1e400``) is not its format."""
-    try:
-        metric = raw["metric"]
-        pts = raw["values"] if "values" in raw else [raw["value"]]
-        if not isinstance(metric, dict) or not isinstance(pts, list):
-            raise TypeError
-        if not all(isinstance(v, str) for v in metric.values()):
-            raise TypeError
-        labels = {str(k): v for k, v in metric.items()}
-        t = np.array([_number(p[0]) for p in pts], dtype=np.float64)
-        v = np.array([_number(p[1]) for p in pts], dtype=np.float64)
-    except (KeyError, TypeError, ValueError, IndexError, OverflowError):
-        raise SourceError("the answer's series are not in Prometheus's format") from None
-    if not np.isfinite(t).all():
-        raise SourceError("the answer's series are not in Prometheus's format")
-    return Series(labels, t, v)
-
-
-def _number(value: Any) -> float:
-    """A sample's time or value: a number or a numeric string (``"NaN"`` and ``"+Inf"`` are
-    Prometheus's own), never a boolean; a whole number too large for a float raises."""
-    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
-        raise TypeError
-    return float(value)
+def _body_hint(body: bytes | bytearray, clean: Callable[[str], str]) -> str:
+    """The start of an answer's body as one line (a page of megabytes is not read whole:
+    ``clean`` keeps what it shows of the text it is given)."""
+    head = bytes(body[: 4 * MAX_SHOWN + (1 << 16)]).decode("utf-8", "replace")
+    return _one_line(clean(head), 120) or "no body"
 
 
 def read_token(path: Path, option: str) -> str:

@@ -92,7 +92,9 @@ def fetch(
         series = source.query_range(
             query(site, sig, window, matchers), window.first, window.end, window.step
         )
-        return sig, series, time.perf_counter() - t0
+        # What no scope can take is dropped as it arrives, not held until every query is in.
+        kept = [s for s in series if sig.target_level or "model_name" in s.labels]
+        return sig, kept, time.perf_counter() - t0
 
     def owners() -> tuple[dict[Target, Served], float | None, float]:
         t0 = time.perf_counter()
@@ -140,8 +142,9 @@ def fetch(
                 mkey = tuple(s.labels[k] for k in by)
                 data = out.models.setdefault(mkey, ScopeData(dict(zip(by, mkey, strict=True))))
                 _put(data, sig, s)
+    spread = _Spread(out, by)
     for sig, s in partial:
-        _spread(out, by, sig, s)
+        spread.put(sig, s)
     _engines(out, signals)
     for (pair, _), (sig, series, sec) in zip(extra, overridden, strict=True):
         out.queries += 1
@@ -198,16 +201,43 @@ def _put(data: ScopeData, sig: Signal, s: Series) -> None:
         data.series[sig.name] = s
 
 
-def _spread(out: Fetched, by: tuple[str, ...], sig: Signal, s: Series) -> None:
+class _Spread:
     """A series without some of the site's group labels (a probe scraped outside the
     clusters, say) belongs to every scope of its model that agrees on the labels it has, where
-    that scope has no series of its own for the signal."""
-    known = {k: s.labels[k] for k in by if k in s.labels}
-    scopes = [d for d in out.models.values() if all(d.scope[k] == v for k, v in known.items())]
-    if not scopes:
-        scopes = [out.models.setdefault(tuple(known.get(k, "") for k in by), ScopeData(known))]
-    bucket = s.labels.get("prompt_bucket")
-    for data in scopes:
-        own = data.classes.get(sig.name, {}) if bucket is not None else data.series
-        if (bucket if bucket is not None else sig.name) not in own:
-            _put(data, sig, s)
+    that scope has no series of its own for the signal. The scopes are found by the labels a
+    series has, from an index made once per set of labels (a scan of every scope for every
+    such series was quadratic in the number of models)."""
+
+    def __init__(self, out: Fetched, by: tuple[str, ...]):
+        self.out, self.by = out, by
+        self._index: dict[tuple[str, ...], dict[tuple[str, ...], list[ScopeData]]] = {}
+
+    def _scopes(self, names: tuple[str, ...], values: tuple[str, ...]) -> list[ScopeData]:
+        index = self._index.get(names)
+        if index is None:
+            index = {}
+            for d in self.out.models.values():
+                if all(k in d.scope for k in names):
+                    index.setdefault(tuple(d.scope[k] for k in names), []).append(d)
+            self._index[names] = index
+        return index.get(values, [])
+
+    def put(self, sig: Signal, s: Series) -> None:
+        names = tuple(k for k in self.by if k in s.labels)
+        values = tuple(s.labels[k] for k in names)
+        scopes = self._scopes(names, values)
+        if not scopes:
+            known = dict(zip(names, values, strict=True))
+            key = tuple(known.get(k, "") for k in self.by)
+            data = self.out.models.get(key)
+            if data is None:
+                data = self.out.models[key] = ScopeData(known)
+                for index_names, index in self._index.items():  # the new scope, indexed
+                    if all(k in known for k in index_names):
+                        index.setdefault(tuple(known[k] for k in index_names), []).append(data)
+            scopes = [data]
+        bucket = s.labels.get("prompt_bucket")
+        for data in scopes:
+            own = data.classes.get(sig.name, {}) if bucket is not None else data.series
+            if (bucket if bucket is not None else sig.name) not in own:
+                _put(data, sig, s)

@@ -12,12 +12,12 @@ from collections.abc import Sequence
 import numpy as np
 
 from diagnoser.catalog import Playbook
-from diagnoser.core.source import MetricSource, one_operation, warnings_of
+from diagnoser.core.source import MetricSource, in_time, one_operation, warnings_of
 from diagnoser.diagnosis.fetch import Fetched, fetch, needed_signals
 from diagnoser.diagnosis.health import Health, assess, flag
 from diagnoser.diagnosis.lookback import fetch_lookback, reassess
 from diagnoser.diagnosis.match import Match, ScopeData, evaluate, evaluate_absolute
-from diagnoser.diagnosis.model import Diagnosis, covers
+from diagnoser.diagnosis.model import ByScope, Diagnosis, ScopeKey, scope_key
 from diagnoser.diagnosis.rank import rank
 from diagnoser.diagnosis.targets import Served
 from diagnoser.diagnosis.window import Window
@@ -41,7 +41,8 @@ def diagnose(
     lookback: float = DEFAULT_LOOKBACK,
 ) -> Diagnosis:
     """``lookback``: how far before the window's end to look for an onset (0: not at all).
-    Every query shares one deadline (a Prometheus source's ``timeout``).
+    Every query shares one deadline (a Prometheus source's ``timeout``), and so does the
+    analysis of what they answered: past it, ``SourceError``.
 
     Samples are whatever the source answered: values near 1e308 overflow to infinity when
     summed, and NaN stays NaN through arithmetic. Every judgement reads such a result as no
@@ -69,6 +70,7 @@ def _diagnose(
     matches: list[Match] = []
     judged: dict[tuple[tuple[str, str], ...], tuple[ScopeData, Health]] = {}
     for _, data in sorted(fetched.models.items()):
+        in_time(source)
         health = assess(site, data, span, base)
         result.scopes.append(data.scope)
         result.health.append(health)
@@ -84,6 +86,7 @@ def _diagnose(
     by = site.config.by
     heirs = _heirs(fetched, result.health, by)
     for target, data in sorted(fetched.targets.items()):
+        in_time(source)
         result.data[data.key] = data
         owner = fetched.owners.get(target) or heirs.get(target)
         for pb in catalog.detectable():
@@ -142,6 +145,11 @@ def window_verdicts(matches: Sequence[Match], scope: dict[str, str]) -> dict[str
     return {m.playbook.id: m for m in matches if m.basis == "window" and m.scope == scope}
 
 
+def _window_verdicts(found: ByScope, scope: dict[str, str]) -> dict[str, Match]:
+    """``window_verdicts`` of the matches in ``found``, from its index."""
+    return window_verdicts(found.of(scope), scope)
+
+
 def _look_back(
     source: MetricSource,
     site: Site,
@@ -160,11 +168,15 @@ def _look_back(
     change that began it). A scope no playbook explains is also checked for an abnormal
     absolute state."""
     candidates: list[tuple[ScopeData, list[Match]]] = []
+    # The verdicts by scope, from one pass over them (not one per scope): the only matches
+    # added below are the scope's own contradictions, which are neither found nor "window".
+    found = ByScope(matches)
     for data, health in judged.values():
-        own = [m for m in matches if m.status in FOUND and covers(data.scope, m.scope)]
+        in_time(source)
+        own = [m for m in found.within(data.scope) if m.status in FOUND]
         if own and all(m.onset is not None for m in own) and health.verdict != "unhealthy":
             continue  # a change inside the window explains it, and the SLOs hold
-        changes = window_verdicts(matches, data.scope)
+        changes = _window_verdicts(found, data.scope)
         absolute: list[Match] = []
         if not own:
             absolute = [
@@ -197,7 +209,15 @@ def _look_back(
     result.queries += fetched.queries
     result.query_seconds += fetched.query_seconds
     result.reach = reach
+    # Each scope's verdicts by playbook, kept up to date as verdicts are replaced; those
+    # replaced leave ``matches`` at the end, in one pass.
+    found = ByScope(matches)
+    mine: dict[tuple[str, ScopeKey], list[Match]] = {}
+    for m in matches:
+        mine.setdefault((m.playbook.id, scope_key(m.scope)), []).append(m)
+    replaced: set[int] = set()
     for data, _ in candidates:
+        in_time(source)
         coarse = fetched.models.get(tuple(data.scope.get(k, "") for k in site.config.by))
         verdicts = reassess(
             playbooks,
@@ -205,16 +225,20 @@ def _look_back(
             data,
             lb,
             window,
-            window_verdicts(matches, data.scope),
+            _window_verdicts(found, data.scope),
         )
         for m in verdicts:
-            first = [x for x in matches if x.playbook.id == m.playbook.id and x.scope == m.scope]
+            first = mine.setdefault((m.playbook.id, scope_key(m.scope)), [])
             if m.basis == "lookback" and m.onset is not None and m.onset < window.start:
                 # A change before the window: against what came before it, not against a
                 # baseline that was already sick.
-                for x in first:
-                    matches.remove(x)
+                replaced.update(id(x) for x in first)
+                first.clear()
+                first.append(m)
                 matches.append(m)
             elif m.status in (*FOUND, "ruled_out") and not any(x.status in FOUND for x in first):
+                first.append(m)
                 matches.append(m)
         result.looked_back.append(data.scope)
+    if replaced:
+        matches[:] = [m for m in matches if id(m) not in replaced]

@@ -34,7 +34,8 @@ from typing import Any
 from urllib.parse import unquote, urlsplit
 
 from diagnoser.core.http import REAPER, describe, tls_context
-from diagnoser.core.source import MIN_SECRET, read_token, redact_url
+from diagnoser.core.redact import redactor
+from diagnoser.core.source import read_token, redact_url
 from diagnoser.core.tls import check_ca_file
 from diagnoser.errors import UserError
 
@@ -111,13 +112,11 @@ class Endpoint:
             return None
 
     def clean(self, text: str) -> str:
-        """``text`` (from a server: an error body may echo the request) without credentials:
-        header values, the token, the URL's password, each at least ``MIN_SECRET`` long."""
+        """``text`` (from a server: an error body may echo the request) without credentials,
+        in any encoding (``core.redact``): header values, the token, the URL's password."""
         values = [*self.headers.values(), self._token or "", self._password]
         values += [v.split(" ", 1)[1] for v in self.headers.values() if " " in v.strip()]
-        for secret in sorted({v for v in values if len(v) >= MIN_SECRET}, key=len, reverse=True):
-            text = text.replace(secret, "***")
-        return text
+        return redactor(tuple(sorted(set(values)))).clean(text)
 
     def request_headers(self, accept: str) -> dict[str, str]:
         """Headers for one request; a token file is read again each time (tokens rotate)."""
