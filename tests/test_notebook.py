@@ -265,6 +265,29 @@ def test_an_error_is_one_line_without_the_credentials_it_echoes():
     assert "HTTP 400" in text and "tok-9876543210" not in text and "\n" not in text
 
 
+def test_a_long_query_goes_as_a_post_form_and_an_encoded_echo_is_blanked_out():
+    """As the command line's client: a query too long for a URL is a POST form, and a
+    credential the server echoes URL-encoded is not shown."""
+    from urllib.parse import parse_qs, quote
+
+    from loopback import answer, serve
+
+    def echo(h, f):
+        said = quote(h.headers.get("Authorization", ""), safe="")
+        answer(h, {"status": "error", "errorType": "bad_data", "error": f"rejected {said}"}, 400)
+
+    expr = "up{" + ",".join(f'l{i}="{"v" * 40}"' for i in range(200)) + "}"
+    with serve(echo) as srv:
+        pc = _connect(srv.url, headers={"Authorization": "Bearer tok/98765+43210"})
+        with pytest.raises(SourceError) as info:
+            _source(pc).query_range(expr, END - 600, END, 60)
+    seen = srv.seen[0]
+    assert seen.method == "POST" and seen.path == "/api/v1/query_range"
+    assert parse_qs(seen.body.decode())["query"] == [expr]
+    text = str(info.value)
+    assert "HTTP 400" in text and "98765" not in text, text
+
+
 def test_retry_after_is_not_slept_past_the_deadline():
     """The library's own adapter would retry three times and sleep each Retry-After."""
     from loopback import answer, serve

@@ -31,9 +31,9 @@ class ConnectSource(PrometheusSource):
         import requests
 
         self.connect = connect
-        secrets = _secrets(connect)
+        held = _secrets_of(connect)
         super().__init__(connect.url, Auth(), timeout=timeout, max_bytes=max_bytes)
-        self._secrets = secrets
+        self._held = tuple(held)
         self._session = _without_retries(connect._session, requests)
         self._requests = requests
 
@@ -98,13 +98,13 @@ class ConnectSource(PrometheusSource):
         finally:
             resp.close()
 
-    def _clean(self, text: str) -> str:
-        for secret in self._secrets:
-            text = text.replace(secret, "***")
-        return super()._clean(text)
+    def _secrets(self) -> tuple[str, ...]:
+        """The ``PrometheusConnect``'s secrets too, blanked out in any encoding a server
+        echoes them in, as the command line's are."""
+        return (*self._held, *super()._secrets())
 
 
-def _secrets(connect: Any) -> list[str]:
+def _secrets_of(connect: Any) -> list[str]:
     """What must never be shown: the auth tuple's password, every header's value that
     carries a credential, and the URL's password."""
     from urllib.parse import urlsplit

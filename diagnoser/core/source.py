@@ -346,8 +346,10 @@ class PrometheusSource:
         without the URL's credentials and without any secret the process holds, in any
         encoding: the source's (token, basic credentials, headers) and the proxy's from the
         environment (``HTTP_PROXY``, ``HTTPS_PROXY``: a proxy's 407 page shows them)."""
-        secrets = (*self.auth.secrets(), *http.proxy_secrets())
-        return redactor(tuple(secrets)).head(text.replace(self.url, self.shown), most)
+        return redactor(self._secrets()).head(text.replace(self.url, self.shown), most)
+
+    def _secrets(self) -> tuple[str, ...]:
+        return (*self.auth.secrets(), *http.proxy_secrets())
 
 
 def _one_line(text: str, most: int) -> str:
