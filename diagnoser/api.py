@@ -35,13 +35,11 @@ def connect(source: Any, timeout: float = 60.0, max_response_mb: float = 64.0) -
     from diagnoser.core.source import MIB, PrometheusSource
 
     if isinstance(source, str):
-        from urllib.parse import urlsplit
+        from diagnoser.core.source import bad_url
 
-        from diagnoser.core.source import redact_url
-
-        parts = urlsplit(source.strip())
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise ValueError(f"{redact_url(source)!r} is not an http:// or https:// URL")
+        why = bad_url(source.strip())
+        if why:
+            raise ValueError(why)
         return PrometheusSource(
             source.strip(), timeout=timeout, max_bytes=int(max_response_mb * MIB)
         )
@@ -156,8 +154,7 @@ def diagnose(
 def _scope(model: str | None, match: Sequence[str]) -> tuple[str, ...]:
     """The label matchers, escaped as the command line's are (a value selects, never
     widens); a malformed matcher raises ``ValueError``."""
-    from diagnoser.cli.diagnose import MATCHER
-    from diagnoser.core.promql import matcher
+    from diagnoser.core.promql import MATCHER, matcher
 
     out = [matcher("model_name", model)] if model else []
     for m in (match,) if isinstance(match, str) else match:

@@ -81,6 +81,9 @@ def test_a_dead_url_raises_the_sources_one_error():
     assert "connection refused" in text and "s3cret" not in text and "\n" not in text
     with pytest.raises(ValueError, match="is not an http"):
         diagnoser.diagnose("ftp://prometheus:9090")
+    with pytest.raises(ValueError, match="Port out of range") as info:
+        diagnoser.diagnose("http://u:s3cret@prometheus:99999")
+    assert "s3cret" not in str(info.value)
 
 
 def test_the_series_frame_is_long_and_names_the_evidence(launch):

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import re
 import sys
 from pathlib import Path
 
@@ -21,14 +20,12 @@ from diagnoser.cli.options import (
 )
 from diagnoser.cli.params import DURATION, TIMESTAMP, Duration
 
-MATCHER = re.compile(r'[a-zA-Z_][a-zA-Z0-9_]*\s*(=|!=|=~|!~)\s*"(?:[^"\\\n]|\\.)*"')
-
 
 def matchers(
     model: str | None, instance: str | None, job: str | None, match: tuple[str, ...]
 ) -> tuple[str, ...]:
     """The scope's label matchers; values are escaped, so they select and never widen."""
-    from diagnoser.core.promql import matcher
+    from diagnoser.core.promql import MATCHER, matcher
 
     for option, value in (("--model", model), ("--instance", instance), ("--job", job)):
         if value and not _is_text(value):

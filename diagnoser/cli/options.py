@@ -185,18 +185,12 @@ class SourceOptions:
 
     def connect(self) -> PrometheusSource:
         """The source, or exit 2 on an unreadable token file or a malformed option."""
-        from urllib.parse import urlsplit
-
-        from diagnoser.core.source import Auth, PrometheusSource, redact_url
+        from diagnoser.core.source import Auth, PrometheusSource, bad_url
 
         url = (self.url or "").strip()
-        try:
-            parts = urlsplit(url)
-            parts.port  # noqa: B018  (raises on a port out of range)
-        except ValueError as exc:
-            fail(f"--prometheus-url {redact_url(url)!r}: {exc}")
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            fail(f"--prometheus-url {redact_url(url)!r} is not an http:// or https:// URL")
+        why = bad_url(url)
+        if why:
+            fail(f"--prometheus-url {why}")
         if self.ca_file is not None:
             from diagnoser.core.tls import check_ca_file
             from diagnoser.errors import UserError

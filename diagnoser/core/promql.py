@@ -93,6 +93,11 @@ def quote(value: str) -> str:
     return f'"{escaped}"'
 
 
+# One label matcher as a user writes it (``job="vllm"``, ``pod=~"vllm-.*"``): checked before
+# it goes into a query, so it can narrow a selector and never break out of it.
+MATCHER = re.compile(r'[a-zA-Z_][a-zA-Z0-9_]*\s*(=|!=|=~|!~)\s*"(?:[^"\\\n]|\\.)*"')
+
+
 def matcher(label: str, value: str) -> str:
     """``label="value"`` with the value escaped: a value can never widen or break a query."""
     return f"{label}={quote(value)}"

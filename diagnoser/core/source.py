@@ -71,6 +71,21 @@ class MetricSource(Protocol):
     def query(self, expr: str, at: float) -> list[Series]: ...
 
 
+def bad_url(url: str) -> str | None:
+    """What makes ``url`` no Prometheus URL, as the end of a message naming it (``'ftp://x'
+    is not an http:// or https:// URL``, ``'http://h:99999': Port out of range 0-65535``),
+    or None: the command line's options and ``diagnoser.connect`` say it alike."""
+    shown = repr(redact_url(url))
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018  (raises on a port out of range)
+    except ValueError as exc:
+        return f"{shown}: {exc}"
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        return f"{shown} is not an http:// or https:// URL"
+    return None
+
+
 def redact_url(url: str) -> str:
     """The URL without user:password@ (safe for messages), also when it does not parse."""
     try:

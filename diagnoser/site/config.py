@@ -16,12 +16,12 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from diagnoser.core.durations import LONGEST, parse_duration
+from diagnoser.core.promql import MATCHER
 from diagnoser.errors import UserError, load_yaml
 from diagnoser.site.slo import SloConfig, SloError
 from diagnoser.site.slo import parse as parse_slo
 
 DEFAULT_RUNBOOK_URL = "https://github.com/servediag/servediag/blob/main/runbooks/{id}.md"
-MATCHER = re.compile(r'[a-zA-Z_][a-zA-Z0-9_]*\s*(=|!=|=~|!~)\s*"(?:[^"\\\n]|\\.)*"')
 LABEL = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
 FOR = re.compile(r"[0-9]+[smhd]")
 # vllm_targets: one matcher or several, comma-separated, as they go inside {...}.
