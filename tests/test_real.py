@@ -72,6 +72,17 @@ def test_the_baseline_before_it_has_no_finding(name, site):
         assert all(r.startswith(("abnormal state", "a known pattern")) for r in reasons), reasons
 
 
+@pytest.mark.parametrize("name", RECORDED)
+def test_a_status_never_answered_is_a_share_of_zero_not_missing_data(name, site):
+    """vLLM's API server creates ``http_requests_total{status="4xx"}`` at its first 4xx: on
+    a server that never refused anything the family is there (2xx) and the 4xx share is 0, so
+    context-length-rejections is decided, never undecided for want of a series."""
+    for which in ("baseline", "incident"):
+        result = replayed(DATA / name, which, site)
+        undecided = {u.playbook.id: u.reason for u in result.undecided}
+        assert "context-length-rejections" not in undecided, (which, undecided)
+
+
 @pytest.mark.promtool
 def test_the_raw_samples_diagnose_the_same_in_a_real_prometheus(tmp_path, site):
     """The recorded samples, backfilled with promtool into a real Prometheus, give the first
