@@ -180,6 +180,7 @@ def kv_budget(
     kv_cache_dtype: str = "auto",
     block_size: int = 16,
     timeout: float = 60.0,
+    dtype: str = "auto",
 ) -> tuple[Budget | None, Live | None]:
     """The KV-cache plan for ``model`` (a preset such as ``"llama-3.1-8b"`` or a
     ``config.json``), and with ``source`` each live engine's capacity read at ``at``
@@ -207,6 +208,7 @@ def kv_budget(
             tensor_parallel=tensor_parallel,
             kv_cache_dtype=kv_cache_dtype,
             block_size=block_size,
+            dtype=dtype,
         )
     live = None
     if source is not None:

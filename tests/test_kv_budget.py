@@ -437,3 +437,41 @@ def test_prometheus_url_from_the_environment_and_shared_option_checks():
     assert bad.exit_code == 2 and "must be NAME:VALUE" in bad.stderr
     res = invoke("--model", "llama-3.1-8b", "--at", "0")
     assert res.exit_code == 2 and "give --prometheus-url too" in res.stderr
+
+
+# --- what the plan assumes, said ---------------------------------------------------------------
+
+
+def test_a_server_run_in_float32_caches_four_bytes_a_value():
+    """--dtype float32 (vLLM's flag): the KV cache takes the served dtype under auto."""
+    auto = plan_json("--model", "llama-3.1-8b", "--gpu", "H100-80GB")
+    wide = plan_json("--model", "llama-3.1-8b", "--gpu", "H100-80GB", "--dtype", "float32")
+    assert auto["plan"]["kv_bytes_per_value"] == 2 and auto["model"]["served_dtype"] == "bfloat16"
+    assert wide["plan"]["kv_bytes_per_value"] == 4
+    assert wide["plan"]["kv_bytes_per_token"] == 2 * auto["plan"]["kv_bytes_per_token"]
+    assert wide["model"]["served_dtype_from"] == "--dtype"
+
+
+def test_a_gpu_nobody_named_is_said_to_be_assumed():
+    doc = plan_json("--model", "llama-3.1-8b")
+    assert doc["gpu"]["source"] == "assumed H100-80GB"
+    assert any(n.startswith("The GPU is assumed H100-80GB") for n in doc["notes"])
+    named = plan_json("--model", "llama-3.1-8b", "--gpu", "H200")
+    assert named["gpu"]["source"] == "--gpu" and not any("assumed" in n for n in named["notes"])
+
+
+def test_live_the_gpu_comes_from_dcgm_and_the_unexported_dtype_is_said(
+    scenario_library, prometheus_for
+):
+    """vLLM 0.32 and 0.33 export no served dtype (cache_config_info's cache_dtype is "auto"):
+    the plan says which it assumed and from where; the GPU is the one DCGM reports."""
+    prom = prometheus_for("the-128k-upgrade")
+    end = str(scenario_library["the-128k-upgrade"].end)
+    doc = plan_json("--model", "llama-3.1-8b", "--prometheus-url", prom.url, "--at", end)
+    assert doc["gpu"]["source"] == "H100-80GB, from DCGM" and doc["gpu"]["name"] == "H100-80GB"
+    said = [n for n in doc["notes"] if n.startswith("The served dtype is not in vLLM's series")]
+    assert said and "assumes bfloat16, from the preset; give --dtype" in said[0]
+    given = plan_json(
+        "--model", "llama-3.1-8b", "--dtype", "float32", "--prometheus-url", prom.url, "--at", end
+    )
+    assert not any(n.startswith("The served dtype") for n in given["notes"])

@@ -72,6 +72,17 @@ def test_the_baseline_before_it_has_no_finding(name, site):
         assert all(r.startswith(("abnormal state", "a known pattern")) for r in reasons), reasons
 
 
+@pytest.mark.parametrize("name", RECORDED)
+def test_a_status_never_answered_is_a_share_of_zero_not_missing_data(name, site):
+    """vLLM's API server creates ``http_requests_total{status="4xx"}`` at its first 4xx: on
+    a server that never refused anything the family is there (2xx) and the 4xx share is 0, so
+    context-length-rejections is decided, never undecided for want of a series."""
+    for which in ("baseline", "incident"):
+        result = replayed(DATA / name, which, site)
+        undecided = {u.playbook.id: u.reason for u in result.undecided}
+        assert "context-length-rejections" not in undecided, (which, undecided)
+
+
 @pytest.mark.promtool
 def test_the_raw_samples_diagnose_the_same_in_a_real_prometheus(tmp_path, site):
     """The recorded samples, backfilled with promtool into a real Prometheus, give the first
@@ -94,3 +105,29 @@ def test_the_raw_samples_diagnose_the_same_in_a_real_prometheus(tmp_path, site):
     with Prometheus(tmp_path / "tsdb") as prom:
         result, _ = diagnosed(prom.url, site, meta["since"], meta["end"])
     assert summary(result)[0] == summary(replayed(DATA / name, "incident", site))[0]
+
+
+@pytest.mark.promtool
+def test_a_change_in_the_second_half_of_a_long_window_is_found(tmp_path, site):
+    """max_tokens 512 -> 16 over the window's last five minutes, the warm-up and a healthy
+    baseline before it inside the window (and nothing before the window): the minutes before
+    the change are its reference, so the truncation is found whatever the window's length."""
+    import gzip
+    import shutil
+
+    from diagnoser.lab.promserver import Prometheus, backfill
+    from diagnoser.lab.real.run import diagnosed
+    from diagnoser.lab.replay import Replay
+
+    if not shutil.which("promtool"):
+        pytest.skip("promtool is not installed")
+    name = "max-tokens-truncation"
+    om = tmp_path / "raw.om"
+    om.write_bytes(gzip.decompress((DATA / name / "raw.om.gz").read_bytes()))
+    backfill(om, tmp_path / "tsdb")
+    end = Replay(DATA / name / "incident.json.gz").meta["end"]
+    with Prometheus(tmp_path / "tsdb") as prom:
+        for since in (600.0, 1200.0):
+            result, _ = diagnosed(prom.url, site, since, end)
+            first, _, verdict, reasons = summary(result)
+            assert (first, verdict) == (name, "unhealthy"), (since, first, reasons)

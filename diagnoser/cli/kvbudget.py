@@ -17,9 +17,21 @@ from diagnoser.cli.options import (
 )
 from diagnoser.cli.params import TIMESTAMP, FiniteRange
 from diagnoser.hardware.hfconfig import LARGEST
-from diagnoser.hardware.presets import KV_CACHE_DTYPES, MODEL_ALIASES
+from diagnoser.hardware.presets import DEFAULT_GPU, KV_CACHE_DTYPES, MODEL_ALIASES, SERVED_DTYPES
 
 MOST_GB = 1e6  # a petabyte: more than any GPU's memory or any model's weights
+
+
+def preset_like(name: str, memory_bytes: float) -> tuple[str, float | None]:
+    """The GPU preset DCGM's ``modelName`` and memory describe (its family in the name, its
+    memory within 2%), else the default preset's speeds with DCGM's memory in GB."""
+    from diagnoser.hardware.presets import GPUS
+
+    for key, spec in GPUS.items():
+        family = key.split("-")[0]
+        if family in name and abs(spec.memory_bytes - memory_bytes) <= 0.02 * spec.memory_bytes:
+            return key, None
+    return DEFAULT_GPU, memory_bytes / 1e9
 
 
 @click.command("kv-budget")
@@ -30,7 +42,13 @@ MOST_GB = 1e6  # a petabyte: more than any GPU's memory or any model's weights
     help=f"A preset ({', '.join(MODEL_ALIASES)}) or a Hugging Face config.json "
     "(or the directory holding it).",
 )
-@click.option("--gpu", "gpu_name", default="H100-80GB", show_default=True, help="GPU preset.")
+@click.option(
+    "--gpu",
+    "gpu_name",
+    default=None,
+    help="GPU preset (default: the GPU DCGM reports, with --prometheus-url; else H100-80GB, "
+    "said in the notes).",
+)
 @click.option(
     "--gpu-memory-gb",
     type=FiniteRange(min=0, max=MOST_GB, min_open=True),
@@ -85,6 +103,14 @@ MOST_GB = 1e6  # a petabyte: more than any GPU's memory or any model's weights
     help="As vLLM's flag: auto is the model's dtype; fp8 halves the bytes.",
 )
 @click.option(
+    "--dtype",
+    type=click.Choice(list(SERVED_DTYPES)),
+    default="auto",
+    show_default=True,
+    help="As vLLM's flag: the dtype the server runs the model in (auto: config.json's, "
+    "float32 served as bfloat16); the KV cache takes it under --kv-cache-dtype auto.",
+)
+@click.option(
     "--block-size",
     type=click.IntRange(min=1, max=1 << 20),
     default=16,
@@ -109,7 +135,7 @@ MOST_GB = 1e6  # a petabyte: more than any GPU's memory or any model's weights
 @handles_errors
 def kv_budget_cmd(
     model_ref: str | None,
-    gpu_name: str,
+    gpu_name: str | None,
     gpu_memory_gb: float | None,
     gpu_memory_utilization: float,
     weights_gb: float | None,
@@ -119,6 +145,7 @@ def kv_budget_cmd(
     users: int | None,
     tensor_parallel: int,
     kv_cache_dtype: str,
+    dtype: str,
     block_size: int,
     source: SourceOptions,
     at: float | None,
@@ -145,17 +172,27 @@ def kv_budget_cmd(
 
     from diagnoser.kvbudget import budget as kvbudget
     from diagnoser.kvbudget import report as kvbudget_report
-    from diagnoser.kvbudget.live import read_live
+    from diagnoser.kvbudget.live import dcgm_gpu, read_live
 
     if model_ref is None and source.url is None:
         fail("give --model PRESET|CONFIG, or --prometheus-url for the live capacity")
     if at is not None and source.url is None:
         fail("--at reads Prometheus: give --prometheus-url too")
     budget = None
+    prometheus = source.connect().operation() if source.url is not None else None
+    when = at if at is not None else time.time()
+    gpu_from = "--gpu"
+    if model_ref is not None and gpu_name is None and gpu_memory_gb is None:
+        seen = dcgm_gpu(prometheus, when) if prometheus is not None else None
+        if seen is not None:
+            gpu_name, gpu_memory_gb = preset_like(*seen)
+            gpu_from = f"{seen[0]}, from DCGM"
+        else:
+            gpu_from = f"assumed {DEFAULT_GPU}"
     if model_ref is not None:
         budget = kvbudget.make_budget(
             model_ref,
-            gpu_name=gpu_name,
+            gpu_name=gpu_name or DEFAULT_GPU,
             gpu_memory_gb=gpu_memory_gb,
             gpu_memory_utilization=gpu_memory_utilization,
             weights_gb=weights_gb,
@@ -166,13 +203,13 @@ def kv_budget_cmd(
             tensor_parallel=tensor_parallel,
             kv_cache_dtype=kv_cache_dtype,
             block_size=block_size,
+            dtype=dtype,
+            gpu_from=gpu_from,
         )
     live = None
-    if source.url is not None:
-        when = at if at is not None else time.time()
+    if prometheus is not None:
         longest_live = budget.max_model_len if budget else max_model_len
         selector = load_site(config_path).config.selector
-        prometheus = source.connect().operation()  # one deadline for every read
         live = read_live(
             prometheus, when, longest_live, budget.context if budget else context, selector
         )

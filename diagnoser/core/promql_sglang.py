@@ -79,6 +79,21 @@ def quantile(p: float, fam: Family, extra: tuple[str, ...] = ()) -> Expr:
     return build
 
 
+def top_bound(fam: Family) -> Expr:
+    """The histogram's top finite bucket bound (see :func:`diagnoser.core.promql.top_bound`)."""
+
+    def build(scope: Scope) -> str:
+        finite = q.agg(
+            "sum", scope, _one_engine(fam, _sel(fam, scope, "_bucket", ('le!="+Inf"',))), "le"
+        )
+        top = q.agg(
+            "sum", scope, _one_engine(fam, _sel(fam, scope, "_bucket", ('le="+Inf"',))), "le"
+        )
+        return f"histogram_quantile(0.5, {finite} * 0 or {top} * 0 + 1)"
+
+    return build
+
+
 def hist_mean(fam: Family, extra: tuple[str, ...] = ()) -> Expr:
     def build(scope: Scope) -> str:
         s = q.agg("sum", scope, _rate(fam, scope, "_sum", extra))

@@ -66,6 +66,7 @@ def needed_signals(site: Site, catalog: Catalog | None = None) -> list[Signal]:
             names.add(pb.signature.onset)
         for c in pb.signature.conditions():
             names.update(c.needs())
+    names |= {site.vocabulary[n].ceiling for n in names} - {""}
     return [site.vocabulary[n] for n in sorted(names)]
 
 
@@ -146,6 +147,7 @@ def fetch(
     for sig, s in partial:
         spread.put(sig, s)
     _engines(out, signals)
+    _ceilings(out, signals)
     for (pair, _), (sig, series, sec) in zip(extra, overridden, strict=True):
         out.queries += 1
         out.query_seconds += sec
@@ -162,6 +164,17 @@ def fetch(
     for data in (*out.models.values(), *out.targets.values()):
         data.smoothing = smoothing
     return out
+
+
+def _ceilings(out: Fetched, signals: Sequence[Signal]) -> None:
+    """Each quantile learns its histogram's top finite bound on the scope's servers: a value
+    at it fell in the +Inf bucket (a lower bound)."""
+    for sig in signals:
+        for data in out.models.values():
+            top = data.series.get(sig.ceiling) if sig.ceiling else None
+            if top is not None:
+                bounds = np.unique(top.v[np.isfinite(top.v)])
+                data.ceilings[sig.name] = tuple(float(b) for b in bounds)
 
 
 def _engines(out: Fetched, signals: Sequence[Signal]) -> None:

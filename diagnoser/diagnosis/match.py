@@ -17,6 +17,7 @@ import numpy as np
 from diagnoser.catalog import Condition, Playbook
 from diagnoser.catalog.shapes import SHAPES, Periods, Verdict
 from diagnoser.core.source import Series
+from diagnoser.core.units import AtLeast
 from diagnoser.diagnosis.onset import periods_for
 
 BASE_CONFIDENCE = 0.55
@@ -40,6 +41,9 @@ class ScopeData:
     # The rate window the series were read with, in seconds: a change seen through it is
     # spread over that long (a step becomes a ramp), which shapes of a trend must allow for.
     smoothing: float = 0.0
+    # A quantile's histogram's top finite bucket bounds (``Signal.ceiling``): a value at one
+    # fell in the +Inf bucket and is a lower bound.
+    ceilings: dict[str, tuple[float, ...]] = field(default_factory=dict)
 
     def has(self, name: str) -> bool:
         return name in self.series or name in self.classes
@@ -55,14 +59,31 @@ class ConditionResult:
     group: str
     verdict: Verdict
     missing: list[str] = field(default_factory=list)
+    # The top finite bucket bounds of the signal's histogram (see ScopeData.ceilings).
+    ceilings: tuple[float, ...] = ()
 
     def numbers(self) -> dict[str, float | None]:
         """The verdict's numbers as reports show them: finite, rounded, else None."""
         return {k: clean(v) for k, v in self.verdict.numbers.items()}
 
     def text(self, unit: str) -> str:
-        """The evidence in words, by the condition's shape (e.g. ``ttft_p95 74 ms -> 2.22 s``)."""
-        return SHAPES[self.condition.shape].evidence(self.condition, self.numbers(), unit)
+        """The evidence in words, by the condition's shape (e.g. ``ttft_p95 74 ms -> 2.22 s``);
+        a quantile at its histogram's top finite bound reads ``≥ 2,000``."""
+        numbers: dict[str, float | None] = dict(self.numbers())
+        if self.ceilings and not self.condition.over:
+            for k in ("baseline", "now", "value", "start", "end", "peak", "max"):
+                v = numbers.get(k)
+                if v is not None and any(math.isclose(v, c, rel_tol=1e-6) for c in self.ceilings):
+                    numbers[k] = AtLeast(v)
+        return SHAPES[self.condition.shape].evidence(self.condition, numbers, unit)
+
+    def lower_bounds(self) -> list[str]:
+        """The numbers that are lower bounds (a quantile in the +Inf bucket)."""
+        return [
+            k
+            for k, v in self.numbers().items()
+            if v is not None and any(math.isclose(v, c, rel_tol=1e-6) for c in self.ceilings)
+        ]
 
 
 def clean(v: float | None) -> float | None:
@@ -139,7 +160,9 @@ def evaluate(
     for group, conds in sig.groups():
         for cond in conds:
             verdict, missing = evaluate_condition(cond, data, p)
-            match.results.append(ConditionResult(cond, group, verdict, missing))
+            match.results.append(
+                ConditionResult(cond, group, verdict, missing, data.ceilings.get(cond.signal, ()))
+            )
     required = [r for r in match.results if r.group == "all"]
     failed = [r for r in required if r.verdict.holds is False]
     if failed:
@@ -192,11 +215,15 @@ def evaluate_absolute(
         return match
     for cond in sig.absolute:
         verdict, missing = evaluate_condition(cond, data, p)
-        match.results.append(ConditionResult(cond, "absolute", verdict, missing))
+        match.results.append(
+            ConditionResult(cond, "absolute", verdict, missing, data.ceilings.get(cond.signal, ()))
+        )
     for cond in sig.none:
         if not SHAPES[cond.shape].relative:
             verdict, missing = evaluate_condition(cond, data, p)
-            match.results.append(ConditionResult(cond, "none", verdict, missing))
+            match.results.append(
+                ConditionResult(cond, "none", verdict, missing, data.ceilings.get(cond.signal, ()))
+            )
     state = [r for r in match.results if r.group == "absolute"]
     if not all(r.verdict.holds for r in state):
         failed = next((r for r in state if r.verdict.holds is False), None)

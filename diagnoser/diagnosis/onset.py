@@ -52,6 +52,11 @@ def periods_for(
     if onset is None or onset < window[0] - (window[1] - window[0]):
         return Periods(baseline, window, window, onset)
     base_end = min(baseline[1], onset - step)
+    if onset > window[0] and baseline[1] >= window[0] - step:
+        # A change inside the window: what came before it in the window is the reference too
+        # (a window that opens with a quiet or empty baseline still compares the change with
+        # the minutes before it), when the baseline runs up to the window.
+        base_end = onset - step
     if base_end - baseline[0] < MIN_SEGMENT * step:  # too little clean baseline: keep it
         base_end = baseline[1]
     now_start = max(onset, window[0]) if onset >= window[0] else window[0]

@@ -157,6 +157,10 @@ GPUS: dict[str, GpuSpec] = {
 }
 
 DEFAULT_RUNTIME_OVERHEAD = 2.14 * GB
+# vLLM's --dtype values the planner knows (auto: config.json's, float32 served as bfloat16).
+SERVED_DTYPES = ("auto", "bfloat16", "float16", "float32")
+# The GPU a plan assumes when nothing says which (said in the plan's notes).
+DEFAULT_GPU = "H100-80GB"
 # vLLM's --kv-cache-dtype values on CUDA, by bytes per value (0 for auto: the model's dtype).
 KV_CACHE_DTYPES = {"auto": 0, "bfloat16": 2, "float16": 2, "fp8": 1, "fp8_e4m3": 1, "fp8_e5m2": 1}
 

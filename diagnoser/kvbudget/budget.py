@@ -50,6 +50,11 @@ class Budget:
     tensor_parallel: int = 1
     kv_cache_dtype: str = "auto"
     block_size: int = 16
+    # The dtype the model is served in (vLLM's --dtype; auto: config.json's, float32 as
+    # bfloat16), where it came from, and where the GPU came from.
+    dtype: str = "bfloat16"
+    dtype_from: str = "config.json"
+    gpu_from: str = "--gpu"
 
 
 @dataclass(frozen=True)
@@ -151,6 +156,8 @@ def make_budget(
     tensor_parallel: int = 1,
     kv_cache_dtype: str = "auto",
     block_size: int = 16,
+    dtype: str = "auto",
+    gpu_from: str = "--gpu",
 ) -> Budget:
     """The budget the options describe; ``UserError`` (one line) for what cannot be planned."""
     model = load_model(model_ref)
@@ -169,6 +176,10 @@ def make_budget(
             model.source, "max_position_embeddings", "is missing; pass --max-model-len"
         )
     weight_bytes, weights_from = weights(model, weights_gb)
+    served, served_from = dtype, "--dtype"
+    if dtype == "auto":
+        served = model.spec.dtype
+        served_from = "config.json" if model.raw else "the preset"
     return Budget(
         model=model,
         gpu=gpu,
@@ -182,12 +193,16 @@ def make_budget(
         tensor_parallel=tensor_parallel,
         kv_cache_dtype=kv_cache_dtype,
         block_size=block_size,
+        dtype=served,
+        dtype_from=served_from,
+        gpu_from=gpu_from if gpu_memory_gb is None else "--gpu-memory-gb",
     )
 
 
-def kv_value_bytes(kv_cache_dtype: str) -> int:
-    """Bytes per cached value; auto is the model's 16-bit dtype (float32 is served in bf16)."""
-    return KV_CACHE_DTYPES[kv_cache_dtype] or 2
+def kv_value_bytes(kv_cache_dtype: str, served: str = "bfloat16") -> int:
+    """Bytes per cached value; auto is the served dtype's (4 for a server run with --dtype
+    float32, else 2)."""
+    return KV_CACHE_DTYPES[kv_cache_dtype] or (4 if served == "float32" else 2)
 
 
 def tp_problem(spec: ModelSpec, tp: int) -> str | None:
@@ -205,7 +220,7 @@ def plan(budget: Budget, tensor_parallel: int | None = None, kv_cache_dtype: str
     tp = tensor_parallel or budget.tensor_parallel
     dtype = kv_cache_dtype or budget.kv_cache_dtype
     spec = budget.model.spec
-    value = kv_value_bytes(dtype)
+    value = kv_value_bytes(dtype, budget.dtype)
     per_token = spec.kv_bytes_per_token(value, tp)
     free = hardware.kv_budget_bytes(
         spec,
@@ -257,6 +272,11 @@ def what_if(budget: Budget) -> tuple[list[Plan], list[str]]:
 def notes(budget: Budget, p: Plan) -> list[str]:
     """What a reader should know about this plan, one sentence each."""
     spec, out = budget.model.spec, []
+    if budget.gpu_from.startswith("assumed"):
+        out.append(
+            f"The GPU is {budget.gpu_from}: no --gpu or --gpu-memory-gb was given and no DCGM "
+            "series told which GPUs the servers have."
+        )
     if budget.weights_from.startswith("estimate"):
         out.append(
             "The weights are an estimate from config.json's shapes (norms and biases left "

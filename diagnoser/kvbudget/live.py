@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from diagnoser.core.printable import printable
 from diagnoser.core.signals.names import RUNNING
 from diagnoser.core.source import MetricSource
 from diagnoser.kvbudget.budget import blocks_for
@@ -143,3 +144,22 @@ def read_live(
 ) -> Live:
     engines = live_capacity(source, at, max_model_len, context, selector)
     return Live(at, max_model_len, context, engines)
+
+
+def dcgm_gpu(source: MetricSource, at: float) -> tuple[str, float] | None:
+    """The servers' GPU as dcgm-exporter reports it: its ``modelName`` and memory (framebuffer
+    used plus free, MiB, as bytes); None without DCGM series. Several GPU models are
+    ambiguous for one plan: ``UserError`` asks for --gpu."""
+    from diagnoser.core.signals.names import GPU_FB_FREE, GPU_FB_USED
+    from diagnoser.errors import UserError
+
+    query = f"max by (modelName) ({GPU_FB_USED} + {GPU_FB_FREE})"
+    found = {s.labels.get("modelName", ""): float(s.v[-1]) for s in source.query(query, at)}
+    found = {k: v for k, v in found.items() if v > 0}
+    if not found:
+        return None
+    if len(found) > 1:
+        names = ", ".join(printable(n) for n in sorted(found))
+        raise UserError(f"DCGM reports several GPU models ({names}): give --gpu for the plan")
+    ((name, mib),) = found.items()
+    return name or "GPU from DCGM", mib * 2**20

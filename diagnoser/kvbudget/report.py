@@ -55,7 +55,35 @@ def to_json(budget: Budget | None, live: Live | None) -> dict[str, Any]:
         )
     if live is not None:
         doc["live"] = asdict(live)
+    if budget is not None:
+        doc["model"]["served_dtype"] = budget.dtype
+        doc["model"]["served_dtype_from"] = budget.dtype_from
+        doc["gpu"]["source"] = budget.gpu_from
+        if live is not None:
+            doc["notes"] = [*doc["notes"], *live_notes(budget, live)]
     return doc
+
+
+def live_notes(budget: Budget, live: Live) -> list[str]:
+    """What the live engines say about the plan's assumptions: the KV dtype they cache in
+    (``cache_dtype``), and that the served dtype is not among vLLM's series."""
+    cached = sorted({e.cache_dtype for e in live.engines if e.cache_dtype})
+    out = []
+    explicit = [c for c in cached if c != "auto"]
+    if explicit and budget.kv_cache_dtype == "auto":
+        out.append(
+            f"The running engines cache KV as {', '.join(explicit)} (vllm:cache_config_info); "
+            f"the plan caches it as {budget.dtype}: give --kv-cache-dtype to plan theirs."
+        )
+    if "auto" in cached and budget.dtype_from != "--dtype":
+        out.append(
+            "The served dtype is not in vLLM's series: vllm:cache_config_info says "
+            'cache_dtype="auto" (the KV cache takes the --dtype the server runs with), and '
+            f"vLLM exports no model config. The plan assumes {budget.dtype}, from "
+            f"{budget.dtype_from}; give --dtype if the server runs another (float32 doubles "
+            "the KV per token)."
+        )
+    return out
 
 
 def attention_kind(spec: ModelSpec) -> str:

@@ -23,7 +23,7 @@ from diagnoser.core import families as F
 from diagnoser.core.exposition import Histogram, Recorder, labels_of
 from diagnoser.hardware.presets import GB, GpuSpec, ModelSpec
 from diagnoser.sim import sglang_metrics as sgm
-from diagnoser.sim.engine import CHAT, Engine, EngineConfig, Request
+from diagnoser.sim.engine import Engine, EngineConfig, Request
 from diagnoser.sim.kv_transfer import POST_SECONDS
 from diagnoser.sim.vllm_metrics import PROFILES, EngineMetrics, record_api_server, record_engine
 
@@ -379,14 +379,12 @@ class Server:
         sgm.record_http(rec, t, labels_of(**target), self.http, self.scrapes, cpu)
 
     def _record_http(self, rec: Recorder, t: float, target: dict[str, str]) -> None:
-        handlers = sorted({CHAT, *self.http_duration})
+        # prometheus-fastapi-instrumentator creates a (handler, status) series at its first
+        # answer of that status: a server that never refused anything has no 4xx series.
         fam = F.HTTP_REQUESTS
-        for handler in handlers:
-            for status in ("2xx", "4xx", "5xx"):
-                lb = labels_of(handler=handler, method="POST", status=status, **target)
-                rec.sample(
-                    fam.name, fam.type, fam.help, lb, t, self.http.get((handler, status), 0.0)
-                )
+        for (handler, status), count in sorted(self.http.items()):
+            lb = labels_of(handler=handler, method="POST", status=status, **target)
+            rec.sample(fam.name, fam.type, fam.help, lb, t, count)
         for handler in sorted(self.http_duration):
             lb = labels_of(handler=handler, **target)
             count, size = self.http_size[handler]

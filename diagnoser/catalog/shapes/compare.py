@@ -100,7 +100,10 @@ class _Compare(Shape):
     def evidence(self, cond: Condition, numbers: Mapping[str, float | None], unit: str) -> str:
         name, unit = (subject(cond), "") if cond.over else (cond.signal, unit)
         r = numbers.get("ratio")
-        ratio = f" (x{r:.1f})" if r not in (None, 0) else ""
+        # A now that is a lower bound (a quantile in the +Inf bucket) makes a lower bound of
+        # the ratio too.
+        at_least = "≥ " if type(numbers.get("now")).__name__ == "AtLeast" else ""
+        ratio = f" ({at_least}x{r:.1f})" if r not in (None, 0) else ""
         base, now = value_text(numbers.get("baseline"), unit), value_text(numbers.get("now"), unit)
         return f"{name} {base} -> {now}{ratio}"
 

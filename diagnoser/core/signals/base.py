@@ -55,6 +55,10 @@ class Signal:
     # Families read where the server has them, with a fallback where it has not: they refine
     # the series but are not needed for it (not in ``provided_by``).
     optional: tuple[str, ...] = ()
+    # A quantile's ceiling: the signal giving its histogram's top finite bucket bound on the
+    # server. A value at that bound fell in the +Inf bucket, so it is shown as a lower bound
+    # ("≥ 2,000"), never as the value.
+    ceiling: str = ""
 
     @property
     def target_level(self) -> bool:

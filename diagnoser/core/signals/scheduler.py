@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from diagnoser.core import families_sglang as SG
 from diagnoser.core import promql as q
+from diagnoser.core import promql_series as rs
 from diagnoser.core import promql_sglang as sg
 from diagnoser.core.buckets import le_label
 from diagnoser.core.signals.base import Signal
@@ -28,10 +29,16 @@ from diagnoser.core.signals.names import (
 from diagnoser.core.signals.traffic import REQUEST_RATE, SGLANG_REQUEST_RATE
 
 # A prompt this long is a long prefill: the 1-2-5 token buckets' first bound above 4096 (and a
-# bound of SGLang's token buckets).
+# bound of SGLang's token buckets). vLLM's token buckets end at its max_model_len (1, 2, 5,
+# ... up to it), so a server with a max_model_len under 5000 has no 5000 bound: there the
+# bound it has below, 2000 (a max_model_len of 2000-4999 tokens), is the threshold read.
 LONG_PREFILL = le_label(5000)
+LONG_PREFILL_BOUNDS = (LONG_PREFILL, le_label(2000))
 # Retractions are SGLang's preemptions: a running request's KV freed, to be recomputed.
 SGLANG_RETRACTIONS = sg.or_zero(sg.counter_rate(SG.RETRACTIONS))
+# vLLM's preemption counter, 0 where the model's finished requests are counted: a counter is
+# born at its first increment where the exporter creates no child ahead of it (vLLM 0.8).
+PREEMPTION_RATE = rs.zero_where(q.counter_rate(PREEMPTIONS), REQUEST_RATE)
 NO_STEP_TOKENS = "SGLang exports no histogram of tokens per engine step"
 
 
@@ -203,7 +210,7 @@ def signals() -> list[Signal]:
             "preemptions_rate",
             "1/s",
             "Preemptions per second (preempted requests recompute); SGLang's retractions.",
-            q.counter_rate(PREEMPTIONS),
+            PREEMPTION_RATE,
             ("vllm_num_preemptions", "rate"),
             sglang=SGLANG_RETRACTIONS,
         ),
@@ -211,7 +218,7 @@ def signals() -> list[Signal]:
             "preemptions_per_request",
             "ratio",
             "Preemptions per finished request.",
-            q.ratio(q.counter_rate(PREEMPTIONS), REQUEST_RATE),
+            q.ratio(PREEMPTION_RATE, REQUEST_RATE),
             ("vllm_num_preemptions_per_request", "ratio"),
             sglang=q.ratio(SGLANG_RETRACTIONS, SGLANG_REQUEST_RATE),
         ),
@@ -248,10 +255,11 @@ def signals() -> list[Signal]:
             "Requests per second whose prefill computed more than 5000 prompt tokens, cached "
             "ones excluded (vllm:request_prefill_kv_computed_tokens, vLLM >= 0.13; before, "
             "the prompt length; SGLang: sglang:uncached_prompt_tokens_histogram). Observed as "
-            "each finishes.",
+            "each finishes. The bound is read from the server's buckets: where they end below "
+            "5000 (a max_model_len under 5000), more than 2000.",
             q.either(
-                q.rate_above(PREFILL_COMPUTED, LONG_PREFILL),
-                q.rate_above(PROMPT, LONG_PREFILL),
+                *(q.rate_above(PREFILL_COMPUTED, le) for le in LONG_PREFILL_BOUNDS),
+                *(q.rate_above(PROMPT, le) for le in LONG_PREFILL_BOUNDS),
             ),
             ("vllm_request_prefill_computed_over_5000", "rate"),
             sglang=sg.rate_above(SG.PROMPT_UNCACHED, LONG_PREFILL),

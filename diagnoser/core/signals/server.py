@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from diagnoser.core import families_sglang as SG
 from diagnoser.core import promql as q
+from diagnoser.core import promql_series as rs
 from diagnoser.core import promql_sglang as sg
 from diagnoser.core.signals.base import TARGET, Signal
 from diagnoser.core.signals.names import (
@@ -28,6 +29,12 @@ def api_requests(status: str | None) -> q.Expr:
         return f"sum by ({', '.join(('job', 'instance', *keep))}) (rate({sel}[{window}]))"
 
     return q.on_targets(inner)
+
+
+def _answered(status: str) -> q.Expr:
+    """Inference requests per second answered with ``status``; 0 where the API server's
+    family is scraped but no such answer happened yet (its series is born at the first)."""
+    return rs.zero_where(api_requests(status), api_requests(None))
 
 
 def _per_target(family: str) -> q.TargetExpr:
@@ -83,7 +90,7 @@ def api_server() -> list[Signal]:
             "http_4xx_share",
             "ratio",
             "Share of completion requests answered 4xx (e.g. too long).",
-            q.ratio(api_requests("4xx"), api_requests(None)),
+            q.ratio(_answered("4xx"), api_requests(None)),
             ("vllm_http_requests_4xx", "share"),
             sglang=q.ratio(sg.or_zero(sg.http_responses("4")), sg.http_responses(None)),
         ),
@@ -91,7 +98,7 @@ def api_server() -> list[Signal]:
             "http_5xx_share",
             "ratio",
             "Share of completion requests answered 5xx.",
-            q.ratio(api_requests("5xx"), api_requests(None)),
+            q.ratio(_answered("5xx"), api_requests(None)),
             ("vllm_http_requests_5xx", "share"),
             sglang=q.ratio(sg.or_zero(sg.http_responses("5")), sg.http_responses(None)),
         ),

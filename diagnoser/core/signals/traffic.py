@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from diagnoser.core import families_sglang as SG
 from diagnoser.core import promql as q
+from diagnoser.core import promql_series as rs
 from diagnoser.core import promql_sglang as sg
 from diagnoser.core.signals.base import Signal
 from diagnoser.core.signals.names import (
@@ -52,7 +53,7 @@ def signals() -> list[Signal]:
             "finished_length_share",
             "ratio",
             'Share of requests that stopped at max_tokens (finished_reason="length").',
-            q.share_of(SUCCESS, ('finished_reason="length"',)),
+            q.share_of(SUCCESS, ('finished_reason="length"',), zero_if_absent=True),
             ("vllm_request_success_length", "share"),
             sglang_gap=NO_FINISH_REASON + ", so answers cut at max_tokens are not told apart",
         ),
@@ -106,6 +107,7 @@ def signals() -> list[Signal]:
             q.quantile(0.5, PROMPT),
             ("vllm_request_prompt_tokens", "p50"),
             sglang=sg.quantile(0.5, SG.PROMPT),
+            ceiling="prompt_tokens_top_bound",
         ),
         s(
             "prompt_tokens_p95",
@@ -114,6 +116,7 @@ def signals() -> list[Signal]:
             q.quantile(0.95, PROMPT),
             ("vllm_request_prompt_tokens", "p95"),
             sglang=sg.quantile(0.95, SG.PROMPT),
+            ceiling="prompt_tokens_top_bound",
         ),
         s(
             "prompt_tokens_p99",
@@ -122,6 +125,7 @@ def signals() -> list[Signal]:
             q.quantile(0.99, PROMPT),
             ("vllm_request_prompt_tokens", "p99"),
             sglang=sg.quantile(0.99, SG.PROMPT),
+            ceiling="prompt_tokens_top_bound",
         ),
         s(
             "generation_tokens_per_request",
@@ -139,8 +143,27 @@ def signals() -> list[Signal]:
                 q.quantile(p / 100, GENERATION),
                 ("vllm_request_generation_tokens", f"p{p}"),
                 sglang=sg.quantile(p / 100, SG.GENERATION),
+                ceiling="generation_tokens_top_bound",
             )
             for p in (50, 95, 99)
+        ),
+        s(
+            "prompt_tokens_top_bound",
+            "tokens",
+            "The top finite bound of the server's prompt-token buckets (vLLM's end at its "
+            "max_model_len: 1, 2, 5, 10, ... up to it): a quantile at it is a lower bound.",
+            rs.top_bound(PROMPT),
+            ("vllm_request_prompt_tokens", "top_bound"),
+            sglang=sg.top_bound(SG.PROMPT),
+        ),
+        s(
+            "generation_tokens_top_bound",
+            "tokens",
+            "The top finite bound of the server's output-token buckets: a quantile at it is a "
+            "lower bound.",
+            rs.top_bound(GENERATION),
+            ("vllm_request_generation_tokens", "top_bound"),
+            sglang=sg.top_bound(SG.GENERATION),
         ),
         s(
             "max_tokens_per_request",
