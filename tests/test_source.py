@@ -74,10 +74,71 @@ def test_timeout(fake_api):
 
 def test_http_500_says_the_status_and_prometheus_error(fake_api):
     url, _ = fake_api(
-        b'{"status":"error","error":"query processing would load too many samples"}', status=500
+        b'{"status":"error","error":"expanding series: storage unavailable"}', status=500
     )
-    with pytest.raises(SourceError, match="answered HTTP 500 to a query_range: query processing"):
+    with pytest.raises(SourceError, match="answered HTTP 500 to a query_range: expanding series"):
         _range(url)
+
+
+@pytest.mark.parametrize(
+    ("status", "error"),
+    [
+        (422, "query processing would load too many samples into memory in query execution"),
+        (
+            422,
+            "cannot select more than -search.maxSamplesPerQuery=1000000000 samples; possible "
+            "solutions: to reduce time range for the query",
+        ),
+        (
+            422,
+            "the query exceeded the maximum number of series (limit: 1000 series) "
+            "(err-mimir-max-series-per-query)",
+        ),
+    ],
+)
+def test_a_query_over_the_stores_limits_says_how_to_narrow_it(fake_api, status, error):
+    """Prometheus's, VictoriaMetrics's and Mimir's words for a query that reads too much."""
+    import json
+
+    url, _ = fake_api(json.dumps({"status": "error", "error": error}).encode(), status=status)
+    with pytest.raises(SourceError) as info:
+        _range(url)
+    text = str(info.value)
+    assert "more than its query limits allow" in text and "--model or --match" in text, text
+    assert "--since" in text and error[:40] in text and "\n" not in text
+
+
+def test_a_real_prometheus_sample_limit_names_the_query_and_exits_3(scenario_library, tmp_path):
+    """``--query.max-samples`` on a real Prometheus: one line naming the signal whose query
+    went over, what to narrow, exit 3 (a fleet too large for the server's limits)."""
+    import shutil
+
+    from diagnoser.lab.promserver import Prometheus
+
+    prepared = scenario_library["batch-slot-limit"]
+    data = tmp_path / "tsdb"
+    shutil.copytree(prepared.data_dir, data)
+    with Prometheus(data, extra_args=["--query.max-samples=20000"]) as prom:
+        run = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "diagnoser",
+                "diagnose",
+                "--prometheus-url",
+                prom.url,
+                "--until",
+                str(int(prepared.end)),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+    assert run.returncode == 3, run.stderr
+    lines = run.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in run.stderr, run.stderr
+    assert "refused the query_range for " in lines[0] and "(vllm:" in lines[0], lines[0]
+    assert "too many samples" in lines[0] and "--model or --match" in lines[0]
 
 
 def test_a_body_that_is_not_prometheus_json(fake_api):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import copy
+import re
 import threading
 import time
 from collections.abc import Callable
@@ -56,6 +57,35 @@ BASE_HEADERS = {
 
 class SourceError(Exception):
     """The metric source cannot be reached or answered something unusable."""
+
+
+# What stores say when a query would read more than they allow: Prometheus and Thanos
+# (--query.max-samples), VictoriaMetrics (-search.maxSamplesPerQuery, -search.maxUniqueTimeseries,
+# -search.maxSeries, -search.maxPointsPerTimeseries), Mimir and Cortex (per-query series, chunk
+# and sample limits).
+OVER_LIMIT = re.compile(
+    r"too many samples|maxSamplesPerQuery|maxUniqueTimeseries|search\.maxSeries"
+    r"|maxPointsPerTimeseries|exceeded the maximum number of|max number of series"
+    r"|max-fetched-|err-mimir-max-|limit of \d+ (?:series|samples|chunks)",
+    re.IGNORECASE,
+)
+
+
+class OverLimit(SourceError):
+    """A store refused a query as reading more samples or series than it allows; the query
+    that asked is named where it is known (``about``)."""
+
+    def __init__(self, shown: str, what: str, said: str, about: str = ""):
+        self.shown, self.what, self.said = shown, what, said
+        subject = f"the {what} for {about}" if about else f"a {what}"
+        super().__init__(
+            f"{shown} refused {subject} as more than its query limits allow ({said}); "
+            "narrow the diagnosis: --model or --match for fewer series, a shorter --since "
+            "(or --lookback) for fewer samples"
+        )
+
+    def about(self, name: str) -> OverLimit:
+        return OverLimit(self.shown, self.what, self.said, name)
 
 
 @dataclass
@@ -326,6 +356,8 @@ class PrometheusSource:
             ) from None
         if resp.status != 200:
             hint = _error_text(answer, self._clean) or _body_hint(resp.body, self._clean)
+            if OVER_LIMIT.search(hint):
+                raise OverLimit(self.shown, what, self._clean(f"HTTP {resp.status}: {hint}"))
             raise SourceError(
                 self._clean(f"{self.shown} answered HTTP {resp.status} to a {what}: {hint}{note}")
             )
@@ -337,6 +369,8 @@ class PrometheusSource:
             )
         if answer.status == "error":
             text = _error_text(answer, self._clean) or "no error text"
+            if OVER_LIMIT.search(text):
+                raise OverLimit(self.shown, what, self._clean(text))
             raise SourceError(self._clean(f"{self.shown} answered a {what} with an error: {text}"))
         if answer.warnings:
             with self._lock:

@@ -18,7 +18,7 @@ import numpy as np
 from diagnoser.catalog import Catalog
 from diagnoser.core.durations import parse_seconds
 from diagnoser.core.signals import Signal, Vocabulary
-from diagnoser.core.source import MetricSource, Series
+from diagnoser.core.source import MetricSource, OverLimit, Series
 from diagnoser.diagnosis.match import ScopeData
 from diagnoser.diagnosis.targets import Served, Target, by_model, served
 from diagnoser.diagnosis.window import Window
@@ -90,9 +90,13 @@ def fetch(
 
     def one(sig: Signal) -> tuple[Signal, list[Series], float]:
         t0 = time.perf_counter()
-        series = source.query_range(
-            query(site, sig, window, matchers), window.first, window.end, window.step
-        )
+        try:
+            series = source.query_range(
+                query(site, sig, window, matchers), window.first, window.end, window.step
+            )
+        except OverLimit as exc:  # which query, so that on-call knows what to narrow
+            named = f"{sig.name} ({sig.families[0]})" if sig.families else sig.name
+            raise exc.about(named) from None
         # What no scope can take is dropped as it arrives, not held until every query is in.
         kept = [s for s in series if sig.target_level or "model_name" in s.labels]
         return sig, kept, time.perf_counter() - t0
