@@ -52,11 +52,17 @@ def periods_for(
     if onset is None or onset < window[0] - (window[1] - window[0]):
         return Periods(baseline, window, window, onset)
     base_end = min(baseline[1], onset - step)
-    if onset > window[0] and baseline[1] >= window[0] - step:
+    if onset_series is not None and onset > window[0] and baseline[1] >= window[0] - step:
         # A change inside the window: what came before it in the window is the reference too
         # (a window that opens with a quiet or empty baseline still compares the change with
-        # the minutes before it), when the baseline runs up to the window.
-        base_end = onset - step
+        # the minutes before it), when the baseline runs up to the window, and either holds
+        # data of its own or the window's minutes before the change are enough to stand for
+        # it (series born with the window and changed a minute later have no reference).
+        t = onset_series.t[np.isfinite(onset_series.v)]
+        own = np.count_nonzero((t >= baseline[0]) & (t < window[0]))
+        inside = np.count_nonzero((t >= window[0]) & (t <= onset - step))
+        if own >= MIN_SEGMENT or inside >= 2 * MIN_SEGMENT:
+            base_end = onset - step
     if base_end - baseline[0] < MIN_SEGMENT * step:  # too little clean baseline: keep it
         base_end = baseline[1]
     now_start = max(onset, window[0]) if onset >= window[0] else window[0]
