@@ -124,3 +124,22 @@ def test_reading_draws_memory_in_proportion_to_the_points_and_stops_at_the_deadl
         decode(body, lease=budget.lease(time.monotonic() + 60, len(body) // 4))
     with pytest.raises(http.TimedOut):
         decode(body, at=time.monotonic() - 1)
+
+
+def test_series_with_the_same_times_share_one_read_only_array():
+    """A range query's series share their grid: one array of it, not one per series; a
+    series with other times (a gap) keeps its own, and no reader can change a shared one."""
+    gap = [p for k, p in enumerate(MANY) if k != 7]
+    body = _answer(
+        {"metric": {"pod": "a"}, "values": MANY},
+        {"metric": {"pod": "b"}, "values": MANY},
+        {"metric": {"pod": "c"}, "values": gap},
+        {"metric": {"pod": "d"}, "values": MANY},
+    )
+    got = decode(body).result
+    assert got is not None
+    (_, ta, _), (_, tb, _), (_, tc, _), (_, td, _) = got
+    assert ta is tb and tc is not ta and len(tc) == len(ta) - 1
+    assert td.tolist() == ta.tolist()
+    assert not ta.flags.writeable and not tc.flags.writeable
+    assert [t.tolist() for _, t, _ in got] == [t for _, t, _ in _by_json(body)]

@@ -89,6 +89,9 @@ class _Walk:
         self.b, self.at, self.lease = body, at, lease
         self.steps = 0
         self.names: dict[str, str] = {}  # label names and short values, one object each
+        # The times of the last series read: the series of a range query share their grid,
+        # and one read-only array of it serves every series that has the same times.
+        self.grid: np.ndarray | None = None
 
     # --- the clock and the budget --------------------------------------------------------
 
@@ -287,9 +290,19 @@ class _Walk:
             values.append(v)
             k = cut.end() if cut is not None else stop
             self.tick(STEPS)
-        if len(times) == 1:
-            return (times[0], values[0]), last.end()
-        return (np.concatenate(times), np.concatenate(values)), last.end()
+        t = times[0] if len(times) == 1 else np.concatenate(times)
+        v = values[0] if len(values) == 1 else np.concatenate(values)
+        return (self.shared(t), v), last.end()
+
+    def shared(self, t: np.ndarray) -> np.ndarray:
+        """``t``, or the equal times of the series before it (a range query's series share a
+        grid: one array for all of them halves what an answer's points hold)."""
+        g = self.grid
+        if g is not None and g.shape == t.shape and np.array_equal(g, t):
+            return g
+        t.flags.writeable = False
+        self.grid = t
+        return t
 
     def piece(self, text: bytes | bytearray) -> tuple[np.ndarray, np.ndarray]:
         """Points ``[t,"v"],[t,"v"]...`` (a piece of an array, without its brackets)."""
