@@ -7,10 +7,10 @@ import time
 from pathlib import Path
 
 import pytest
+import sglang_written as W
 
 import diagnoser
 from diagnoser.lab.promserver import Prometheus, backfill
-from tests import sglang_written as W
 
 CASES = W.cases()
 
