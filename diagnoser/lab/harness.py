@@ -82,6 +82,7 @@ def prepare(
 _SIMULATION_CODE = (
     "sim",
     "hardware",
+    "core/answer.py",
     "core/buckets.py",
     "core/durations.py",
     "core/exporters.py",
@@ -90,6 +91,7 @@ _SIMULATION_CODE = (
     "core/families_sglang.py",
     "core/family.py",
     "core/http.py",
+    "core/redact.py",
     "core/source.py",
     "core/tls.py",
     "core/tokens.py",
