@@ -77,14 +77,6 @@ class ConditionResult:
                     numbers[k] = AtLeast(v)
         return SHAPES[self.condition.shape].evidence(self.condition, numbers, unit)
 
-    def lower_bounds(self) -> list[str]:
-        """The numbers that are lower bounds (a quantile in the +Inf bucket)."""
-        return [
-            k
-            for k, v in self.numbers().items()
-            if v is not None and any(math.isclose(v, c, rel_tol=1e-6) for c in self.ceilings)
-        ]
-
 
 def clean(v: float | None) -> float | None:
     return None if v is None or not math.isfinite(v) else round(float(v), 6)
