@@ -339,7 +339,7 @@ def test_config_knobs_reach_every_expression_and_annotation(tmp_path, catalog, p
     ("text", "says"),
     [
         ("colour: red\n", "unknown key 'colour'"),
-        ("ttft_slo_seconds: 0.3\n", "not a bucket boundary"),
+        ("ttft_slo_seconds: 0.0001\n", "below the lowest bucket bound of time_to_first_token"),
         ("runbook_url: https://x.example.com/\n", "must contain {id}"),
         ("alerts:\n  VllmNoSuchAlert: {for: 5m}\n", "no alert named 'VllmNoSuchAlert'"),
         ("alerts:\n  VllmPromptLengthShift: {params: {nope: 1}}\n", "unknown parameter 'nope'"),

@@ -152,12 +152,12 @@ def test_every_signal_has_a_unit_meaning_and_unique_recording_name():
         assert re.fullmatch(r"[a-z_]+:[a-z0-9_]+:[a-z0-9_]+", sig.record_name()), sig.record_name()
 
 
-def test_slo_thresholds_must_sit_on_a_bucket_boundary():
+def test_slo_thresholds_are_read_at_a_bucket_bound_never_between():
     assert 'le="2.5"' in Vocabulary(ttft_slo=2.5).__getitem__("ttft_slo_attainment").render()
-    with pytest.raises(ValueError, match="not a bucket boundary"):
-        Vocabulary(ttft_slo=0.3)
-    with pytest.raises(ValueError, match="not a bucket boundary"):
-        Vocabulary(itl_slo=0.09)
+    # Between two bounds: the one below (a stricter threshold), never interpolated.
+    off = Vocabulary(ttft_slo=0.3).__getitem__("ttft_slo_attainment").render()
+    assert 'le="0.25"' in off and "histogram_quantile" not in off
+    assert 'le="0.075"' in Vocabulary(itl_slo=0.09).__getitem__("itl_slo_attainment").render()
 
 
 @pytest.mark.parametrize(

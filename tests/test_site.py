@@ -163,7 +163,7 @@ def test_slo_objectives_and_thresholds_apply_per_model(two_clusters, tmp_path):
     [
         ({"ttft": 1.5}, "slo.ttft: an objective is a share between 0 and 1"),
         ({"overrides": [{"match": "llama", "ttft": 0.9}]}, "is not a label matcher"),
-        ({"overrides": [{"match": 'model_name="x"', "ttft_seconds": 0.3}]}, "not a bucket"),
+        ({"overrides": [{"match": 'model_name="x"', "ttft_seconds": -1}]}, "above 0"),
         ({"availabilty": 0.99}, "unknown key 'availabilty'"),
         ({"period": "1h"}, "slo.period: must be from 1d to 366d"),
     ],

@@ -87,6 +87,8 @@ def generate_cmd(
         wrong = config_matchers_problem(site)
         if wrong is not None:
             fail(f"{config_path}: {wrong}")
+    for line in site.config.off_bound():
+        click.echo(f"note: {line}", err=True)
     files = generate.render(site)
     check_alert_rules(site, site.catalog.detectable())
     # The whole rule files, as Prometheus will load them, before anything is written: what

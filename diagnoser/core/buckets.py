@@ -7,7 +7,8 @@ with ``--custom-histogram-buckets``, so the live ``le`` values win over these.
 
 from __future__ import annotations
 
-from math import inf, isnan
+from itertools import pairwise
+from math import inf, isclose, isnan
 
 TTFT_BUCKETS = (
     *(0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0),
@@ -99,3 +100,69 @@ def le_label(value: float) -> str:
 def version_key(version: str) -> tuple[int, ...]:
     """``"0.10.2"`` -> ``(0, 10, 2)``; a bound ``"0.10"`` covers every 0.10.x."""
     return tuple(int(p) for p in version.split(".") if p.isdigit())
+
+
+# vLLM's --custom-histogram-buckets names a whole family of histograms with one key
+# (vllm/config/observability.py, 0.33); the site config's ``histogram_buckets`` uses the same
+# keys for the families whose bounds a threshold is read at.
+CUSTOM_FAMILIES = {
+    "time_to_first_token": ("vllm:time_to_first_token_seconds",),
+    "inter_token_latency": (
+        "vllm:inter_token_latency_seconds",
+        "vllm:request_time_per_output_token_seconds",
+        "vllm:time_per_output_token_seconds",
+    ),
+}
+
+
+class BucketsError(ValueError):
+    """Bounds that cannot be a histogram's: ``where`` is the family key, or empty."""
+
+    def __init__(self, where: str, message: str):
+        super().__init__(message)
+        self.where = where
+
+
+def parse_custom(value: object) -> dict[str, tuple[float, ...]]:
+    """``{time_to_first_token: [0.1, 0.5, ...], ...}``, as vLLM's --custom-histogram-buckets
+    sets them, for the families whose bounds a threshold is read at."""
+    if not isinstance(value, dict):
+        raise BucketsError("", "must be a mapping of family to bounds")
+    out = {}
+    for family, bounds in value.items():
+        if family not in CUSTOM_FAMILIES:
+            known = ", ".join(sorted(CUSTOM_FAMILIES))
+            raise BucketsError(str(family), f"not a family whose bounds matter here ({known})")
+        if (
+            not isinstance(bounds, list)
+            or not bounds
+            or not all(
+                isinstance(b, (int, float)) and not isinstance(b, bool) and 0 < b < inf
+                for b in bounds
+            )
+        ):
+            raise BucketsError(family, "must be a list of finite numbers above 0")
+        if any(b <= a for a, b in pairwise(bounds)):
+            raise BucketsError(family, "bounds must be increasing")
+        out[family] = tuple(float(b) for b in bounds)
+    return out
+
+
+DEFAULT_BOUNDS = {"time_to_first_token": TTFT_BUCKETS, "inter_token_latency": ITL_BUCKETS}
+
+
+def read_at(threshold: float, bound_sets: tuple[tuple[float, ...], ...]) -> tuple[float, ...]:
+    """The bucket bounds a share "at or below ``threshold``" is read at, one per distinct
+    set of bounds: the threshold itself where it is a bound, else the largest bound below it
+    (a stricter threshold, so the share read is never better than the truth). A set with no
+    bound at or below the threshold cannot give the share and adds nothing."""
+    out: set[float] = set()
+    for bounds in bound_sets:
+        below = [b for b in bounds if b <= threshold * (1 + 1e-9)]
+        if below:
+            out.add(max(below))
+    return tuple(sorted(out))
+
+
+def is_bound(threshold: float, bounds: tuple[float, ...]) -> bool:
+    return any(isclose(threshold, b, rel_tol=1e-9) for b in bounds)

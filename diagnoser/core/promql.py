@@ -47,6 +47,18 @@ class Scope:
     # Selects the scrape targets of the servers (for series of ``up``): one matcher per engine,
     # each an alternative (vLLM's, SGLang's).
     targets: tuple[str, ...] = ()
+    # The bucket bounds the servers' histograms have, where they were read (``diagnose``
+    # reads the ``le`` labels of the latency histograms; ``generate`` takes the site
+    # config's ``histogram_buckets``): (metric name, its distinct sets of bounds).
+    buckets: tuple[tuple[str, tuple[tuple[float, ...], ...]], ...] = ()
+
+    def bound_sets(self, name: str, default: tuple[float, ...]) -> tuple[tuple[float, ...], ...]:
+        """The sets of bounds ``name``'s histogram has on the scope's servers (its default
+        where they were not read)."""
+        for metric, sets in self.buckets:
+            if metric == name and sets:
+                return sets
+        return (default,)
 
     def with_by(self, *labels: str) -> Scope:
         return replace(self, by=labels)
@@ -337,33 +349,6 @@ def hist_rate(name: str) -> Expr:
         return agg(
             "sum", scope, f"rate({selector(name + '_count', scope.matchers)}[{scope.window}])"
         )
-
-    return build
-
-
-def bucket_share(name: str, le: str) -> Expr:
-    """Share of observations at or below a bucket boundary (SLO attainment)."""
-
-    def build(scope: Scope) -> str:
-        m = scope.matchers
-        bucket = selector(name + "_bucket", m, f'le="{le}"')
-        num = agg("sum", scope, f"rate({bucket}[{scope.window}])")
-        den = agg("sum", scope, f"rate({selector(name + '_count', m)}[{scope.window}])")
-        return f"{num} / ({den} > 0)"
-
-    return build
-
-
-def rate_above(name: str, le: str) -> Expr:
-    """Observations per second larger than the bucket bound ``le`` (+Inf minus that bucket)."""
-
-    def build(scope: Scope) -> str:
-        m = scope.matchers
-        top = selector(name + "_bucket", m, 'le="+Inf"')
-        below = selector(name + "_bucket", m, f'le="{le}"')
-        total = agg("sum", scope, f"rate({top}[{scope.window}])")
-        under = agg("sum", scope, f"rate({below}[{scope.window}])")
-        return f"{total} - {under}"
 
     return build
 

@@ -6,11 +6,15 @@
 - Histogram bounds are the server's: vLLM's token buckets end at its ``max_model_len`` (1, 2,
   5, ... up to it), and a site may set others (``--custom-histogram-buckets``). A quantile
   that falls in the +Inf bucket comes back as the top finite bound (:func:`top_bound` reads
-  it from the series, so the value can be said as a lower bound).
+  it from the series, so the value can be said as a lower bound); a share at or below a
+  threshold is read at the bound the servers have (:func:`share_at_or_below`).
 """
 
 from __future__ import annotations
 
+import re
+
+from diagnoser.core.buckets import le_label, read_at
 from diagnoser.core.promql import Expr, Scope, agg, selector
 
 
@@ -44,5 +48,55 @@ def top_bound(*names: str) -> Expr:
             top = agg("sum", scope, selector(n + "_bucket", scope.matchers, 'le="+Inf"'), "le")
             alts.append(f"histogram_quantile(0.5, {finite} * 0 or {top} * 0 + 1)")
         return " or ".join(f"({a})" for a in alts) if len(alts) > 1 else alts[0]
+
+    return build
+
+
+def share_at_or_below(name: str, threshold: float, default: tuple[float, ...]) -> Expr:
+    """Share of observations at or below ``threshold`` (SLO attainment), read at the bucket
+    bound the servers have: the threshold where it is a bound, else the largest bound below
+    it (a stricter threshold). Servers with other bounds (``--custom-histogram-buckets``)
+    each give the largest of theirs: cumulative buckets grow with ``le``, so the ``max`` over
+    the candidate bounds is each scope's own."""
+
+    def build(scope: Scope) -> str:
+        m = scope.matchers
+        les = read_at(threshold, scope.bound_sets(name, default)) or (threshold,)
+        den = agg("sum", scope, f"rate({selector(name + '_count', m)}[{scope.window}])")
+        if len(les) == 1:
+            bucket = selector(name + "_bucket", m, f'le="{le_label(les[0])}"')
+            num = agg("sum", scope, f"rate({bucket}[{scope.window}])")
+        else:
+            alts = "|".join(re.escape(le_label(le)).replace("\\", "\\\\") for le in les)
+            bucket = selector(name + "_bucket", m, f'le=~"{alts}"')
+            num = agg("max", scope, agg("sum", scope, f"rate({bucket}[{scope.window}])", "le"))
+        return f"{num} / ({den} > 0)"
+
+    return build
+
+
+def bucket_share(name: str, le: str) -> Expr:
+    """Share of observations at or below a bucket boundary (SLO attainment)."""
+
+    def build(scope: Scope) -> str:
+        m = scope.matchers
+        bucket = selector(name + "_bucket", m, f'le="{le}"')
+        num = agg("sum", scope, f"rate({bucket}[{scope.window}])")
+        den = agg("sum", scope, f"rate({selector(name + '_count', m)}[{scope.window}])")
+        return f"{num} / ({den} > 0)"
+
+    return build
+
+
+def rate_above(name: str, le: str) -> Expr:
+    """Observations per second larger than the bucket bound ``le`` (+Inf minus that bucket)."""
+
+    def build(scope: Scope) -> str:
+        m = scope.matchers
+        top = selector(name + "_bucket", m, 'le="+Inf"')
+        below = selector(name + "_bucket", m, f'le="{le}"')
+        total = agg("sum", scope, f"rate({top}[{scope.window}])")
+        under = agg("sum", scope, f"rate({below}[{scope.window}])")
+        return f"{total} - {under}"
 
     return build

@@ -8,6 +8,7 @@ labels, as the alerts are); a target scope by (job, instance).
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -16,7 +17,10 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from diagnoser.catalog import Catalog
+from diagnoser.core.buckets import CUSTOM_FAMILIES
 from diagnoser.core.durations import parse_seconds
+from diagnoser.core.family import family
+from diagnoser.core.promql import agg, selector
 from diagnoser.core.signals import Signal, Vocabulary
 from diagnoser.core.source import MetricSource, OverLimit, Series
 from diagnoser.diagnosis.match import ScopeData
@@ -74,6 +78,47 @@ def query(site: Site, sig: Signal, window: Window, matchers: Sequence[str] = ())
     """The signal's PromQL for this site, window and scope."""
     extra = (*matchers, site.config.targets(sig.engine)) if sig.target_level else tuple(matchers)
     return sig.render(site.scope(sig, window=window.rate_window, matchers=extra))
+
+
+def bucket_query(site: Site, matchers: Sequence[str] = ()) -> str:
+    """One query for the ``le`` labels the latency histograms have on each scope's servers
+    (a site may set its own with ``--custom-histogram-buckets``), each answer labelled with
+    its metric in ``histogram``."""
+    scope = site.scope(matchers=matchers)
+    parts = [
+        f"label_replace({agg('count', scope, selector(metric + '_bucket', scope.matchers), 'le')}"
+        f', "histogram", "{metric}", "", "")'
+        for metrics in CUSTOM_FAMILIES.values()
+        for metric in metrics
+    ]
+    return " or ".join(parts)
+
+
+def server_buckets(
+    source: MetricSource, site: Site, window: Window, matchers: Sequence[str] = ()
+) -> tuple[tuple[str, tuple[tuple[float, ...], ...]], ...]:
+    """The distinct sets of bounds each latency histogram has at the window's end, by metric
+    (one point of a range query, so that recordings keep it)."""
+    try:
+        series = source.query_range(
+            bucket_query(site, matchers), window.end, window.end, window.step
+        )
+    except OverLimit as exc:
+        raise exc.about("the latency histograms' bucket bounds") from None
+    sets: dict[str, dict[tuple[str, ...], set[float]]] = {}
+    for s in series:
+        metric, le = s.labels.get("histogram", ""), s.labels.get("le", "")
+        try:
+            bound = float(le)
+        except ValueError:
+            continue
+        if math.isfinite(bound):
+            scope = tuple(v for k, v in sorted(s.labels.items()) if k not in ("histogram", "le"))
+            sets.setdefault(metric, {}).setdefault(scope, set()).add(bound)
+    return tuple(
+        (metric, tuple(sorted({tuple(sorted(b)) for b in by_scope.values()})))
+        for metric, by_scope in sorted(sets.items())
+    )
 
 
 def fetch(
@@ -152,6 +197,7 @@ def fetch(
         spread.put(sig, s)
     _engines(out, signals)
     _ceilings(out, signals)
+    _latency_ceilings(out, signals, site)
     for (pair, _), (sig, series, sec) in zip(extra, overridden, strict=True):
         out.queries += 1
         out.query_seconds += sec
@@ -179,6 +225,27 @@ def _ceilings(out: Fetched, signals: Sequence[Signal]) -> None:
             if top is not None:
                 bounds = np.unique(top.v[np.isfinite(top.v)])
                 data.ceilings[sig.name] = tuple(float(b) for b in bounds)
+
+
+def _latency_ceilings(out: Fetched, signals: Sequence[Signal], site: Site) -> None:
+    """A latency quantile's top finite bounds, from the bounds the servers were read to have
+    (or vLLM's defaults): a p99 at the top of a site's short custom buckets is a lower bound.
+    Not on SGLang's scopes, whose histograms have their own bounds."""
+    scope = site.scope()
+    for sig in signals:
+        if not sig.quantile_of or sig.ceiling:
+            continue
+        read = dict(scope.buckets)
+        # The names the servers were found to have; where none, every name's defaults.
+        names = [n for n in sig.quantile_of if n in read] or sig.quantile_of
+        tops: set[float] = set()
+        for name in names:
+            default = family(name).buckets
+            if isinstance(default, tuple):
+                tops |= {max(b) for b in scope.bound_sets(name, default) if b}
+        for data in out.models.values():
+            if not data.gaps and data.has(sig.name):
+                data.ceilings[sig.name] = tuple(sorted(tops))
 
 
 def _engines(out: Fetched, signals: Sequence[Signal]) -> None:

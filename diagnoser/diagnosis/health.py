@@ -10,6 +10,7 @@ objective allows (1 spends the error budget exactly as fast as it lasts the SLO 
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass, field
 
@@ -40,12 +41,21 @@ class Sli:
     good: float | None  # share of good events over the window
     objective: float
     threshold: float | None = None  # seconds, for the latency SLIs
+    # The bucket bounds the share was read at where the threshold is not one of the
+    # servers' bounds (the largest below it); empty where it is.
+    read_at: tuple[float, ...] = ()
 
     @property
     def burn(self) -> float | None:
         if self.good is None:
             return None
         return (1 - self.good) / max(1e-12, 1 - self.objective)
+
+
+def _off(site: Site, family: str, threshold: float) -> tuple[float, ...]:
+    """The bounds a threshold's share is read at, where the threshold is not one of them."""
+    at = site.read_at(family, threshold)
+    return () if all(math.isclose(a, threshold, rel_tol=1e-9) for a in at) else at
 
 
 @dataclass
@@ -170,12 +180,14 @@ def assess(
             _weighted(data, "ttft_slo_attainment", "request_rate", window),
             objectives.ttft,
             objectives.ttft_seconds,
+            _off(site, "time_to_first_token", objectives.ttft_seconds),
         ),
         Sli(
             "itl",
             _weighted(data, "itl_slo_attainment", "generation_tokens_rate", window),
             objectives.itl,
             objectives.itl_seconds,
+            _off(site, "inter_token_latency", objectives.itl_seconds),
         ),
     ]
     total = _inside(data, "targets_total", window)

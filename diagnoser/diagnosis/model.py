@@ -230,6 +230,7 @@ def sli_json(s: Sli) -> dict[str, Any]:
         "good_share": s.good if s.good is None else round(s.good, 6),
         "objective": s.objective,
         "threshold_seconds": s.threshold,
+        "read_at_seconds": list(s.read_at),
         "burn_rate": None if s.burn is None else round(s.burn, 3),
     }
 

@@ -13,7 +13,7 @@ import numpy as np
 
 from diagnoser.catalog import Playbook
 from diagnoser.core.source import MetricSource, in_time, one_operation, warnings_of
-from diagnoser.diagnosis.fetch import Fetched, fetch, needed_signals
+from diagnoser.diagnosis.fetch import Fetched, fetch, needed_signals, server_buckets
 from diagnoser.diagnosis.health import Health, assess, flag
 from diagnoser.diagnosis.lookback import fetch_lookback, reassess
 from diagnoser.diagnosis.match import Match, ScopeData, evaluate, evaluate_absolute
@@ -60,12 +60,15 @@ def _diagnose(
     lookback: float,
 ) -> Diagnosis:
     source = one_operation(source)
+    site = site.with_buckets(server_buckets(source, site, window, matchers))
     catalog = site.catalog
     model_level = [pb for pb in catalog.detectable() if not _target_level(pb, site)]
     fetched = fetch(
         source, site, needed_signals(site), window, matchers, workers, max(lookback, 0.0)
     )
-    result = Diagnosis(window, site, queries=fetched.queries, query_seconds=fetched.query_seconds)
+    result = Diagnosis(
+        window, site, queries=fetched.queries + 1, query_seconds=fetched.query_seconds
+    )
     span, base = window.span, window.baseline
     matches: list[Match] = []
     judged: dict[tuple[tuple[str, str], ...], tuple[ScopeData, Health]] = {}

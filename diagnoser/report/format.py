@@ -73,7 +73,13 @@ def _sli(s: Sli) -> str:
     if s.name == "availability":
         return f"available {s.good:.2%} (SLO {percent(s.objective)})"
     what = "TTFT" if s.name == "ttft" else "ITL"
-    return f"{what}<={s.threshold:g}s {s.good:.1%} (SLO {percent(s.objective)})"
+    # A threshold that is not a bucket bound of the servers' histogram: the share is read
+    # at the largest bound below it, and the line says so.
+    at = f" (read at {' or '.join(f'{b:g}s' for b in s.read_at)}: not a bucket bound)"
+    return (
+        f"{what}<={s.threshold:g}s{at if s.read_at else ''} {s.good:.1%} "
+        f"(SLO {percent(s.objective)})"
+    )
 
 
 def percent(share: float) -> str:

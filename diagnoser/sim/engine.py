@@ -65,6 +65,9 @@ class EngineConfig:
     # decode side. Each prompt's KV comes from a prefill instance (not simulated): the request
     # waits for the transfer, then computes only the prompt's last token.
     kv_consumer: bool = False
+    # --custom-histogram-buckets (vLLM 0.33): a family's bounds by the flag's key
+    # (time_to_first_token, inter_token_latency), in place of vLLM's defaults.
+    histogram_buckets: dict[str, tuple[float, ...]] = field(default_factory=dict)
 
     def num_gpu_blocks(self, spec: ModelSpec, g: GpuSpec) -> int:
         tokens = kv_capacity_tokens(

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from diagnoser.core.buckets import prompt_bucket_label
+from diagnoser.core.buckets import BucketsError, parse_custom, prompt_bucket_label
 from diagnoser.core.durations import format_duration, parse_duration
 from diagnoser.errors import FileFieldError, read_yaml_mapping
 from diagnoser.hardware import presets as hardware
@@ -233,11 +233,20 @@ def _coerce(f: dataclasses.Field[Any], value: Any, path: Path, where: str) -> An
         ):
             raise ScenarioError(path, where, "must be a list of positive token counts")
         return tuple(value)
+    if name == "histogram_buckets":
+        return _histogram_buckets(value, path, where)
     if typ == "str":
         if not isinstance(value, str):
             raise ScenarioError(path, where, "must be a string")
         return value
     return value
+
+
+def _histogram_buckets(value: Any, path: Path, where: str) -> dict[str, tuple[float, ...]]:
+    try:
+        return parse_custom(value)
+    except BucketsError as exc:
+        raise ScenarioError(path, ".".join(p for p in (where, exc.where) if p), str(exc)) from None
 
 
 def _model(raw: Any, path: Path, where: str) -> ModelScenario:

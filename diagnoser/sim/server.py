@@ -135,7 +135,10 @@ class Server:
             self.detok_cpu = 0.0
         else:
             self.em = [
-                EngineMetrics(self.s.engine.max_model_len, self.s.version) for _ in self.engines
+                EngineMetrics(
+                    self.s.engine.max_model_len, self.s.version, self.s.engine.histogram_buckets
+                )
+                for _ in self.engines
             ]
         self.cpu_seconds = 0.0
         self.cpu_free_at = t

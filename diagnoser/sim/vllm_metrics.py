@@ -20,7 +20,7 @@ from __future__ import annotations
 import numpy as np
 
 from diagnoser.core import families as F
-from diagnoser.core.buckets import version_key
+from diagnoser.core.buckets import CUSTOM_FAMILIES, version_key
 from diagnoser.core.exposition import Histogram, Labels, Recorder
 from diagnoser.core.families import Family
 from diagnoser.sim.engine import Engine, EngineConfig, EngineStats, Request
@@ -61,9 +61,24 @@ class EngineMetrics:
         F.PREFILL_COMPUTED,
     )
 
-    def __init__(self, max_model_len: int, profile: str):
+    def __init__(
+        self,
+        max_model_len: int,
+        profile: str,
+        custom: dict[str, tuple[float, ...]] | None = None,
+    ):
+        """``custom``: bounds by --custom-histogram-buckets' family key, for the families
+        the site sets (every histogram of the family takes them)."""
         self.profile = profile
-        self.h = {f.name: Histogram(f.bucket_bounds(max_model_len)) for f in self.HISTOGRAMS}
+        bounds = {
+            metric: tuple(b)
+            for family, b in (custom or {}).items()
+            for metric in CUSTOM_FAMILIES[family]
+        }
+        self.h = {
+            f.name: Histogram(bounds.get(f.name) or f.bucket_bounds(max_model_len))
+            for f in self.HISTOGRAMS
+        }
         self.finished = dict.fromkeys(F.FINISHED_REASONS, 0.0)
         self.counters = dict.fromkeys(
             (

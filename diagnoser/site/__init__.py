@@ -14,6 +14,7 @@ from functools import cache
 from pathlib import Path
 
 from diagnoser.catalog import Catalog, Playbook, load_catalog, with_param
+from diagnoser.core.buckets import CUSTOM_FAMILIES, read_at
 from diagnoser.core.promql import Scope
 from diagnoser.core.signals import Signal, Vocabulary
 from diagnoser.site.config import AlertOverride, ConfigError, SiteConfig, load_config
@@ -26,6 +27,9 @@ class Site:
     config: SiteConfig
     catalog: Catalog
     vocabulary: Vocabulary
+    # The bounds the servers' histograms were read to have (``diagnose``), by metric name;
+    # where empty, the site config's ``histogram_buckets`` (or vLLM's defaults) hold.
+    buckets: tuple[tuple[str, tuple[tuple[float, ...], ...]], ...] = ()
 
     @classmethod
     def build(cls, config: SiteConfig, catalog: Catalog) -> Site:
@@ -66,7 +70,22 @@ class Site:
             by=by,
             window=window,
             targets=(self.config.vllm_targets, self.config.sglang_targets),
+            buckets=self.buckets or self.config.bucket_sets(),
         )
+
+    def with_buckets(self, found: tuple[tuple[str, tuple[tuple[float, ...], ...]], ...]) -> Site:
+        """This site, reading its thresholds at the bounds the servers were found to have
+        (the config's for the families not found)."""
+        read = {metric for metric, _ in found}
+        kept = tuple(b for b in self.config.bucket_sets() if b[0] not in read)
+        return replace(self, buckets=(*found, *kept))
+
+    def read_at(self, family: str, threshold: float) -> tuple[float, ...]:
+        """The bounds a share at or below ``threshold`` of this family is read at here."""
+        sets = dict(self.buckets or self.config.bucket_sets())
+        metric = next((m for m in CUSTOM_FAMILIES[family] if m in sets), None)
+        bound_sets = sets[metric] if metric else (self.config.bounds(family),)
+        return read_at(threshold, bound_sets)
 
     def runbook(self, playbook_id: str) -> str:
         return self.config.runbook_for(playbook_id)

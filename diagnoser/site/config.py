@@ -15,6 +15,14 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from diagnoser.core.buckets import (
+    CUSTOM_FAMILIES,
+    DEFAULT_BOUNDS,
+    BucketsError,
+    is_bound,
+    parse_custom,
+    read_at,
+)
 from diagnoser.core.durations import LONGEST, parse_duration
 from diagnoser.core.promql import MATCHER
 from diagnoser.errors import UserError, load_yaml
@@ -60,7 +68,8 @@ class SiteConfig:
     runbook_url: str = DEFAULT_RUNBOOK_URL
     # An alert needs at least this many finished requests per second: idle models never alert.
     traffic_floor_rps: float = 0.1
-    # SLO thresholds for the attainment signals; each must be a bucket boundary.
+    # SLO thresholds for the attainment signals, read at the largest bucket bound at or
+    # below each (the threshold itself where it is one).
     ttft_slo_seconds: float = 1.0
     itl_slo_seconds: float = 0.1
     # Per-alert overrides by alert name: for, severity, params.
@@ -70,6 +79,10 @@ class SiteConfig:
     # Prometheus' scrape interval for vLLM: the dashboards' minimum query step (no panel asks
     # for points closer together than samples are).
     scrape_interval: str = "15s"
+    # The bounds the servers' histograms have where the site sets its own with vLLM's
+    # --custom-histogram-buckets, by the flag's family key: ((family, bounds), ...). An SLO
+    # threshold is read at the largest of them at or below it.
+    histogram_buckets: tuple[tuple[str, tuple[float, ...]], ...] = ()
 
     def __post_init__(self) -> None:
         # The SLO thresholds are the top-level ones unless an override sets its own.
@@ -90,6 +103,40 @@ class SiteConfig:
 
     def runbook_for(self, playbook_id: str) -> str:
         return self.runbook_url.format(id=playbook_id)
+
+    def bounds(self, family: str) -> tuple[float, ...]:
+        """The bounds of a histogram family at this site (vLLM's defaults unless set)."""
+        return dict(self.histogram_buckets).get(family) or DEFAULT_BOUNDS[family]
+
+    def bucket_sets(self) -> tuple[tuple[str, tuple[tuple[float, ...], ...]], ...]:
+        """The site's histogram bounds by metric name, as a Scope takes them."""
+        return tuple(
+            (metric, (bounds,))
+            for family, bounds in self.histogram_buckets
+            for metric in CUSTOM_FAMILIES[family]
+        )
+
+    def off_bound(self) -> list[str]:
+        """One line per SLO threshold that is not a bucket bound of its histogram at this
+        site: where the share is read instead."""
+        out = []
+        seen: set[tuple[str, float]] = set()
+        for ttft, itl in self.slo.thresholds():
+            for what, family, threshold in (
+                ("TTFT", "time_to_first_token", ttft),
+                ("ITL", "inter_token_latency", itl),
+            ):
+                bounds = self.bounds(family)
+                if (family, threshold) in seen or is_bound(threshold, bounds):
+                    continue
+                seen.add((family, threshold))
+                at = read_at(threshold, (bounds,))
+                out.append(
+                    f"the {what} SLO threshold {threshold:g} s is not a bucket bound of "
+                    f"{family} ({', '.join(f'{b:g}' for b in bounds)}): its share is read at "
+                    f"{at[0]:g} s, a stricter threshold"
+                )
+        return out
 
 
 def _error(path: Path, where: str, message: str) -> ConfigError:
@@ -134,6 +181,8 @@ def load_config(path: Path | None) -> SiteConfig:
             kwargs[key] = _overrides(path, value)
         elif key == "slo":
             continue
+        elif key == "histogram_buckets":
+            kwargs[key] = _histogram_buckets(path, value)
         elif key in ("traffic_floor_rps", "ttft_slo_seconds", "itl_slo_seconds"):
             if (
                 isinstance(value, bool)
@@ -166,7 +215,29 @@ def load_config(path: Path | None) -> SiteConfig:
         kwargs["slo"] = parse_slo(raw.get("slo"), ttft, itl)
     except SloError as exc:
         raise ConfigError(f"{path}: {exc}") from None
-    return SiteConfig(**kwargs)
+    config = SiteConfig(**kwargs)
+    _readable(path, config)
+    return config
+
+
+def _histogram_buckets(path: Path, value: Any) -> tuple[tuple[str, tuple[float, ...]], ...]:
+    try:
+        return tuple(parse_custom(value).items())
+    except BucketsError as exc:
+        where = ".".join(p for p in ("histogram_buckets", exc.where) if p)
+        raise ConfigError(f"{path}: {where}: {exc}") from None
+
+
+def _readable(path: Path, config: SiteConfig) -> None:
+    """Every SLO threshold has a bound at or below it to be read at."""
+    for ttft, itl in config.slo.thresholds():
+        for family, threshold in (("time_to_first_token", ttft), ("inter_token_latency", itl)):
+            bounds = config.bounds(family)
+            if not read_at(threshold, (bounds,)):
+                raise ConfigError(
+                    f"{path}: an SLO threshold of {threshold:g} s is below the lowest bucket "
+                    f"bound of {family} ({bounds[0]:g} s): no share can be read at it"
+                )
 
 
 def _seconds(duration: str) -> float:

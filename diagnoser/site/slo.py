@@ -7,8 +7,10 @@ Three SLIs, each with an objective over ``period`` (30 days by default):
 - **ttft**: the share of requests whose time to first token is at most ``ttft_seconds``;
 - **itl**: the share of output tokens that come at most ``itl_seconds`` after the previous one.
 
-A threshold must be a bucket boundary of its histogram, so the share is read off a bucket and
-never interpolated. The first override whose matchers all match a model's labels applies to it.
+A threshold is read off a bucket, never interpolated: at the threshold where it is a bucket
+bound of its histogram, else at the largest bound below it (a stricter threshold, which
+``generate`` and ``diagnose`` say). The first override whose matchers all match a model's
+labels applies to it.
 """
 
 from __future__ import annotations
@@ -118,9 +120,8 @@ def _objectives(raw: dict[str, Any], base: Objectives, where: str) -> Objectives
             raise SloError(f"{where}.{key}: must be a number")
         if key in OBJECTIVES and not 0 < value < 1:
             raise SloError(f"{where}.{key}: an objective is a share between 0 and 1, like 0.999")
-        if key in THRESHOLDS and float(value) not in THRESHOLDS[key]:
-            bounds = ", ".join(buckets.le_label(b) for b in THRESHOLDS[key])
-            raise SloError(f"{where}.{key}: {value:g} s is not a bucket boundary ({bounds})")
+        if key in THRESHOLDS and value <= 0:
+            raise SloError(f"{where}.{key}: a latency threshold is a number of seconds above 0")
         values[key] = float(value)
     return replace(base, **values)
 

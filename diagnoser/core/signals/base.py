@@ -59,6 +59,9 @@ class Signal:
     # server. A value at that bound fell in the +Inf bucket, so it is shown as a lower bound
     # ("≥ 2,000"), never as the value.
     ceiling: str = ""
+    # A latency quantile's vLLM histograms: their top finite bounds are known without a query
+    # of its own (vLLM's defaults, or the bounds ``diagnose`` read from the servers).
+    quantile_of: tuple[str, ...] = ()
 
     @property
     def target_level(self) -> bool:
@@ -153,6 +156,7 @@ def latency(
             (record, f"p{p}"),
             sglang=sg.quantile(p / 100, sglang) if sglang else None,
             sglang_gap=sglang_gap,
+            quantile_of=names,
         )
         for p in (50, 95, 99)
     ]

@@ -45,6 +45,7 @@ def signals() -> list[Signal]:
                 q.quantile(p / 100, *TPOT),
                 ("vllm_request_time_per_output_token_seconds", f"p{p}"),
                 sglang=sg.quantile(p / 100, SG.TPOT),
+                quantile_of=TPOT,
             )
             for p in (50, 95, 99)
         ),

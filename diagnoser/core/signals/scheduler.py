@@ -258,8 +258,8 @@ def signals() -> list[Signal]:
             "each finishes. The bound is read from the server's buckets: where they end below "
             "5000 (a max_model_len under 5000), more than 2000.",
             q.either(
-                *(q.rate_above(PREFILL_COMPUTED, le) for le in LONG_PREFILL_BOUNDS),
-                *(q.rate_above(PROMPT, le) for le in LONG_PREFILL_BOUNDS),
+                *(rs.rate_above(PREFILL_COMPUTED, le) for le in LONG_PREFILL_BOUNDS),
+                *(rs.rate_above(PROMPT, le) for le in LONG_PREFILL_BOUNDS),
             ),
             ("vllm_request_prefill_computed_over_5000", "rate"),
             sglang=sg.rate_above(SG.PROMPT_UNCACHED, LONG_PREFILL),

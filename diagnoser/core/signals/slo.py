@@ -6,6 +6,7 @@ from __future__ import annotations
 from diagnoser.core import buckets
 from diagnoser.core import families_sglang as SG
 from diagnoser.core import promql as q
+from diagnoser.core import promql_series as rs
 from diagnoser.core import promql_sglang as sg
 from diagnoser.core.family import Family
 from diagnoser.core.signals.base import ITL_STALL, SGLANG_ITL_STALL, Signal
@@ -16,13 +17,11 @@ from diagnoser.core.signals.traffic import REQUEST_RATE, SGLANG_REQUEST_RATE
 def slo_attainment(
     family: str | tuple[str, ...], threshold: float, bounds: tuple[float, ...]
 ) -> q.Expr:
-    """Share of observations at or below ``threshold``, which must be a bucket bound."""
-    if threshold not in bounds:
-        near = ", ".join(buckets.le_label(b) for b in bounds)
-        raise ValueError(f"SLO threshold {threshold:g} s is not a bucket boundary ({near})")
+    """Share of observations at or below ``threshold``, read at the bucket bound the servers
+    have (``bounds``, vLLM's defaults, where the scope has not read them): the threshold, or
+    the largest bound below it."""
     names = (family,) if isinstance(family, str) else family
-    le = buckets.le_label(threshold)
-    return q.either(*(q.bucket_share(n, le) for n in names))
+    return q.either(*(rs.share_at_or_below(n, threshold, bounds) for n in names))
 
 
 def sglang_attainment(fam: Family, threshold: float) -> tuple[q.Expr | None, str]:
@@ -50,7 +49,8 @@ def signals(ttft_slo: float, itl_slo: float) -> list[Signal]:
         s(
             "ttft_slo_attainment",
             "ratio",
-            f"Share of requests with TTFT <= {ttft_slo:g} s (a bucket boundary).",
+            f"Share of requests with TTFT <= {ttft_slo:g} s (read at the largest bucket bound "
+            "at or below it).",
             ttft_slo_expr,
             ("vllm_time_to_first_token_seconds", "slo_attainment"),
             sglang=sg_ttft,
@@ -59,7 +59,8 @@ def signals(ttft_slo: float, itl_slo: float) -> list[Signal]:
         s(
             "itl_slo_attainment",
             "ratio",
-            f"Share of output tokens with ITL <= {itl_slo:g} s (a bucket boundary).",
+            f"Share of output tokens with ITL <= {itl_slo:g} s (read at the largest bucket "
+            "bound at or below it).",
             itl_slo_expr,
             ("vllm_inter_token_latency_seconds", "slo_attainment"),
             sglang=sg_itl,

@@ -106,17 +106,19 @@ def variables(site: Site, extra: tuple[Template, ...] = ()) -> Templating:
             chained("model_name", 'job=~"$job"'),
             chained("instance", 'job=~"$job"', 'model_name=~"$model_name"'),
             chained("engine", 'job=~"$job"', 'model_name=~"$model_name"', 'instance=~"$instance"'),
+            # The options are the site's bucket bounds; a threshold between two is shown
+            # at the bound below it, where the rules read it.
             slo(
                 "ttft_slo",
                 "TTFT SLO (s)",
-                buckets.TTFT_BUCKETS,
-                buckets.le_label(cfg.ttft_slo_seconds),
+                cfg.bounds("time_to_first_token"),
+                buckets.le_label(site.read_at("time_to_first_token", cfg.ttft_slo_seconds)[-1]),
             ),
             slo(
                 "itl_slo",
                 "ITL SLO (s)",
-                buckets.ITL_BUCKETS,
-                buckets.le_label(cfg.itl_slo_seconds),
+                cfg.bounds("inter_token_latency"),
+                buckets.le_label(site.read_at("inter_token_latency", cfg.itl_slo_seconds)[-1]),
             ),
             *extra,
         ]

@@ -7,6 +7,7 @@ from grafanalib.core import Dashboard, Stat, Table
 
 from diagnoser.core import families_sglang as SG
 from diagnoser.core import promql as q
+from diagnoser.core import promql_series as rs
 from diagnoser.core import promql_sglang as sg
 from diagnoser.core.signals.names import E2E, ITL, LORA_INFO, TTFT
 from diagnoser.outputs.dashboards import models, slo_row
@@ -33,9 +34,9 @@ UID = "servediag-overview"
 def slo_expr(board: Board, kind: str) -> str:
     scope = board.site.scope(window=RATE, matchers=FLEET)
     if kind == "ttft":
-        vllm = q.bucket_share(TTFT, "$ttft_slo")
+        vllm = rs.bucket_share(TTFT, "$ttft_slo")
         return q.either(vllm, sg.bucket_share(SG.TTFT, "$ttft_slo"))(scope)
-    vllm = q.either(*(q.bucket_share(name, "$itl_slo") for name in ITL))
+    vllm = q.either(*(rs.bucket_share(name, "$itl_slo") for name in ITL))
     return q.either(vllm, sg.bucket_share(SG.ITL, "$itl_slo"))(scope)
 
 
