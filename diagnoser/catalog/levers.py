@@ -167,9 +167,7 @@ def parse_lever(text: str) -> Lever:
         return Lever(knob, "=", change)
     c = _CHANGE.match(change)
     if not c:
-        raise LeverError(
-            f"lever {name}: the change must be +N, -N, xN or N (got {change!r})"
-        )
+        raise LeverError(f"lever {name}: the change must be +N, -N, xN or N (got {change!r})")
     op = {"": "=", "+": "+", "-": "+", "x": "x", "*": "x"}[c.group("op")]
     value = float(c.group("n")) * (-1 if c.group("op") == "-" else 1)
     if op == "x" and value <= 0:
@@ -187,6 +185,4 @@ def _number(text: str) -> float | None:
 
 
 # A JSON-schema pattern for a lever's text (the loader checks the values with parse_lever).
-SCHEMA_PATTERN = (
-    "^(" + "|".join(KNOBS) + r")(\s*[:=]\s*[-+x*]?[A-Za-z0-9_.]+)?$"
-)
+SCHEMA_PATTERN = "^(" + "|".join(KNOBS) + r")(\s*[:=]\s*[-+x*]?[A-Za-z0-9_.]+)?$"

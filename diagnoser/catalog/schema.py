@@ -32,8 +32,7 @@ def schema() -> dict[str, Any]:
     # The fix's levers, in the grammar of ``catalog.levers`` (its knob table names them).
     levers = {
         "description": "The fix's levers, as servediag what-if replays them: NAME or "
-        "NAME:CHANGE (+N adds, xN multiplies, N or a choice sets), NAME one of "
-        + ", ".join(KNOBS),
+        "NAME:CHANGE (+N adds, xN multiplies, N or a choice sets), NAME one of " + ", ".join(KNOBS),
         "type": "array",
         "minItems": 1,
         "uniqueItems": True,

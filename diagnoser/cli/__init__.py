@@ -1,7 +1,8 @@
 """servediag: the command line. A thin layer: parse options, call the library, render.
 
 One module per command (``catalog``, ``generate``, ``simulate``, ``probe``, ``diagnose``,
-``webhook``, ``kvbudget``, ``whatif``); shared options in ``options``, parameter types in ``params``.
+``webhook``, ``kvbudget``, ``whatif``); shared options in ``options``, parameter types in
+``params``.
 Exit status: 0 success; 1 a check found something (stale generated files); 2 bad usage, a
 bad playbook or config; 3 the metric source cannot be reached or answers garbage. Heavy
 modules are imported inside commands so ``--help`` stays fast.

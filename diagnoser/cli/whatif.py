@@ -7,6 +7,7 @@ import dataclasses
 import json
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
@@ -23,6 +24,12 @@ from diagnoser.cli.params import DURATION, TIMESTAMP
 from diagnoser.hardware.hfconfig import LARGEST
 from diagnoser.hardware.presets import GIB, MODEL_ALIASES, GpuSpec
 
+if TYPE_CHECKING:
+    from diagnoser.catalog.levers import Lever
+    from diagnoser.core.source import MetricSource
+    from diagnoser.hardware.presets import ModelSpec
+    from diagnoser.site import Site
+
 # vLLM's scheduler defaults for the OpenAI server (engine/arg_utils.py get_batch_defaults):
 # a GPU of at least 70 GiB that is not an A100 gets the larger pair.
 LARGE_GPU = 70 * GIB
@@ -37,43 +44,80 @@ def vllm_defaults(g: GpuSpec) -> tuple[int, int]:
 
 @click.command("what-if")
 @click.option(
-    "--since", type=DURATION, default="1h", show_default=True, metavar="DURATION",
+    "--since",
+    type=DURATION,
+    default="1h",
+    show_default=True,
+    metavar="DURATION",
     help="Fit this much time up to --until.",
 )
 @click.option(
-    "--until", type=TIMESTAMP, default=None, metavar="TIME",
+    "--until",
+    type=TIMESTAMP,
+    default=None,
+    metavar="TIME",
     help="End of the window: RFC 3339 or Unix seconds (default: now).",
 )
 @source_options("http://localhost:9090", "Prometheus-compatible API (also PROMETHEUS_URL).")
 @click.option("--model", default=None, help="The model_name (default: the only one serving).")
 @click.option(
-    "--preset", default=None, metavar="NAME",
+    "--preset",
+    default=None,
+    metavar="NAME",
     help=f"The model's shape from a preset ({', '.join(MODEL_ALIASES)}).",
 )
 @click.option(
-    "--model-config", type=click.Path(path_type=Path), default=None, metavar="CONFIG",
+    "--model-config",
+    type=click.Path(path_type=Path),
+    default=None,
+    metavar="CONFIG",
     help="The model's shape from its Hugging Face config.json (or its directory).",
 )
 @click.option(
-    "--gpu", "gpu_name", default=None,
+    "--gpu",
+    "gpu_name",
+    default=None,
     help="GPU preset (default: the GPU DCGM reports; required without DCGM).",
 )
-@click.option("--max-num-seqs", type=click.IntRange(1, 1 << 20), default=None,
-              help="The servers' --max-num-seqs (default: vLLM's for the GPU).")
-@click.option("--max-num-batched-tokens", type=click.IntRange(16, 1 << 26), default=None,
-              help="The servers' --max-num-batched-tokens (default: vLLM's for the GPU).")
-@click.option("--max-model-len", type=click.IntRange(1, LARGEST), default=None,
-              help="The servers' --max-model-len (default: the model's, within the KV cache).")
-@click.option("--tensor-parallel-size", "--tp", "tensor_parallel", type=click.IntRange(1, 64),
-              default=1, show_default=True, help="GPUs each engine is split across.")
 @click.option(
-    "--lever", "levers", multiple=True, metavar="NAME[:CHANGE]",
+    "--max-num-seqs",
+    type=click.IntRange(1, 1 << 20),
+    default=None,
+    help="The servers' --max-num-seqs (default: vLLM's for the GPU).",
+)
+@click.option(
+    "--max-num-batched-tokens",
+    type=click.IntRange(16, 1 << 26),
+    default=None,
+    help="The servers' --max-num-batched-tokens (default: vLLM's for the GPU).",
+)
+@click.option(
+    "--max-model-len",
+    type=click.IntRange(1, LARGEST),
+    default=None,
+    help="The servers' --max-model-len (default: the model's, within the KV cache).",
+)
+@click.option(
+    "--tensor-parallel-size",
+    "--tp",
+    "tensor_parallel",
+    type=click.IntRange(1, 64),
+    default=1,
+    show_default=True,
+    help="GPUs each engine is split across.",
+)
+@click.option(
+    "--lever",
+    "levers",
+    multiple=True,
+    metavar="NAME[:CHANGE]",
     help="A lever to predict, e.g. gpu_memory_utilization:+0.05, max_num_seqs:x0.75, "
     "kv_cache_dtype:fp8, replicas:+1 (repeatable; default: every lever of the catalog's "
     "fixes).",
 )
-@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text",
-              show_default=True)
+@click.option(
+    "--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True
+)
 @config_option
 @handles_errors
 def what_if_cmd(
@@ -161,32 +205,34 @@ def what_if_cmd(
         sys.exit(EXIT_FOUND)
 
 
-def catalog_levers(site: object) -> list:  # type: ignore[type-arg]
+def catalog_levers(site: Site) -> list[Lever]:
     """Every lever the catalog's fixes name, once each, in catalog order."""
     from diagnoser.catalog.levers import parse_lever
 
-    seen: dict[str, object] = {}
-    for pb in getattr(site, "catalog"):
+    seen: dict[str, Lever] = {}
+    for pb in site.catalog:
         for text in pb.levers:
             lever = parse_lever(text)
             seen.setdefault(lever.text, lever)
     return list(seen.values())
 
 
-def _shape(model: str, preset: str | None, model_config: Path | None):  # type: ignore[no-untyped-def]
+def _shape(model: str, preset: str | None, model_config: Path | None) -> ModelSpec:
     """The model's shape: the preset, the config.json, or a preset of the served name."""
     from diagnoser.errors import UserError
     from diagnoser.hardware import presets
     from diagnoser.hardware.hfconfig import ConfigFieldError
-    from diagnoser.hardware.presets import ModelSpec
+    from diagnoser.hardware.presets import ModelSpec as Spec
     from diagnoser.kvbudget.budget import ModelConfigError, load_model
 
     if model_config is not None:
         loaded = load_model(str(model_config))
         if loaded.source == "preset":
-            raise UserError(f"--model-config {model_config}: not a config.json (a preset? --preset)")
+            raise UserError(
+                f"--model-config {model_config}: not a config.json (a preset? --preset)"
+            )
         try:
-            return ModelSpec.from_hf_config(loaded.raw)
+            return Spec.from_hf_config(loaded.raw)
         except ConfigFieldError as exc:
             raise ModelConfigError(loaded.source, exc.field, exc.message) from None
     name = preset or model
@@ -194,15 +240,16 @@ def _shape(model: str, preset: str | None, model_config: Path | None):  # type: 
         return presets.model(name)
     except KeyError:
         if preset is not None:
-            raise UserError(f"--preset: unknown model preset {preset!r} (known: "
-                            f"{', '.join(MODEL_ALIASES)})") from None
+            raise UserError(
+                f"--preset: unknown model preset {preset!r} (known: {', '.join(MODEL_ALIASES)})"
+            ) from None
     raise UserError(
         f"the shape of {model!r} is not known (no preset of that name): give --model-config "
         "config.json (or --preset)"
     )
 
 
-def _gpu(prometheus: object, gpu_name: str | None, at: float) -> GpuSpec:
+def _gpu(prometheus: MetricSource, gpu_name: str | None, at: float) -> GpuSpec:
     from diagnoser.cli.kvbudget import preset_like
     from diagnoser.errors import UserError
     from diagnoser.hardware import presets
@@ -213,7 +260,7 @@ def _gpu(prometheus: object, gpu_name: str | None, at: float) -> GpuSpec:
             return presets.gpu(gpu_name)
         except KeyError as exc:
             raise UserError(f"--gpu: {exc.args[0]}") from None
-    seen = dcgm_gpu(prometheus, at)  # type: ignore[arg-type]
+    seen = dcgm_gpu(prometheus, at)
     if seen is None:
         raise UserError("no DCGM series say which GPU the servers run on: give --gpu")
     name, memory = preset_like(*seen)

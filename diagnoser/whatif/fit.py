@@ -108,9 +108,7 @@ def read_buckets(
     return Buckets(np.array(finite, dtype=np.float64), cum, total or 0.0)
 
 
-def measure(
-    source: MetricSource, selector: tuple[str, ...], start: float, end: float
-) -> Observed:
+def measure(source: MetricSource, selector: tuple[str, ...], start: float, end: float) -> Observed:
     """What the servers did over ``[start, end]``."""
     span = f"{int(end - start)}s"
 
@@ -145,10 +143,8 @@ def arrival_rates(
     sel = _sel(selector)
     w = f"{int(step)}s"
     done = source.query_range(f"sum(increase({N.SUCCESS}{sel}[{w}]))", start + step, end, step)
-    inside = source.query_range(
-        f"sum({N.WAITING}{sel}) + sum({N.RUNNING}{sel})", start, end, step
-    )
-    n = int(round((end - start) / step))
+    inside = source.query_range(f"sum({N.WAITING}{sel}) + sum({N.RUNNING}{sel})", start, end, step)
+    n = round((end - start) / step)
     grid = start + step * np.arange(n + 1)
     finished = _on(grid[1:], done)
     held = _on(grid, inside)
@@ -181,9 +177,13 @@ def fit_window(
     scope = (*selector, matcher("model_name", model))
     span = f"{int(end - start)}s"
     shown = printable(model)
-    live = [e for e in read_live(source, end, None, None, selector).engines if e.model_name == model]
+    live = [
+        e for e in read_live(source, end, None, None, selector).engines if e.model_name == model
+    ]
     if not live:
-        if source.query(f'count({_sel(scope, "__name__=~" + chr(34) + "sglang:.+" + chr(34))})', end):
+        if source.query(
+            f"count({_sel(scope, '__name__=~' + chr(34) + 'sglang:.+' + chr(34))})", end
+        ):
             raise FitError(
                 f"{shown} is served by SGLang: what-if replays vLLM's engine, and its levers "
                 "(gpu_memory_utilization, max_num_seqs, ...) are vLLM flags SGLang does not have"

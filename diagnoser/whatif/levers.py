@@ -26,18 +26,18 @@ def turn(lever: Lever, cfg: Config, fit: Fit, setup: Setup) -> tuple[Config, str
         said = f"{fit.cache.cache_dtype} -> {lever.value}"
         e.kv_cache_dtype_bytes = width
     elif name == "max_num_seqs":
-        new_seqs = max(1, int(round(lever.apply(e.max_num_seqs))))
+        new_seqs = max(1, round(lever.apply(e.max_num_seqs)))
         said = f"{e.max_num_seqs} -> {new_seqs}"
         e.max_num_seqs = new_seqs
     elif name == "max_num_batched_tokens":
-        new_tokens = max(16, int(round(lever.apply(e.max_num_batched_tokens))))
+        new_tokens = max(16, round(lever.apply(e.max_num_batched_tokens)))
         said = f"{e.max_num_batched_tokens} -> {new_tokens}"
         e.max_num_batched_tokens = new_tokens
     elif name == "replicas":
-        servers = max(1, int(round(lever.apply(cfg.instances))))
+        servers = max(1, round(lever.apply(cfg.instances)))
         return dataclasses.replace(cfg, instances=servers), f"{cfg.instances} -> {servers}"
     elif name == "max_tokens":
-        cap = max(1, int(round(lever.apply(cfg.max_tokens))))
+        cap = max(1, round(lever.apply(cfg.max_tokens)))
         return dataclasses.replace(cfg, max_tokens=cap), f"{cfg.max_tokens} -> {cap}"
     elif name == "enable_prefix_caching":
         if e.enable_prefix_caching and not lever.value:

@@ -82,15 +82,15 @@ def what_if(
                 out.error = str(exc)
                 continue
             jobs.append((i, cfg))
-        for (i, _), result in zip(jobs, _replay_all(fit, setup, [c for _, c in jobs], workers)):
+        for (i, _), result in zip(
+            jobs, _replay_all(fit, setup, [c for _, c in jobs], workers), strict=True
+        ):
             out = outcomes[i]
             if isinstance(result, str):
                 out.error = result
                 continue
             out.predicted = result.figures(*slo)
-            out.band = {
-                m: band(m, cal.residual.get(m), out.predicted.get(m)) for m in METRICS
-            }
+            out.band = {m: band(m, cal.residual.get(m), out.predicted.get(m)) for m in METRICS}
     return WhatIf(
         fit=fit,
         setup=setup,

@@ -89,7 +89,7 @@ def baseline(fit: Fit, setup: Setup) -> tuple[Config, list[str]]:
         )
         longest = tokens
     cap = fit.output.cap
-    max_tokens = int(round(cap)) if cap is not None else longest
+    max_tokens = round(cap) if cap is not None else longest
     engine = EngineConfig(
         max_num_seqs=setup.max_num_seqs,
         max_num_batched_tokens=setup.max_num_batched_tokens,
@@ -122,7 +122,7 @@ def smooth(rates: np.ndarray, step: float, seconds: float = SMOOTH) -> np.ndarra
     """The rates averaged over ``seconds`` around each step. A step's measured count carries
     its own Poisson noise, and the replay draws Poisson arrivals again: unsmoothed, the
     replay's load would be burstier than the measured one (twice the variance per step)."""
-    k = max(1, int(round(seconds / step)))
+    k = max(1, round(seconds / step))
     if k == 1 or rates.size <= k:
         return rates
     padded = np.pad(rates, (k // 2, k - 1 - k // 2), mode="edge")

@@ -33,7 +33,6 @@ from diagnoser.core.printable import printable
 from diagnoser.diagnosis.model import iso
 from diagnoser.whatif.calibrate import CHECKED, TOLERANCE
 from diagnoser.whatif.predict import WhatIf
-from diagnoser.whatif.stats import METRICS
 
 
 def to_json(w: WhatIf) -> dict[str, Any]:

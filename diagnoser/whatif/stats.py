@@ -81,7 +81,9 @@ def _cdf(x: np.ndarray) -> np.ndarray:
     """The standard normal CDF, vectorised (Abramowitz and Stegun 7.1.26: error < 1.5e-7)."""
     u = np.abs(np.asarray(x, dtype=np.float64)) / math.sqrt(2.0)
     t = 1.0 / (1.0 + 0.3275911 * u)
-    poly = t * (0.254829592 + t * (-0.284496736 + t * (1.421413741 + t * (-1.453152027 + t * 1.061405429))))
+    poly = t * (
+        0.254829592 + t * (-0.284496736 + t * (1.421413741 + t * (-1.453152027 + t * 1.061405429)))
+    )
     erf = 1.0 - poly * np.exp(-u * u)
     return np.asarray(0.5 * (1.0 + np.sign(x) * erf), dtype=np.float64)
 
