@@ -33,7 +33,7 @@ from diagnoser.sim.workload import Lengths, Rate, Workload
 from diagnoser.whatif.fit import Fit
 from diagnoser.whatif.stats import Buckets, Observed
 
-WARMUP = 300.0  # seconds replayed at the window's first rates before it is read
+WARMUP = 180.0  # seconds replayed at the window's first rates before it is read
 SCRAPE = 15.0  # seconds between samples of KV usage and the queue
 TICK = 1.0
 SEED = 2026
