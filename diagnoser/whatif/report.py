@@ -11,7 +11,8 @@ The JSON object::
                         "max_num_batched_tokens", "max_model_len"},
              "model_shape", "gpu"},
      "calibration": {"ok", "reason", "prefill_factor", "decode_factor", "tolerance",
-                     "measured": FIGURES, "replayed": FIGURES, "residual": {...}},
+                     "measured": FIGURES, "replayed": FIGURES, "residual": {...},
+                     "residual_relative": {name: bool}},
      "today": FIGURES, "today_replayed": FIGURES,
      "levers": [{"lever", "restart", "change", "predicted": FIGURES, "band": {...},
                  "error"}],
@@ -77,6 +78,11 @@ def to_json(w: WhatIf) -> dict[str, Any]:
             "measured": cal.measured,
             "replayed": cal.replayed,
             "residual": cal.residual,
+            "residual_relative": {
+                name: cal.measured.get(name) is not None
+                and abs(cal.measured[name] or 0.0) > CHECKED[name]
+                for name in cal.residual
+            },
         },
         "today": cal.measured,
         "today_replayed": w.replayed,
@@ -155,14 +161,14 @@ def text(w: WhatIf) -> str:
         f"  calibration: prefill x{cal.prefill_factor:.2f}, decode x{cal.decode_factor:.2f} "
         f"({cal.replays} replay(s))",
     ]
-    lines.append(f"    {'':16}{'measured':>12}{'replayed':>12}{'residual':>10}")
+    lines.append(f"    {'':16}{'measured':>12}{'replayed':>12}{'residual':>14}")
     for name, r in cal.residual.items():
         measured = cal.measured[name]
         relative = measured is not None and abs(measured) > CHECKED[name]
-        res = "-" if r is None else (f"{r:+.0%}" if relative else f"{r:+.3g} abs")
+        res = "-" if r is None else (f"{r:+.0%}" if relative else f"{r:+.2g} abs")
         lines.append(
             f"    {LABELS[name]:16}{_fmt(name, cal.measured[name]):>12}"
-            f"{_fmt(name, cal.replayed[name]):>12}{res:>10}"
+            f"{_fmt(name, cal.replayed[name]):>12}{res:>14}"
         )
     if not cal.ok:
         lines.append(f"  refused: {cal.reason}; nothing is predicted")
