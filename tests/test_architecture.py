@@ -12,10 +12,11 @@ from diagnoser.catalog import PLACEHOLDER
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "diagnoser"
-# The simulator, the lab that runs it in a real Prometheus (tests, demo, bench), and the
-# simulator's own command may import the simulator; nothing else may.
+# The simulator, the lab that runs it in a real Prometheus (tests, demo, bench), the
+# simulator's own command, and what-if (which replays a live workload through it) may import
+# the simulator; nothing else may.
 SIMULATION = ("diagnoser.sim", "diagnoser.lab")
-ALLOWED = ("sim/", "lab/", "cli/simulate.py")
+ALLOWED = ("sim/", "lab/", "cli/simulate.py", "whatif/")
 MAX_LINES = 500
 
 

@@ -15,6 +15,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from diagnoser.catalog.levers import LeverError, parse_lever
 from diagnoser.catalog.model import Alert, Condition, Playbook, Signature
 from diagnoser.catalog.schema import validator
 from diagnoser.catalog.shapes import SHAPES
@@ -276,6 +277,11 @@ def load_playbook(path: Path) -> Playbook:
         if name not in SIGNALS:
             raise CatalogError(path, f"evidence[{i}]", f"unknown signal {name!r}")
     seed = data["seed"]
+    for i, text in enumerate(data.get("levers", [])):
+        try:
+            parse_lever(text)
+        except LeverError as exc:
+            raise CatalogError(path, f"levers[{i}]", str(exc)) from None
     signature = _signature(path, data["signature"]) if detectable else None
     alert = None
     if detectable:
@@ -299,6 +305,7 @@ def load_playbook(path: Path) -> Playbook:
         relates_to=tuple(data.get("relates_to", [])),
         signature=signature,
         alert=alert,
+        levers=tuple(data.get("levers", [])),
     )
 
 

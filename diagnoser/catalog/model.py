@@ -140,6 +140,8 @@ class Playbook:
     relates_to: tuple[str, ...] = ()
     signature: Signature | None = None
     alert: Alert | None = None
+    # The fix's levers in ``catalog.levers``' grammar (what ``what-if`` replays).
+    levers: tuple[str, ...] = ()
 
     @property
     def detectable(self) -> bool:

@@ -10,6 +10,7 @@ from functools import cache
 from importlib import resources
 from typing import Any
 
+from diagnoser.catalog.levers import KNOBS, SCHEMA_PATTERN
 from diagnoser.catalog.shapes import MODIFIER_SCHEMAS, SHAPES
 
 SCHEMA_FILE = "playbook.schema.json"
@@ -28,6 +29,23 @@ def schema() -> dict[str, Any]:
         if name in used:
             shaped[name] = copy.deepcopy(fragment)
     out["$defs"]["condition"]["properties"] = {**shaped, **props}
+    # The fix's levers, in the grammar of ``catalog.levers`` (its knob table names them).
+    levers = {
+        "description": "The fix's levers, as servediag what-if replays them: NAME or "
+        "NAME:CHANGE (+N adds, xN multiplies, N or a choice sets), NAME one of " + ", ".join(KNOBS),
+        "type": "array",
+        "minItems": 1,
+        "uniqueItems": True,
+        "items": {"type": "string", "pattern": SCHEMA_PATTERN},
+    }
+    props_top = out["properties"]
+    order = list(props_top)
+    at = order.index("fix") + 1
+    out["properties"] = {
+        **{k: props_top[k] for k in order[:at]},
+        "levers": levers,
+        **{k: props_top[k] for k in order[at:]},
+    }
     return out
 
 

@@ -1,7 +1,8 @@
 """servediag: the command line. A thin layer: parse options, call the library, render.
 
 One module per command (``catalog``, ``generate``, ``simulate``, ``probe``, ``diagnose``,
-``webhook``, ``kvbudget``); shared options in ``options``, parameter types in ``params``.
+``webhook``, ``kvbudget``, ``whatif``); shared options in ``options``, parameter types in
+``params``.
 Exit status: 0 success; 1 a check found something (stale generated files); 2 bad usage, a
 bad playbook or config; 3 the metric source cannot be reached or answers garbage. Heavy
 modules are imported inside commands so ``--help`` stays fast.
@@ -19,6 +20,7 @@ from diagnoser.cli.options import EXIT_FOUND, EXIT_SOURCE, EXIT_USAGE, OneLineGr
 from diagnoser.cli.probe import probe_cmd
 from diagnoser.cli.simulate import simulate_cmd
 from diagnoser.cli.webhook import webhook_cmd
+from diagnoser.cli.whatif import what_if_cmd
 
 __all__ = ["EXIT_FOUND", "EXIT_SOURCE", "EXIT_USAGE", "diagnose_main", "main"]
 
@@ -47,5 +49,6 @@ for command in (
     diagnose_cmd,
     webhook_cmd,
     kv_budget_cmd,
+    what_if_cmd,
 ):
     main.add_command(command)

@@ -1,0 +1,268 @@
+"""``servediag what-if``: replay the live workload through the calibrated engine, with and
+without each lever of a fix."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import click
+
+from diagnoser.cli.options import (
+    EXIT_FOUND,
+    SourceOptions,
+    config_option,
+    fail,
+    handles_errors,
+    load_site,
+    source_options,
+)
+from diagnoser.cli.params import DURATION, TIMESTAMP
+from diagnoser.hardware.hfconfig import LARGEST
+from diagnoser.hardware.presets import GIB, MODEL_ALIASES, GpuSpec
+
+if TYPE_CHECKING:
+    from diagnoser.catalog.levers import Lever
+    from diagnoser.core.source import MetricSource
+    from diagnoser.hardware.presets import ModelSpec
+    from diagnoser.site import Site
+
+# vLLM's scheduler defaults for the OpenAI server (engine/arg_utils.py get_batch_defaults):
+# a GPU of at least 70 GiB that is not an A100 gets the larger pair.
+LARGE_GPU = 70 * GIB
+
+
+def vllm_defaults(g: GpuSpec) -> tuple[int, int]:
+    """(max_num_seqs, max_num_batched_tokens) vLLM picks for ``g`` when not told."""
+    if g.memory_bytes >= LARGE_GPU and "a100" not in g.name.lower():
+        return 1024, 8192
+    return 256, 2048
+
+
+@click.command("what-if")
+@click.option(
+    "--since",
+    type=DURATION,
+    default="1h",
+    show_default=True,
+    metavar="DURATION",
+    help="Fit this much time up to --until.",
+)
+@click.option(
+    "--until",
+    type=TIMESTAMP,
+    default=None,
+    metavar="TIME",
+    help="End of the window: RFC 3339 or Unix seconds (default: now).",
+)
+@source_options("http://localhost:9090", "Prometheus-compatible API (also PROMETHEUS_URL).")
+@click.option("--model", default=None, help="The model_name (default: the only one serving).")
+@click.option(
+    "--preset",
+    default=None,
+    metavar="NAME",
+    help=f"The model's shape from a preset ({', '.join(MODEL_ALIASES)}).",
+)
+@click.option(
+    "--model-config",
+    type=click.Path(path_type=Path),
+    default=None,
+    metavar="CONFIG",
+    help="The model's shape from its Hugging Face config.json (or its directory).",
+)
+@click.option(
+    "--gpu",
+    "gpu_name",
+    default=None,
+    help="GPU preset (default: the GPU DCGM reports; required without DCGM).",
+)
+@click.option(
+    "--max-num-seqs",
+    type=click.IntRange(1, 1 << 20),
+    default=None,
+    help="The servers' --max-num-seqs (default: vLLM's for the GPU).",
+)
+@click.option(
+    "--max-num-batched-tokens",
+    type=click.IntRange(16, 1 << 26),
+    default=None,
+    help="The servers' --max-num-batched-tokens (default: vLLM's for the GPU).",
+)
+@click.option(
+    "--max-model-len",
+    type=click.IntRange(1, LARGEST),
+    default=None,
+    help="The servers' --max-model-len (default: the model's, within the KV cache).",
+)
+@click.option(
+    "--tensor-parallel-size",
+    "--tp",
+    "tensor_parallel",
+    type=click.IntRange(1, 64),
+    default=1,
+    show_default=True,
+    help="GPUs each engine is split across.",
+)
+@click.option(
+    "--lever",
+    "levers",
+    multiple=True,
+    metavar="NAME[:CHANGE]",
+    help="A lever to predict, e.g. gpu_memory_utilization:+0.05, max_num_seqs:x0.75, "
+    "kv_cache_dtype:fp8, replicas:+1 (repeatable; default: every lever of the catalog's "
+    "fixes).",
+)
+@click.option(
+    "--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True
+)
+@config_option
+@handles_errors
+def what_if_cmd(
+    since: float,
+    until: float | None,
+    source: SourceOptions,
+    model: str | None,
+    preset: str | None,
+    model_config: Path | None,
+    gpu_name: str | None,
+    max_num_seqs: int | None,
+    max_num_batched_tokens: int | None,
+    max_model_len: int | None,
+    tensor_parallel: int,
+    levers: tuple[str, ...],
+    fmt: str,
+    config_path: Path | None,
+) -> None:
+    """Predict what each fix's lever would do, from the live workload of one model.
+
+    Fits the window's workload (arrival rate, prompt and output lengths, the share stopping
+    on length, prefix-cache hits) and engine (vllm:cache_config_info, the scheduler limits,
+    the GPU, the model's shape), replays it through the simulator and fits two speed
+    factors until the replay matches what was measured (TTFT and ITL p50/p95, KV usage,
+    preemptions, the queue, within 30%), then replays each lever: predicted TTFT and ITL
+    p95, throughput, preemptions and SLO attainment next to today's, with the calibration's
+    residual as a ± band. Exit status: 0 predicted, 1 the calibration refused (the replay
+    does not match the window: nothing predicted), 2 bad input (too little traffic to fit,
+    an unknown model shape, a lever the engine does not have), 3 the metric source cannot be
+    reached or answers garbage.
+
+    \b
+    Examples:
+      servediag what-if --since 1h --model llama-3.1-8b --preset llama-3.1-8b
+      servediag what-if --model-config ./config.json --gpu H100-80GB \\
+          --lever gpu_memory_utilization:+0.05 --lever max_num_seqs:x0.75 --format json
+    """
+    import time
+
+    from diagnoser.catalog.levers import LeverError, parse_lever
+    from diagnoser.whatif import fit as fitting
+    from diagnoser.whatif import report
+    from diagnoser.whatif.predict import what_if
+    from diagnoser.whatif.replay import Setup
+
+    if preset is not None and model_config is not None:
+        fail("give --preset or --model-config, not both")
+    site = load_site(config_path)
+    try:
+        chosen = [parse_lever(t) for t in levers] or catalog_levers(site)
+    except LeverError as exc:
+        fail(f"--lever: {exc}")
+    end = until if until is not None else time.time()
+    start = end - since
+    prometheus = source.connect().operation()
+    selector = site.config.selector
+    if model is None:
+        found = fitting.models_with_traffic(prometheus, selector, start, end)
+        if len(found) != 1:
+            named = ", ".join(found[:10]) if found else "none with traffic"
+            fail(f"give --model: what-if fits one model (in the window: {named})")
+        model = found[0]
+    fitted = fitting.fit_window(prometheus, model, start, end, selector)
+    spec = _shape(model, preset, model_config)
+    g = _gpu(prometheus, gpu_name, end)
+    seqs, tokens = vllm_defaults(g)
+    setup = Setup(
+        spec=spec,
+        gpu=g,
+        max_num_seqs=max_num_seqs or seqs,
+        max_num_batched_tokens=max_num_batched_tokens or tokens,
+        max_model_len=max_model_len,
+        tensor_parallel=tensor_parallel,
+    )
+    objectives = site.config.slo.for_labels({"model_name": model})
+    slo = (objectives.ttft_seconds, objectives.itl_seconds)
+    result = what_if(fitted, setup, chosen, slo)
+    for warning in prometheus.warnings:
+        click.echo(f"servediag: warning: partial answer: {warning}", err=True)
+    if fmt == "json":
+        click.echo(json.dumps(report.to_json(result), indent=2))
+    else:
+        click.echo(report.text(result), nl=False)
+    if not result.calibration.ok:
+        sys.exit(EXIT_FOUND)
+
+
+def catalog_levers(site: Site) -> list[Lever]:
+    """Every lever the catalog's fixes name, once each, in catalog order."""
+    from diagnoser.catalog.levers import parse_lever
+
+    seen: dict[str, Lever] = {}
+    for pb in site.catalog:
+        for text in pb.levers:
+            lever = parse_lever(text)
+            seen.setdefault(lever.text, lever)
+    return list(seen.values())
+
+
+def _shape(model: str, preset: str | None, model_config: Path | None) -> ModelSpec:
+    """The model's shape: the preset, the config.json, or a preset of the served name."""
+    from diagnoser.errors import UserError
+    from diagnoser.hardware import presets
+    from diagnoser.hardware.hfconfig import ConfigFieldError
+    from diagnoser.hardware.presets import ModelSpec as Spec
+    from diagnoser.kvbudget.budget import ModelConfigError, load_model
+
+    if model_config is not None:
+        loaded = load_model(str(model_config))
+        if loaded.source == "preset":
+            raise UserError(
+                f"--model-config {model_config}: not a config.json (a preset? --preset)"
+            )
+        try:
+            return Spec.from_hf_config(loaded.raw)
+        except ConfigFieldError as exc:
+            raise ModelConfigError(loaded.source, exc.field, exc.message) from None
+    name = preset or model
+    try:
+        return presets.model(name)
+    except KeyError:
+        if preset is not None:
+            raise UserError(
+                f"--preset: unknown model preset {preset!r} (known: {', '.join(MODEL_ALIASES)})"
+            ) from None
+    raise UserError(
+        f"the shape of {model!r} is not known (no preset of that name): give --model-config "
+        "config.json (or --preset)"
+    )
+
+
+def _gpu(prometheus: MetricSource, gpu_name: str | None, at: float) -> GpuSpec:
+    from diagnoser.cli.kvbudget import preset_like
+    from diagnoser.errors import UserError
+    from diagnoser.hardware import presets
+    from diagnoser.kvbudget.live import dcgm_gpu
+
+    if gpu_name is not None:
+        try:
+            return presets.gpu(gpu_name)
+        except KeyError as exc:
+            raise UserError(f"--gpu: {exc.args[0]}") from None
+    seen = dcgm_gpu(prometheus, at)
+    if seen is None:
+        raise UserError("no DCGM series say which GPU the servers run on: give --gpu")
+    name, memory = preset_like(*seen)
+    g = presets.gpu(name)
+    return g if memory is None else dataclasses.replace(g, memory_bytes=memory * 1e9)

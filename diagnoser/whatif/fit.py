@@ -1,0 +1,285 @@
+"""The live workload and engine of one model, fitted from a Prometheus window.
+
+From vLLM's own series over the window: the arrival rate at each step (requests finished in
+the step plus the change in requests inside the servers, so a queue that builds counts as
+arrivals), prompt and output lengths as log-normals fitted to the token histograms, the share
+stopping on length (which places the ``max_tokens`` cap), the prefix-cache hit rate, the
+number of servers and engines, and the engine's KV cache from ``vllm:cache_config_info``.
+The window's own latencies, KV usage, preemptions and queue are kept as what was measured,
+to calibrate the replay against.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from diagnoser.core.printable import printable
+from diagnoser.core.signals import names as N
+from diagnoser.core.source import MetricSource
+from diagnoser.errors import UserError
+from diagnoser.kvbudget.live import read_live
+from diagnoser.whatif.stats import Buckets, LogNormal, Observed, fit_lognormal
+
+# Fewer finished requests than this, and the length histograms and latency quantiles are
+# too coarse to fit or to calibrate against.
+MIN_REQUESTS = 200
+RATE_STEP = 60.0  # seconds per point of the arrival rate (Poisson noise ~5% at 5 req/s)
+
+
+class FitError(UserError):
+    """The window cannot be fitted; ``str()`` says why and what would do."""
+
+
+@dataclass(frozen=True)
+class EngineCache:
+    """The KV cache one engine reports in ``vllm:cache_config_info``."""
+
+    num_gpu_blocks: int
+    block_size: int
+    gpu_memory_utilization: float
+    cache_dtype: str
+    enable_prefix_caching: bool
+
+
+@dataclass
+class Fit:
+    """One model's workload and engine over a window, and what its servers did."""
+
+    model: str
+    start: float
+    end: float
+    rate_step: float
+    rates: np.ndarray  # requests/s arriving in each step of the window
+    prompt: LogNormal
+    output: LogNormal
+    length_share: float
+    prefix_hit: float | None  # share of prompt tokens found in the prefix cache
+    instances: int
+    engines: int  # data-parallel engines per server
+    cache: EngineCache
+    measured: Observed
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def seconds(self) -> float:
+        return self.end - self.start
+
+    @property
+    def mean_rate(self) -> float:
+        return float(self.rates.mean()) if self.rates.size else 0.0
+
+
+def _sel(selector: tuple[str, ...], extra: str = "") -> str:
+    parts = [*selector, *([extra] if extra else [])]
+    return "{" + ", ".join(parts) + "}"
+
+
+def _either(names: tuple[str, ...], selector: tuple[str, ...], suffix: str = "") -> str:
+    """A family under any of its names (renamed ones), within ``selector``."""
+    alt = "|".join(n + suffix for n in names)
+    return _sel(selector, f'__name__=~"{alt}"')
+
+
+def _scalar(source: MetricSource, expr: str, at: float) -> float | None:
+    found = source.query(expr, at)
+    if not found or not len(found[0].v):
+        return None
+    value = float(found[0].v[-1])
+    return value if math.isfinite(value) else None
+
+
+def read_buckets(
+    source: MetricSource, names: tuple[str, ...], selector: tuple[str, ...], span: str, at: float
+) -> Buckets:
+    """A histogram's increase over ``span`` up to ``at``, summed over the servers."""
+    bucket = _either(names, selector, "_bucket")
+    by_le: dict[float, float] = {}
+    for s in source.query(f"sum by (le) (increase({bucket}[{span}]))", at):
+        le = s.labels.get("le", "")
+        if len(s.v) and math.isfinite(float(s.v[-1])):
+            by_le[float(le)] = float(s.v[-1])
+    total = _scalar(source, f"sum(increase({_either(names, selector, '_sum')}[{span}]))", at)
+    finite = sorted(k for k in by_le if math.isfinite(k))
+    cum = np.array([by_le[k] for k in finite] + [by_le.get(math.inf, 0.0)], dtype=np.float64)
+    cum = np.maximum.accumulate(cum) if cum.size else cum  # extrapolation can disorder them
+    return Buckets(np.array(finite, dtype=np.float64), cum, total or 0.0)
+
+
+def measure(source: MetricSource, selector: tuple[str, ...], start: float, end: float) -> Observed:
+    """What the servers did over ``[start, end]``."""
+    span = f"{int(end - start)}s"
+
+    def total(name: str) -> float:
+        return _scalar(source, f"sum(increase({name}{_sel(selector)}[{span}]))", end) or 0.0
+
+    kv = _scalar(source, f"avg(avg_over_time({_either(N.KV_USAGE, selector)}[{span}]))", end)
+    waiting = _scalar(source, f"sum(avg_over_time({N.WAITING}{_sel(selector)}[{span}]))", end)
+    return Observed(
+        ttft=read_buckets(source, (N.TTFT,), selector, span, end),
+        itl=read_buckets(source, N.ITL[:1], selector, span, end)
+        if _has(source, N.ITL[0], selector, end, span)
+        else read_buckets(source, N.ITL[1:], selector, span, end),
+        kv_usage=kv,
+        preemptions=total(N.PREEMPTIONS),
+        waiting=waiting,
+        finished=total(N.SUCCESS),
+        generation_tokens=total(N.GENERATION_TOKENS),
+        seconds=end - start,
+    )
+
+
+def _has(source: MetricSource, name: str, selector: tuple[str, ...], at: float, span: str) -> bool:
+    return bool(source.query(f"count(last_over_time({name}_count{_sel(selector)}[{span}]))", at))
+
+
+def arrival_rates(
+    source: MetricSource, selector: tuple[str, ...], start: float, end: float, step: float
+) -> np.ndarray:
+    """Requests/s arriving in each ``step`` of ``(start, end]``: those finished in it plus the
+    change in those inside the servers (running or waiting)."""
+    sel = _sel(selector)
+    w = f"{int(step)}s"
+    done = source.query_range(f"sum(increase({N.SUCCESS}{sel}[{w}]))", start + step, end, step)
+    inside = source.query_range(f"sum({N.WAITING}{sel}) + sum({N.RUNNING}{sel})", start, end, step)
+    n = round((end - start) / step)
+    grid = start + step * np.arange(n + 1)
+    finished = _on(grid[1:], done)
+    held = _on(grid, inside)
+    held = np.where(np.isnan(held), 0.0, held)
+    arrived = np.nan_to_num(finished) + np.diff(held)
+    return np.asarray(np.maximum(arrived, 0.0) / step, dtype=np.float64)
+
+
+def _on(grid: np.ndarray, found: list) -> np.ndarray:  # type: ignore[type-arg]
+    out = np.full(grid.size, np.nan)
+    if found:
+        s = found[0]
+        idx = np.searchsorted(grid, np.asarray(s.t, dtype=np.float64) - 1e-6)
+        ok = idx < grid.size
+        out[idx[ok]] = np.asarray(s.v, dtype=np.float64)[ok]
+    return out
+
+
+def fit_window(
+    source: MetricSource,
+    model: str,
+    start: float,
+    end: float,
+    selector: tuple[str, ...] = (),
+) -> Fit:
+    """Fit ``model``'s workload and engine over ``[start, end]`` (``selector``: the site's
+    matchers; the model's is added here)."""
+    from diagnoser.core.promql import matcher
+
+    scope = (*selector, matcher("model_name", model))
+    span = f"{int(end - start)}s"
+    shown = printable(model)
+    live = [
+        e for e in read_live(source, end, None, None, selector).engines if e.model_name == model
+    ]
+    if not live:
+        if source.query(
+            f"count({_sel(scope, '__name__=~' + chr(34) + 'sglang:.+' + chr(34))})", end
+        ):
+            raise FitError(
+                f"{shown} is served by SGLang: what-if replays vLLM's engine, and its levers "
+                "(gpu_memory_utilization, max_num_seqs, ...) are vLLM flags SGLang does not have"
+            )
+        raise FitError(
+            f"no vllm:cache_config_info for {shown} at the window's end: what-if needs the "
+            "engine's KV cache as vLLM reports it (a vLLM server, scraped at the time)"
+        )
+    cache = _cache(live[0], shown)
+    measured = measure(source, scope, start, end)
+    if measured.finished < MIN_REQUESTS or measured.ttft.count < MIN_REQUESTS:
+        minutes = (end - start) / 60
+        raise FitError(
+            f"{shown} finished {measured.finished:.0f} requests in the {minutes:.0f}-minute "
+            f"window; fitting the workload needs at least {MIN_REQUESTS} (a longer --since, "
+            f"or a busier period: at least {MIN_REQUESTS / (end - start):.2g} req/s here)"
+        )
+    reasons = {
+        s.labels.get("finished_reason", ""): float(s.v[-1])
+        for s in source.query(
+            f"sum by (finished_reason) (increase({N.SUCCESS}{_sel(scope)}[{span}]))", end
+        )
+        if len(s.v)
+    }
+    length_share = reasons.get("length", 0.0) / max(1.0, sum(reasons.values()))
+    prompt_b = read_buckets(source, (N.PROMPT,), scope, span, end)
+    output_b = read_buckets(source, (N.GENERATION,), scope, span, end)
+    try:
+        prompt = fit_lognormal(prompt_b)
+        output = fit_lognormal(output_b, length_share)
+    except ValueError:
+        raise FitError(
+            f"{shown}: no prompt or output token histogram in the window "
+            f"({N.PROMPT}, {N.GENERATION}); the lengths cannot be fitted"
+        ) from None
+    hits = _scalar(source, f"sum(increase({_either(N.PREFIX_HITS, scope)}[{span}]))", end)
+    queries = _scalar(source, f"sum(increase({_either(N.PREFIX_QUERIES, scope)}[{span}]))", end)
+    prefix = hits / queries if hits is not None and queries else None
+    counted = source.query(f"count by (job, instance, engine) ({N.RUNNING}{_sel(scope)})", end)
+    servers = {(s.labels.get("job", ""), s.labels.get("instance", "")) for s in counted}
+    instances = max(1, len(servers))
+    engines = max(1, round(len(counted) / instances))
+    step = RATE_STEP if end - start >= 4 * RATE_STEP else max(15.0, (end - start) / 4)
+    rates = arrival_rates(source, scope, start, end, step)
+    notes = []
+    if prompt.error > 0.1 or output.error > 0.1:
+        notes.append(
+            "the lengths are not log-normal (CDF off by up to "
+            f"{max(prompt.error, output.error):.0%} at a bound): the replay's mix is approximate"
+        )
+    return Fit(
+        model=model,
+        start=start,
+        end=end,
+        rate_step=step,
+        rates=rates,
+        prompt=prompt,
+        output=output,
+        length_share=length_share,
+        prefix_hit=prefix,
+        instances=instances,
+        engines=engines,
+        cache=cache,
+        measured=measured,
+        notes=notes,
+    )
+
+
+def _cache(engine: object, shown: str) -> EngineCache:
+    blocks = getattr(engine, "num_gpu_blocks", None)
+    size = getattr(engine, "block_size", None)
+    try:
+        gmu = float(getattr(engine, "gpu_memory_utilization", ""))
+    except ValueError:
+        gmu = math.nan
+    if not blocks or not size or not 0 < gmu <= 1:
+        raise FitError(
+            f"{shown}: vllm:cache_config_info lacks num_gpu_blocks, block_size or "
+            "gpu_memory_utilization (an engine that has not profiled its memory yet?)"
+        )
+    return EngineCache(
+        num_gpu_blocks=int(blocks),
+        block_size=int(size),
+        gpu_memory_utilization=gmu,
+        cache_dtype=str(getattr(engine, "cache_dtype", "auto")) or "auto",
+        enable_prefix_caching=str(getattr(engine, "enable_prefix_caching", "")) == "True",
+    )
+
+
+def models_with_traffic(
+    source: MetricSource, selector: tuple[str, ...], start: float, end: float
+) -> list[str]:
+    """The models that finished requests in the window, busiest first."""
+    span = f"{int(end - start)}s"
+    found = source.query(
+        f"sum by (model_name) (increase({N.SUCCESS}{_sel(selector)}[{span}])) > 0", end
+    )
+    ranked = sorted(found, key=lambda s: -float(s.v[-1]) if len(s.v) else 0.0)
+    return [s.labels.get("model_name", "") for s in ranked]

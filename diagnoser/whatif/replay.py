@@ -1,0 +1,253 @@
+"""The fitted workload replayed through the simulator, read off its histograms directly.
+
+A replay builds one model's scenario from a ``Fit`` (the arrival rate step by step, the
+fitted lengths, the prefix-cache hits, the servers and their engine) and runs the simulator's
+servers without writing any series: after a warm-up at the window's first rates, the
+histograms and counters are read at the window's start and end, and KV usage and the queue
+are sampled at every scrape interval, as Prometheus would have. Every replay of one fit uses
+the same random draws, so two configurations see the same requests.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+import numpy as np
+
+from diagnoser.core import families as F
+from diagnoser.core.exposition import Recorder
+from diagnoser.hardware.presets import GB, GpuSpec, ModelSpec, kv_capacity_tokens
+from diagnoser.sim.engine import EngineConfig
+from diagnoser.sim.run import Simulation
+from diagnoser.sim.scenario import (
+    Change,
+    Client,
+    Expectation,
+    ModelScenario,
+    Probe,
+    Scenario,
+)
+from diagnoser.sim.server import ApiServerConfig, Fault
+from diagnoser.sim.workload import Lengths, Rate, Workload
+from diagnoser.whatif.fit import Fit
+from diagnoser.whatif.stats import Buckets, Observed
+
+WARMUP = 180.0  # seconds replayed at the window's first rates before it is read
+SCRAPE = 15.0  # seconds between samples of KV usage and the queue
+TICK = 1.0
+SEED = 2026
+SMOOTH = 300.0  # seconds the measured arrival rate is averaged over
+
+
+@dataclass(frozen=True)
+class Setup:
+    """What the series do not say about the servers: the model's shape, the GPU, the
+    scheduler's limits (vLLM's defaults unless the site says), the longest sequence."""
+
+    spec: ModelSpec
+    gpu: GpuSpec
+    max_num_seqs: int
+    max_num_batched_tokens: int
+    max_model_len: int | None = None
+    tensor_parallel: int = 1
+
+
+@dataclass(frozen=True)
+class Config:
+    """One configuration to replay: the engine, the servers, the output cap."""
+
+    engine: EngineConfig
+    instances: int
+    max_tokens: int
+
+
+def baseline(fit: Fit, setup: Setup) -> tuple[Config, list[str]]:
+    """Today's configuration as the fit and the setup describe it, and notes on it. The
+    runtime overhead is solved from the blocks the engine reports, so the replay's KV cache
+    holds exactly as many blocks as the live one, and a change of memory or KV dtype moves
+    it as vLLM's profiler would."""
+    spec, g, c = setup.spec, setup.gpu, fit.cache
+    tp = setup.tensor_parallel
+    kv_bytes = 1 if c.cache_dtype.startswith("fp8") else 2
+    per_token = spec.kv_bytes_per_token(kv_bytes, tp)
+    tokens = c.num_gpu_blocks * c.block_size
+    overhead = g.memory_bytes * c.gpu_memory_utilization - spec.weight_bytes / tp
+    overhead -= (tokens + 0.5) * per_token
+    notes = []
+    if overhead < 0:
+        notes.append(
+            f"the engine reports {tokens:,} KV tokens, more than {g.name} at "
+            f"{c.gpu_memory_utilization:g} holds after {spec.name}'s weights: check --gpu "
+            "and the model's shape"
+        )
+    longest = setup.max_model_len or spec.max_position
+    if longest > tokens:
+        notes.append(
+            f"max_model_len taken as the KV capacity ({tokens:,} tokens), below the "
+            f"model's {longest:,}: give --max-model-len"
+        )
+        longest = tokens
+    cap = fit.output.cap
+    max_tokens = round(cap) if cap is not None else longest
+    engine = EngineConfig(
+        max_num_seqs=setup.max_num_seqs,
+        max_num_batched_tokens=setup.max_num_batched_tokens,
+        gpu_memory_utilization=c.gpu_memory_utilization,
+        max_model_len=longest,
+        block_size=c.block_size,
+        kv_cache_dtype_bytes=kv_bytes,
+        tensor_parallel=tp,
+        enable_prefix_caching=c.enable_prefix_caching,
+        prefix_hit_share=(fit.prefix_hit or 0.0) if c.enable_prefix_caching else 0.0,
+        runtime_overhead_gb=overhead / GB,
+    )
+    got = engine.num_gpu_blocks(spec, g)
+    assert abs(got - c.num_gpu_blocks) <= 1, (got, c.num_gpu_blocks)
+    return Config(engine, fit.instances, max(1, max_tokens)), notes
+
+
+def capacity_tokens(setup: Setup, engine: EngineConfig) -> int:
+    return kv_capacity_tokens(
+        setup.spec,
+        setup.gpu,
+        engine.gpu_memory_utilization,
+        engine.runtime_overhead_gb * GB,
+        engine.kv_cache_dtype_bytes,
+        engine.tensor_parallel,
+    )
+
+
+def smooth(rates: np.ndarray, step: float, seconds: float = SMOOTH) -> np.ndarray:
+    """The rates averaged over ``seconds`` around each step. A step's measured count carries
+    its own Poisson noise, and the replay draws Poisson arrivals again: unsmoothed, the
+    replay's load would be burstier than the measured one (twice the variance per step)."""
+    k = max(1, round(seconds / step))
+    if k == 1 or rates.size <= k:
+        return rates
+    padded = np.pad(rates, (k // 2, k - 1 - k // 2), mode="edge")
+    return np.convolve(padded, np.ones(k) / k, mode="valid")
+
+
+def scenario(fit: Fit, setup: Setup, cfg: Config) -> Scenario:
+    """The fit as a one-model scenario: a warm-up, then the window's rates step by step."""
+    rates = smooth(fit.rates, fit.rate_step) if fit.rates.size else np.array([fit.mean_rate])
+    first = float(rates[: max(1, int(300 / fit.rate_step))].mean())
+    timeline = [
+        Change(at=WARMUP + k * fit.rate_step, set={"workload.rate.mean": float(r)})
+        for k, r in enumerate(rates)
+    ]
+    workload = Workload(
+        rate=Rate(mean=first, noise=0.0),
+        prompt=Lengths(median=fit.prompt.median, sigma=fit.prompt.sigma),
+        output=Lengths(median=fit.output.median, sigma=fit.output.sigma),
+        max_tokens=cfg.max_tokens,
+    )
+    m = ModelScenario(
+        name=fit.model,
+        spec=setup.spec,
+        gpu=setup.gpu,
+        engine=dataclasses.replace(cfg.engine),
+        api=ApiServerConfig(),
+        workload=workload,
+        client=Client(),
+        probe=Probe(),
+        fault=Fault(),
+        instances=cfg.instances,
+        engines=fit.engines,
+        dcgm=False,
+        timeline=timeline,
+    )
+    return Scenario(
+        name="what-if",
+        description="a fitted window",
+        duration=WARMUP + fit.seconds,
+        scrape_interval=SCRAPE,
+        seed=SEED,
+        models=[m],
+        labels=Expectation(),
+    )
+
+
+@dataclass
+class _Tally:
+    ttft: Buckets
+    itl: Buckets
+    preemptions: float
+    finished: float
+    tokens: float
+
+
+def _tally(run: object) -> _Tally | None:
+    """The model's histograms and counters summed over its servers and engines."""
+    ttft = itl = None
+    pre = fin = tok = 0.0
+    for server in getattr(run, "servers", []):
+        if not server.up:
+            continue
+        for em in server.em:
+            for name, acc in ((F.TTFT.name, "t"), (F.ITL.name, "i")):
+                h = em.h[name]
+                b = Buckets(h.bounds, h.cumulative(), h.sum)
+                if acc == "t":
+                    ttft = b if ttft is None else _add(ttft, b)
+                else:
+                    itl = b if itl is None else _add(itl, b)
+            pre += em.counters[F.PREEMPTIONS]
+            fin += sum(em.finished.values())
+            tok += em.counters[F.GENERATION_TOKENS]
+    if ttft is None or itl is None:
+        return None
+    return _Tally(ttft, itl, pre, fin, tok)
+
+
+def _add(a: Buckets, b: Buckets) -> Buckets:
+    return Buckets(a.bounds, a.cumulative + b.cumulative, a.sum + b.sum)
+
+
+class ReplayError(RuntimeError):
+    """The replayed servers did not serve (the configuration does not start)."""
+
+
+def replay(fit: Fit, setup: Setup, cfg: Config) -> Observed:
+    """Replay the fit at ``cfg``; what the servers did over the window's span."""
+    return observe(scenario(fit, setup, cfg), WARMUP)
+
+
+def observe(sc: Scenario, skip: float) -> Observed:
+    """Simulate ``sc`` (its first model) and read what it did after the first ``skip``
+    seconds, without writing any series."""
+    sim = Simulation(sc, Recorder(history=False), 0.0)
+    run = sim.runs[0]
+    if not all(s.up for s in run.servers):
+        raise ReplayError("the engine does not start at this configuration")
+    kv: list[float] = []
+    waiting: list[float] = []
+    start: _Tally | None = None
+    t, next_scrape = 0.0, skip + SCRAPE
+    end = sc.duration
+    while t < end - 1e-9:
+        run.step(t, TICK)
+        t += TICK
+        if start is None and t >= skip - 1e-9:
+            run._collect()
+            start = _tally(run)
+        if t >= next_scrape - 1e-9:
+            next_scrape += SCRAPE
+            engines = [e for s in run.servers if s.up for e in s.engines]
+            kv.append(float(np.mean([e.kv_usage() for e in engines])) if engines else 0.0)
+            waiting.append(float(sum(sum(1 for r in e.waiting if r.ready <= t) for e in engines)))
+    run._collect()
+    last = _tally(run)
+    if start is None or last is None:
+        raise ReplayError("the replayed servers went down")
+    return Observed(
+        ttft=last.ttft.minus(start.ttft),
+        itl=last.itl.minus(start.itl),
+        kv_usage=float(np.mean(kv)) if kv else None,
+        preemptions=last.preemptions - start.preemptions,
+        waiting=float(np.mean(waiting)) if waiting else None,
+        finished=last.finished - start.finished,
+        generation_tokens=last.tokens - start.tokens,
+        seconds=end - skip,
+    )

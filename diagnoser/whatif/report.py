@@ -1,0 +1,194 @@
+"""What-if as JSON (the documented object) and as text (a table per lever).
+
+The JSON object::
+
+    {"model": str, "window": {"start": ISO, "end": ISO, "seconds": float},
+     "fit": {"arrival_rate": {"mean", "min", "max", "step_seconds"},
+             "prompt_tokens": {"median", "sigma"}, "output_tokens": {"median", "sigma"},
+             "length_share", "max_tokens", "prefix_cache_hit_rate", "instances", "engines",
+             "engine": {"num_gpu_blocks", "block_size", "gpu_memory_utilization",
+                        "kv_cache_dtype", "enable_prefix_caching", "max_num_seqs",
+                        "max_num_batched_tokens", "max_model_len"},
+             "model_shape", "gpu"},
+     "calibration": {"ok", "reason", "prefill_factor", "decode_factor", "tolerance",
+                     "measured": FIGURES, "replayed": FIGURES, "residual": {...},
+                     "residual_relative": {name: bool}},
+     "today": FIGURES, "today_replayed": FIGURES,
+     "levers": [{"lever", "restart", "change", "predicted": FIGURES, "band": {...},
+                 "error"}],
+     "slo": {"ttft_seconds", "itl_seconds"}, "notes": [str], "seconds": float}
+
+FIGURES maps ``ttft_p50``, ``ttft_p95``, ``itl_p50``, ``itl_p95`` (seconds), ``kv_usage``
+(0-1), ``preemptions_per_second``, ``waiting`` (requests), ``requests_per_second``,
+``tokens_per_second`` (generated) and ``ttft_slo_share``, ``itl_slo_share`` (0-1, the SLO
+attainment) to numbers, null where unknown. A band is the ± on the predicted figure. With
+``calibration.ok`` false, ``levers`` carry no prediction.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from diagnoser.core.finite import finite
+from diagnoser.core.printable import printable
+from diagnoser.diagnosis.model import iso
+from diagnoser.whatif.calibrate import CHECKED, TOLERANCE
+from diagnoser.whatif.predict import WhatIf
+
+
+def to_json(w: WhatIf) -> dict[str, Any]:
+    fit, e, cal = w.fit, w.today.engine, w.calibration
+    rates = fit.rates
+    doc = {
+        "model": fit.model,
+        "window": {"start": iso(fit.start), "end": iso(fit.end), "seconds": fit.seconds},
+        "fit": {
+            "arrival_rate": {
+                "mean": fit.mean_rate,
+                "min": float(rates.min()) if rates.size else None,
+                "max": float(rates.max()) if rates.size else None,
+                "step_seconds": fit.rate_step,
+            },
+            "prompt_tokens": {"median": fit.prompt.median, "sigma": fit.prompt.sigma},
+            "output_tokens": {"median": fit.output.median, "sigma": fit.output.sigma},
+            "length_share": fit.length_share,
+            "max_tokens": w.today.max_tokens,
+            "prefix_cache_hit_rate": fit.prefix_hit,
+            "instances": fit.instances,
+            "engines": fit.engines,
+            "engine": {
+                "num_gpu_blocks": fit.cache.num_gpu_blocks,
+                "block_size": fit.cache.block_size,
+                "gpu_memory_utilization": fit.cache.gpu_memory_utilization,
+                "kv_cache_dtype": fit.cache.cache_dtype,
+                "enable_prefix_caching": fit.cache.enable_prefix_caching,
+                "max_num_seqs": e.max_num_seqs,
+                "max_num_batched_tokens": e.max_num_batched_tokens,
+                "max_model_len": e.max_model_len,
+            },
+            "model_shape": w.setup.spec.name,
+            "gpu": w.setup.gpu.name,
+        },
+        "calibration": {
+            "ok": cal.ok,
+            "reason": cal.reason,
+            "prefill_factor": cal.prefill_factor,
+            "decode_factor": cal.decode_factor,
+            "tolerance": TOLERANCE,
+            "measured": cal.measured,
+            "replayed": cal.replayed,
+            "residual": cal.residual,
+            "residual_relative": {
+                name: cal.measured.get(name) is not None
+                and abs(cal.measured[name] or 0.0) > CHECKED[name]
+                for name in cal.residual
+            },
+        },
+        "today": cal.measured,
+        "today_replayed": w.replayed,
+        "levers": [
+            {
+                "lever": o.lever.text,
+                "restart": o.lever.restart,
+                "change": o.change or None,
+                "predicted": o.predicted or None,
+                "band": o.band or None,
+                "error": o.error,
+            }
+            for o in w.outcomes
+        ],
+        "slo": {"ttft_seconds": w.slo[0], "itl_seconds": w.slo[1]},
+        "notes": list(w.notes),
+        "seconds": w.seconds,
+    }
+    clean, _ = finite(doc)
+    return dict(clean)
+
+
+LABELS = {
+    "ttft_p50": "TTFT p50",
+    "ttft_p95": "TTFT p95",
+    "itl_p50": "ITL p50",
+    "itl_p95": "ITL p95",
+    "kv_usage": "KV usage",
+    "preemptions_per_second": "preemptions/s",
+    "waiting": "waiting",
+    "requests_per_second": "requests/s",
+    "tokens_per_second": "tokens/s",
+    "ttft_slo_share": "TTFT SLO met",
+    "itl_slo_share": "ITL SLO met",
+}
+SHOWN = (
+    "ttft_p95",
+    "itl_p95",
+    "tokens_per_second",
+    "preemptions_per_second",
+    "kv_usage",
+    "ttft_slo_share",
+    "itl_slo_share",
+)
+
+
+def _fmt(name: str, v: float | None) -> str:
+    if v is None:
+        return "-"
+    if name.startswith(("ttft_p", "itl_p")):
+        return f"{v * 1000:.0f} ms" if v < 1 else f"{v:.2f} s"
+    if name in ("kv_usage", "ttft_slo_share", "itl_slo_share"):
+        return f"{v:.1%}"
+    if name == "tokens_per_second":
+        return f"{v:,.0f}"
+    return f"{v:.3g}"
+
+
+def text(w: WhatIf) -> str:
+    doc = to_json(w)
+    fit, cal = w.fit, w.calibration
+    f = doc["fit"]
+    lines = [
+        f"what-if for {printable(fit.model)}, {iso(fit.start)} to {iso(fit.end)}",
+        f"  workload: {f['arrival_rate']['mean']:.2f} req/s (per {fit.rate_step:g} s: "
+        f"{f['arrival_rate']['min']:.2f}-{f['arrival_rate']['max']:.2f}), prompts "
+        f"~{fit.prompt.median:,.0f} tokens (sigma {fit.prompt.sigma:.2f}), answers "
+        f"~{fit.output.median:,.0f} (sigma {fit.output.sigma:.2f}), {fit.length_share:.1%} "
+        f"stop on length (max_tokens ~{w.today.max_tokens:,})",
+        f"  engine: {fit.instances} server(s) x {fit.engines} engine(s), "
+        f"{fit.cache.num_gpu_blocks:,} blocks of {fit.cache.block_size} at "
+        f"gpu_memory_utilization {fit.cache.gpu_memory_utilization:g}, KV "
+        f"{fit.cache.cache_dtype}, max_num_seqs {w.today.engine.max_num_seqs}, "
+        f"max_num_batched_tokens {w.today.engine.max_num_batched_tokens}; "
+        f"{printable(w.setup.spec.name)} on {w.setup.gpu.name}",
+        f"  calibration: prefill x{cal.prefill_factor:.2f}, decode x{cal.decode_factor:.2f} "
+        f"({cal.replays} replay(s))",
+    ]
+    lines.append(f"    {'':16}{'measured':>12}{'replayed':>12}{'residual':>14}")
+    for name, r in cal.residual.items():
+        measured = cal.measured[name]
+        relative = measured is not None and abs(measured) > CHECKED[name]
+        res = "-" if r is None else (f"{r:+.0%}" if relative else f"{r:+.2g} abs")
+        lines.append(
+            f"    {LABELS[name]:16}{_fmt(name, cal.measured[name]):>12}"
+            f"{_fmt(name, cal.replayed[name]):>12}{res:>14}"
+        )
+    if not cal.ok:
+        lines.append(f"  refused: {cal.reason}; nothing is predicted")
+    else:
+        for o in w.outcomes:
+            restart = "restarts the engine" if o.lever.restart else "no restart"
+            head = f"lever {o.lever.text} ({o.change or 'not applied'}; {restart})"
+            lines += ["", head]
+            if o.error:
+                lines.append(f"  not predicted: {o.error}")
+                continue
+            lines.append(f"  {'':16}{'today':>12}{'predicted':>12}{'±':>10}")
+            for name in SHOWN:
+                pm = o.band.get(name)
+                lines.append(
+                    f"  {LABELS[name]:16}{_fmt(name, cal.measured[name]):>12}"
+                    f"{_fmt(name, o.predicted.get(name)):>12}"
+                    f"{_fmt(name, pm) if pm is not None else '-':>10}"
+                )
+    for note in w.notes:
+        lines.append(f"note: {printable(note)}")
+    lines.append(f"({w.seconds:.1f} s)")
+    return "\n".join(lines) + "\n"

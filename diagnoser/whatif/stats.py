@@ -1,0 +1,176 @@
+"""Histograms read the same way whether Prometheus or the simulator counted them, and
+log-normal lengths fitted to a histogram.
+
+A measured window and its replay are compared through the same bounds and the same
+arithmetic: ``quantile`` is Prometheus's ``histogram_quantile`` (linear within a bucket, the
+top finite bound for a rank in +Inf), ``share_at_or_below`` the SLO share at the largest bound
+at or below a threshold.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from statistics import NormalDist
+
+import numpy as np
+
+_N = NormalDist()
+
+
+@dataclass(frozen=True)
+class Buckets:
+    """A histogram over a period: finite upper bounds and cumulative counts (one more: +Inf),
+    with the sum of the observations."""
+
+    bounds: np.ndarray
+    cumulative: np.ndarray
+    sum: float = 0.0
+
+    @property
+    def count(self) -> float:
+        return float(self.cumulative[-1]) if self.cumulative.size else 0.0
+
+    @property
+    def mean(self) -> float | None:
+        return self.sum / self.count if self.count > 0 else None
+
+    def minus(self, before: Buckets) -> Buckets:
+        return Buckets(self.bounds, self.cumulative - before.cumulative, self.sum - before.sum)
+
+
+def quantile(b: Buckets, q: float) -> float | None:
+    """Prometheus's ``histogram_quantile(q, ...)`` over these buckets; None when empty."""
+    total = b.count
+    if total <= 0 or not b.bounds.size:
+        return None
+    rank = q * total
+    i = int(np.searchsorted(b.cumulative, rank, side="left"))
+    if i >= b.bounds.size:  # in +Inf: the top finite bound, as Prometheus answers
+        return float(b.bounds[-1])
+    end = float(b.bounds[i])
+    start = float(b.bounds[i - 1]) if i > 0 else 0.0
+    below = float(b.cumulative[i - 1]) if i > 0 else 0.0
+    inside = float(b.cumulative[i]) - below
+    if i == 0 and end <= 0:
+        return end
+    return start + (end - start) * ((rank - below) / inside if inside > 0 else 1.0)
+
+
+def share_at_or_below(b: Buckets, threshold: float) -> float | None:
+    """The share of observations in the buckets up to the largest bound at or below
+    ``threshold`` (an SLO read as the server's own bounds allow); None when empty."""
+    if b.count <= 0:
+        return None
+    i = int(np.searchsorted(b.bounds, threshold * (1 + 1e-9), side="right")) - 1
+    return float(b.cumulative[i]) / b.count if i >= 0 else 0.0
+
+
+@dataclass(frozen=True)
+class LogNormal:
+    """Lengths: ``median`` and ``sigma`` of a log-normal, and the cap (``max_tokens``) that
+    makes ``length_share`` of the requests stop on length (None: no cap seen)."""
+
+    median: float
+    sigma: float
+    cap: float | None = None
+    error: float = 0.0  # largest gap between the fitted and the measured CDF at a bound
+
+
+def _cdf(x: np.ndarray) -> np.ndarray:
+    """The standard normal CDF, vectorised (Abramowitz and Stegun 7.1.26: error < 1.5e-7)."""
+    u = np.abs(np.asarray(x, dtype=np.float64)) / math.sqrt(2.0)
+    t = 1.0 / (1.0 + 0.3275911 * u)
+    poly = t * (
+        0.254829592 + t * (-0.284496736 + t * (1.421413741 + t * (-1.453152027 + t * 1.061405429)))
+    )
+    erf = 1.0 - poly * np.exp(-u * u)
+    return np.asarray(0.5 * (1.0 + np.sign(x) * erf), dtype=np.float64)
+
+
+def fit_lognormal(b: Buckets, length_share: float = 0.0) -> LogNormal:
+    """The log-normal (median, sigma) whose CDF at the histogram's bounds and whose mean are
+    closest to the measured ones; with ``length_share`` > 0 the top of the distribution is
+    capped where that share of it lies (requests that stop at max_tokens), and only the
+    bounds below the cap are matched."""
+    total = b.count
+    mean = b.mean
+    if total <= 0 or mean is None or mean <= 0:
+        raise ValueError("an empty histogram")
+    keep = b.bounds > 0
+    bounds, cdf = b.bounds[keep], b.cumulative[:-1][keep] / total
+    logs = np.log(bounds)
+    sigmas = np.linspace(0.02, 2.5, 125)
+    centre = math.log(mean)
+    mus = np.linspace(centre - 4.0, centre + 1.0, 501)
+    mu, sigma = np.meshgrid(mus, sigmas)  # shape (sigmas, mus)
+    share = min(max(length_share, 0.0), 0.5)
+    z_cap = _N.inv_cdf(1 - share) if share > 0 else math.inf
+    log_cap = mu + sigma * z_cap
+    # The model's CDF at each bound: the log-normal's below the cap, 1 at and above it.
+    z = (logs[None, None, :] - mu[..., None]) / sigma[..., None]
+    model = _cdf(z)
+    capped = logs[None, None, :] >= log_cap[..., None]
+    model = np.where(capped, 1.0, model)
+    weight = np.where(capped, 0.25, 1.0)  # past the cap the bounds say little of the shape
+    err_cdf = (((model - cdf[None, None, :]) ** 2) * weight).sum(axis=-1)
+    # The mean of min(X, cap).
+    if math.isfinite(z_cap):
+        cap = np.exp(log_cap)
+        below = np.exp(mu + sigma**2 / 2) * _cdf((log_cap - mu - sigma**2) / sigma)
+        fitted_mean = below + cap * share
+    else:
+        fitted_mean = np.exp(mu + sigma**2 / 2)
+    err_mean = (np.log(fitted_mean) - math.log(mean)) ** 2
+    score = err_cdf + err_mean
+    k = np.unravel_index(int(np.argmin(score)), score.shape)
+    best_mu, best_sigma = float(mu[k]), float(sigma[k])
+    cap_value = math.exp(best_mu + best_sigma * z_cap) if math.isfinite(z_cap) else None
+    gap = float(np.max(np.abs(model[k] - cdf))) if cdf.size else 0.0
+    return LogNormal(math.exp(best_mu), best_sigma, cap_value, gap)
+
+
+# The figures a measured window and its replay are compared on, in display order.
+METRICS = (
+    "ttft_p50",
+    "ttft_p95",
+    "itl_p50",
+    "itl_p95",
+    "kv_usage",
+    "preemptions_per_second",
+    "waiting",
+    "requests_per_second",
+    "tokens_per_second",
+    "ttft_slo_share",
+    "itl_slo_share",
+)
+
+
+@dataclass(frozen=True)
+class Observed:
+    """What one model's servers did over a period (measured, or replayed)."""
+
+    ttft: Buckets
+    itl: Buckets
+    kv_usage: float | None  # mean over the period and the engines, 0-1
+    preemptions: float  # over the period, all servers
+    waiting: float | None  # mean requests waiting, all servers together
+    finished: float  # requests finished over the period
+    generation_tokens: float
+    seconds: float
+
+    def figures(self, ttft_slo: float, itl_slo: float) -> dict[str, float | None]:
+        s = max(self.seconds, 1e-9)
+        return {
+            "ttft_p50": quantile(self.ttft, 0.5),
+            "ttft_p95": quantile(self.ttft, 0.95),
+            "itl_p50": quantile(self.itl, 0.5),
+            "itl_p95": quantile(self.itl, 0.95),
+            "kv_usage": self.kv_usage,
+            "preemptions_per_second": self.preemptions / s,
+            "waiting": self.waiting,
+            "requests_per_second": self.finished / s,
+            "tokens_per_second": self.generation_tokens / s,
+            "ttft_slo_share": share_at_or_below(self.ttft, ttft_slo),
+            "itl_slo_share": share_at_or_below(self.itl, itl_slo),
+        }
