@@ -16,6 +16,7 @@ import pytest
 
 from diagnoser.core.source import PrometheusSource
 from diagnoser.diagnosis import Window, diagnose
+from diagnoser.diagnosis.model import Diagnosis
 from diagnoser.lab.alerts import backfill_rules, firing
 from diagnoser.lab.promserver import Prometheus
 from diagnoser.sim import library
@@ -42,10 +43,17 @@ def test_every_alert_that_fires_is_diagnosed_and_ranked_first(
         if sc.labels.healthy:
             assert not fired, f"{name}: a healthy scenario fired {[f.alert for f in fired]}"
             return
+        # One diagnosis per scope: the alerts of one model ask the same question.
+        diagnosed: dict[tuple[tuple[str, str], ...], Diagnosis] = {}
         for f in fired:
             alert = FiringAlert(f.alert, "firing", f.labels, {})
             scope = scope_of(alert, site.config)
-            result = diagnose(PrometheusSource(prom.url), site, window, matchers_for(scope))
+            key = tuple(sorted(scope.items()))
+            if key not in diagnosed:
+                diagnosed[key] = diagnose(
+                    PrometheusSource(prom.url), site, window, matchers_for(scope)
+                )
+            result = diagnosed[key]
             ids = [m.playbook.id for m in result.findings]
             if "playbook" not in f.labels:
                 sick = [h for h in result.health if h.verdict == "unhealthy"]
