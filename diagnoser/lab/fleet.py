@@ -15,12 +15,15 @@ assembled from its models' blocks and compacted by Prometheus into one TSDB.
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import inspect
+import itertools
 import json
 import os
 import re
 import shutil
+import textwrap
 import time
 import urllib.request
 from collections.abc import Callable
@@ -93,7 +96,10 @@ class Shape:
 
 def _data_code() -> str:
     """The code here that decides what the series are (not how they are cached or timed)."""
-    code = [inspect.getsource(fn) for fn in (replicate, _build_model, model_name, Shape.cluster)]
+    code = [
+        ast.dump(ast.parse(textwrap.dedent(inspect.getsource(fn))))  # not its layout
+        for fn in (replicate, _build_model, model_name, Shape.cluster)
+    ]
     return "".join([SCENARIO, *PRESETS, *CLUSTERS, _NAME.pattern, _BARE.pattern, *code])
 
 
@@ -111,6 +117,7 @@ def replicate(src: Path, dst: Path, name: str, shape: Shape) -> int:
 
     def pattern_in_longer(text: str) -> bool:
         return longer.search(text) is not None
+
     lines = 0
     with src.open(encoding="utf-8") as fin, dst.open("w", encoding="utf-8") as fout:
         block: list[str] = []
@@ -228,9 +235,7 @@ def build_models(
                     f"{record['backfill_seconds']:.0f} s"
                 )
         shutil.rmtree(work, ignore_errors=True)
-    return {
-        i: json.loads((root / f"model-{i}.json").read_text()) for i in range(shape.models)
-    }
+    return {i: json.loads((root / f"model-{i}.json").read_text()) for i in range(shape.models)}
 
 
 def _blocks(tsdb: Path) -> list[tuple[int, int]]:
@@ -245,7 +250,7 @@ def _blocks(tsdb: Path) -> list[tuple[int, int]]:
 
 def _overlaps(ranges: list[tuple[int, int]]) -> bool:
     ordered = sorted(ranges)
-    return any(b[0] < a[1] for a, b in zip(ordered, ordered[1:], strict=False))
+    return any(b[0] < a[1] for a, b in itertools.pairwise(ordered))
 
 
 def compact(tsdb: Path, timeout: float = 3600.0) -> None:
@@ -281,8 +286,15 @@ def cached(shape: Shape, say: Callable[[str], None] = print) -> Fleet:
     record = home / "fleet.json"
     if record.exists():
         doc = json.loads(record.read_text())
-        return Fleet(shape, home / "tsdb", doc["end"], doc["samples"], doc["series"],
-                     doc["build_seconds"], True)
+        return Fleet(
+            shape,
+            home / "tsdb",
+            doc["end"],
+            doc["samples"],
+            doc["series"],
+            doc["build_seconds"],
+            True,
+        )
     t0 = time.monotonic()
     models.mkdir(parents=True, exist_ok=True)
     stamp = models / "end"
