@@ -155,9 +155,12 @@ def replicate(src: Path, dst: Path, name: str, shape: Shape) -> int:
     return lines
 
 
-def _build_model(args: tuple[int, str, float, Shape]) -> tuple[int, dict[str, float]]:
+def _build_model(
+    args: tuple[int, str, float, Shape], keep_text: bool = False
+) -> tuple[int, dict[str, float]]:
     """One model simulated, replicated and backfilled into ``workdir/model-I``; its samples
-    and the seconds each stage took. The text is deleted as soon as it is backfilled."""
+    and the seconds each stage took. The text is deleted as soon as it is backfilled
+    (``keep_text``: kept, for a test to read)."""
     index, workdir, end, shape = args
     t0 = time.monotonic()
     name = model_name(index)
@@ -181,14 +184,12 @@ def _build_model(args: tuple[int, str, float, Shape]) -> tuple[int, dict[str, fl
     many = work / f"{name}.om"
     try:
         samples = replicate(one, many, name, shape)
-        one.unlink()
         t2 = time.monotonic()
         text_bytes = many.stat().st_size
         backfill(many, work / f"model-{index}", block_hours=24)
     finally:
-        one.unlink(missing_ok=True)
-        many.unlink(missing_ok=True)
-        yaml_path.unlink(missing_ok=True)
+        for path in () if keep_text else (one, many, yaml_path):
+            path.unlink(missing_ok=True)
     t3 = time.monotonic()
     return index, {
         "samples": samples,
