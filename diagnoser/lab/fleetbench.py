@@ -49,6 +49,8 @@ class Run:
     samples: float
     status: int
     findings: list[str] = field(default_factory=list)
+    # The store's heaviest queries: samples read, seconds, the query (Prometheus only).
+    heaviest: list[tuple[float, float, str]] = field(default_factory=list)
     verdicts: dict[str, str] = field(default_factory=dict)
     error: str = ""
 
@@ -123,15 +125,32 @@ class PromStore(Store):
         assert prom.proc is not None
         self.pid = prom.proc.pid
 
-    def samples(self) -> float:
+    def entries(self) -> list[dict]:
         if not self.log.exists():
-            return 0.0
-        total = 0.0
+            return []
         with self.log.open(encoding="utf-8") as fh:
-            for line in fh:
-                stats = json.loads(line).get("stats", {}).get("samples", {})
-                total += float(stats.get("totalQueryableSamples", 0))
-        return total
+            return [json.loads(line) for line in fh]
+
+    def samples(self) -> float:
+        return sum(_samples(e) for e in self.entries())
+
+    def measure(self, end: float, since: str, scope: Sequence[str], label: str) -> Run:
+        seen = len(self.entries())
+        run = super().measure(end, since, scope, label)
+        mine = self.entries()[seen:]
+        run.heaviest = sorted(
+            (
+                (_samples(e), float(e["stats"]["timings"]["execTotalTime"]), e["params"]["query"])
+                for e in mine
+                if "stats" in e
+            ),
+            reverse=True,
+        )[:3]
+        return run
+
+
+def _samples(entry: dict) -> float:
+    return float(entry.get("stats", {}).get("samples", {}).get("totalQueryableSamples", 0))
 
 
 @contextmanager
@@ -298,6 +317,20 @@ def row(r: Run) -> str:
     )
 
 
+def heaviest(runs: Sequence[Run], say=print) -> None:
+    """The queries that read the most, by Prometheus's own statistics, for the whole fleet."""
+    for r in runs:
+        if r.scope != "whole fleet" or not r.heaviest or not r.samples:
+            continue
+        say(f"  heaviest queries, whole fleet --since {r.since} (Prometheus's query stats):")
+        for samples, seconds, query in r.heaviest:
+            shown = query if len(query) <= 110 else query[:107] + "..."
+            say(
+                f"    {samples / 1e6:7.1f} M samples ({samples / r.samples:4.0%}), "
+                f"{seconds:5.2f} s: {shown}"
+            )
+
+
 def differences(prom: Sequence[Run], vm: Sequence[Run]) -> list[str]:
     """Where the two stores' answers differ: findings, or a scope's health verdict."""
     out = []
@@ -345,6 +378,7 @@ def bench(shape: fleet.Shape, compare: fleet.Shape | None, vm: bool, runs: int =
         on_prom = measure(prom, f, runs)
     for r in on_prom:
         print(row(r))
+    heaviest(on_prom)
     if vm:
         data, seconds = vm_data(f)
         if seconds is not None:
