@@ -275,7 +275,8 @@ class Fleet:
     end: float
     samples: int
     series: int
-    build_seconds: float
+    build_seconds: float  # this call's: the models it built, the assembly, the compaction
+    model_seconds: float  # every model's simulation, replication and backfill, summed
     cached: bool
 
 
@@ -294,6 +295,7 @@ def cached(shape: Shape, say: Callable[[str], None] = print) -> Fleet:
             doc["samples"],
             doc["series"],
             doc["build_seconds"],
+            doc.get("model_seconds", 0.0),
             True,
         )
     t0 = time.monotonic()
@@ -319,6 +321,14 @@ def cached(shape: Shape, say: Callable[[str], None] = print) -> Fleet:
     )
     samples = sum(int(r["samples"]) for r in built.values())
     seconds = time.monotonic() - t0
-    doc = {"end": end, "samples": samples, "series": series, "build_seconds": seconds}
+    stages = ("simulate_seconds", "replicate_seconds", "backfill_seconds")
+    model_seconds = sum(float(r.get(k, 0.0)) for r in built.values() for k in stages)
+    doc = {
+        "end": end,
+        "samples": samples,
+        "series": series,
+        "build_seconds": seconds,
+        "model_seconds": model_seconds,
+    }
     record.write_text(json.dumps(doc))
-    return Fleet(shape, tsdb, end, samples, series, seconds, False)
+    return Fleet(shape, tsdb, end, samples, series, seconds, model_seconds, False)

@@ -21,10 +21,11 @@ import sys
 import tempfile
 import time
 import urllib.request
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from diagnoser.lab import fleet
 from diagnoser.lab.promserver import Prometheus, PrometheusError, binary, free_port
@@ -61,7 +62,7 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / TICKS
 
 
-def diagnose(url: str, end: float, since: str, scope: Sequence[str]) -> tuple[Run, dict]:
+def diagnose(url: str, end: float, since: str, scope: Sequence[str]) -> tuple[Run, dict[str, Any]]:
     """``servediag diagnose`` as its own process; the run (store figures left at 0) and its
     JSON report."""
     cmd = [sys.executable, "-m", "diagnoser", "diagnose", "--prometheus-url", url]
@@ -125,7 +126,7 @@ class PromStore(Store):
         assert prom.proc is not None
         self.pid = prom.proc.pid
 
-    def entries(self) -> list[dict]:
+    def entries(self) -> list[dict[str, Any]]:
         if not self.log.exists():
             return []
         with self.log.open(encoding="utf-8") as fh:
@@ -149,7 +150,7 @@ class PromStore(Store):
         return run
 
 
-def _samples(entry: dict) -> float:
+def _samples(entry: dict[str, Any]) -> float:
     return float(entry.get("stats", {}).get("samples", {}).get("totalQueryableSamples", 0))
 
 
@@ -247,7 +248,7 @@ def _vmctl(tsdb: Path, url: str) -> None:
         raise PrometheusError(f"vmctl failed: {tail.decode(errors='replace')[-300:]}")
 
 
-def vm_data(f: fleet.Fleet, say=print) -> tuple[Path, float | None]:
+def vm_data(f: fleet.Fleet, say: Callable[[str], None] = print) -> tuple[Path, float | None]:
     """The fleet imported into a VictoriaMetrics data directory beside its TSDB (once); the
     directory and the seconds the import took (None: it was there)."""
     home = f.tsdb.parent
@@ -317,7 +318,7 @@ def row(r: Run) -> str:
     )
 
 
-def heaviest(runs: Sequence[Run], say=print) -> None:
+def heaviest(runs: Sequence[Run], say: Callable[[str], None] = print) -> None:
     """The queries that read the most, by Prometheus's own statistics, for the whole fleet."""
     for r in runs:
         if r.scope != "whole fleet" or not r.heaviest or not r.samples:
@@ -338,7 +339,7 @@ def differences(prom: Sequence[Run], vm: Sequence[Run]) -> list[str]:
         what = f"{a.scope}, --since {a.since}"
         if a.findings != b.findings:
             out.append(f"{what}: findings {a.findings or 'none'} vs {b.findings or 'none'}")
-        changed = {
+        changed: dict[str, tuple[str | None, str | None]] = {
             s: (v, b.verdicts.get(s)) for s, v in a.verdicts.items() if b.verdicts.get(s) != v
         }
         changed |= {s: (None, v) for s, v in b.verdicts.items() if s not in a.verdicts}
@@ -349,15 +350,22 @@ def differences(prom: Sequence[Run], vm: Sequence[Run]) -> list[str]:
     return out
 
 
-def describe(f: fleet.Fleet, say=print) -> None:
-    built = "cached" if f.cached else f"built in {f.build_seconds:.0f} s"
+def describe(f: fleet.Fleet, say: Callable[[str], None] = print) -> None:
+    built = (
+        "cached"
+        if f.cached
+        else f"built in {f.build_seconds:.0f} s (its models took {f.model_seconds:.0f} s, "
+        "two at a time, in this run or an earlier one)"
+    )
     say(
         f"fleet: {f.shape.text()}: {f.series / 1e3:.0f} k series, {f.samples / 1e6:.0f} M "
         f"samples; {built}, in {f.tsdb.parent}"
     )
 
 
-def growth(small: Sequence[Run], big: Sequence[Run], ratio: float, say=print) -> None:
+def growth(
+    small: Sequence[Run], big: Sequence[Run], ratio: float, say: Callable[[str], None] = print
+) -> None:
     """How time, samples and memory grew from a fleet to one ``ratio`` times its data."""
     for a, b in zip(small, big, strict=True):
         if a.scope != "whole fleet" or a.status or b.status:
