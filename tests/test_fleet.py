@@ -63,7 +63,7 @@ def test_each_model_is_backfilled_into_its_own_blocks(tmp_path, monkeypatch):
     assert not (root / "building").exists()  # no text left behind
     for i in (0, 1):
         metas = list((root / f"model-{i}").glob("*/meta.json"))
-        assert len(metas) == 1  # a day-aligned end: one block per model
+        assert len(metas) == 1  # ten minutes: one block per model
         series = json.loads(metas[0].read_text())["stats"]["numSeries"]
         assert series > 2 * 100  # each instance's vLLM and GPU series
     # A fleet's key follows its shape but not its number of models (they share blocks).

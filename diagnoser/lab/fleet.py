@@ -205,8 +205,8 @@ def cache_root() -> Path:
 
 
 def fleet_end() -> float:
-    """The fleet's end: midnight UTC (its day is then one block per model, and one block once
-    compacted)."""
+    """The fleet's end: midnight UTC before now (its models, built on different days, keep
+    the end of the first)."""
     return float(int(time.time()) // DAY * DAY)
 
 
@@ -268,6 +268,17 @@ def compact(tsdb: Path, timeout: float = 3600.0) -> None:
         urllib.request.urlopen(url, timeout=60).read()
 
 
+def count_series(tsdb: Path) -> int:
+    """The fleet's series: those of its largest block (every series spans the whole time, and
+    the compacted blocks split it)."""
+    counts = [
+        int(json.loads(m.read_text())["stats"]["numSeries"])
+        for m in tsdb.glob("*/meta.json")
+        if "." not in m.parent.name
+    ]
+    return max(counts, default=0)
+
+
 @dataclass(frozen=True)
 class Fleet:
     shape: Shape
@@ -293,7 +304,7 @@ def cached(shape: Shape, say: Callable[[str], None] = print) -> Fleet:
             home / "tsdb",
             doc["end"],
             doc["samples"],
-            doc["series"],
+            count_series(home / "tsdb"),
             doc["build_seconds"],
             doc.get("model_seconds", 0.0),
             True,
@@ -314,11 +325,7 @@ def cached(shape: Shape, say: Callable[[str], None] = print) -> Fleet:
             if (block / "meta.json").exists():
                 shutil.copytree(block, tsdb / block.name, copy_function=os.link)
     compact(tsdb)
-    series = sum(
-        json.loads(m.read_text())["stats"]["numSeries"]
-        for m in tsdb.glob("*/meta.json")
-        if "." not in m.parent.name
-    )
+    series = count_series(tsdb)
     samples = sum(int(r["samples"]) for r in built.values())
     seconds = time.monotonic() - t0
     stages = ("simulate_seconds", "replicate_seconds", "backfill_seconds")
