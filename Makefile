@@ -4,7 +4,7 @@ PY := $(VENV)/bin/python
 SCENARIO ?= retrieval-launch
 export VENV
 
-.PHONY: help setup test lint generate check-generated goldens bench bench-sglang bench-real demo real real-record clean
+.PHONY: help setup test lint generate check-generated goldens bench bench-fleet bench-sglang bench-real demo real real-record clean
 
 help:
 	@echo "make demo      simulate an incident, load it into a local Prometheus, diagnose it"
@@ -13,6 +13,7 @@ help:
 	@echo "make generate  write rules/, runbooks/, dashboards/ and the playbook schema"
 	@echo "make lint      ruff, mypy and promtool check rules"
 	@echo "make bench     benchmarks, printing figures"
+	@echo "make bench-fleet    diagnose on a fleet of 512 targets, Prometheus and VictoriaMetrics"
 	@echo "make bench-sglang   the accuracy on the SGLang scenarios and their variants only"
 	@echo "make goldens   rewrite the golden reports and recorded answers (review the diff)"
 	@echo "make real      a real vLLM (CPU build) through one incident, diagnosed (INCIDENT=name)"
@@ -45,6 +46,9 @@ goldens: setup
 
 bench: setup
 	$(PY) -m diagnoser.lab.bench
+
+bench-fleet: setup
+	$(PY) -m diagnoser.lab.bench fleet
 
 bench-sglang: setup
 	$(PY) -m diagnoser.lab.bench sglang

@@ -1,5 +1,7 @@
 """``make bench``: the simulator's step costs against GPU measurements, its speed, diagnose's
-accuracy on the scenario library and its variants, diagnose on a fleet, and start-up times."""
+accuracy on the scenario library and its variants, diagnose on a fleet of 512 targets (in
+Prometheus and VictoriaMetrics; ``python -m diagnoser.lab.bench fleet`` alone), and start-up
+times."""
 
 from __future__ import annotations
 
@@ -224,38 +226,11 @@ def loops(ks: Sequence[int]) -> list[Scenario]:
 
 
 def bench_fleet() -> None:
-    """diagnose on a fleet: 4 models x 8 instances, 24 h of data at 60 s scrapes."""
-    import tempfile
-    from pathlib import Path
+    """diagnose on a fleet of 512 targets (16 models x 32 instances, 24 h at 30 s scrapes,
+    DCGM), built once and cached, in Prometheus and VictoriaMetrics, and on half of it."""
+    from diagnoser.lab import fleetbench
 
-    from diagnoser.core.source import PrometheusSource
-    from diagnoser.diagnosis import Window, diagnose
-    from diagnoser.lab import fleet
-    from diagnoser.lab.promserver import Prometheus
-
-    site = Site.default()
-    end = float(int(time.time()) // 60 * 60)
-    with tempfile.TemporaryDirectory() as tmp:
-        t0 = time.perf_counter()
-        tsdb, samples = fleet.build(Path(tmp), end)
-        built = time.perf_counter() - t0
-        print(
-            f"fleet: 4 models x 8 instances, 24 h, {samples / 1e6:.1f} M samples, built in "
-            f"{built:.0f} s"
-        )
-        with Prometheus(tsdb) as prom:
-            for since in (3600.0, 86400.0):
-                window = Window.plan(since, end)
-                diagnose(PrometheusSource(prom.url), site, window)  # warm the page cache
-                t0 = time.perf_counter()
-                result = diagnose(PrometheusSource(prom.url, timeout=120), site, window)
-                wall = time.perf_counter() - t0
-                print(
-                    f"  diagnose --since {since / 3600:g}h: {wall:.2f} s wall, "
-                    f"{result.queries} queries, {result.query_seconds:.2f} s in Prometheus "
-                    f"(summed over concurrent queries), step {window.step:g} s, "
-                    f"{len(result.scopes)} models, {len(result.findings)} findings"
-                )
+    fleetbench.main([])
 
 
 def bench_sglang() -> None:
@@ -281,6 +256,11 @@ def bench_real() -> None:
 def main() -> None:
     if sys.argv[1:] == ["sglang"]:  # python -m diagnoser.lab.bench sglang: that part only
         bench_sglang()
+        return
+    if sys.argv[1:2] == ["fleet"]:  # the fleet benchmark only (its options: --help)
+        from diagnoser.lab import fleetbench
+
+        fleetbench.main(sys.argv[2:])
         return
     if sys.argv[1:] == ["serving-stack"]:  # the serving-stack playbooks' variants only
         bench_accuracy(variants=tuple(range(1, 11)), scenarios=serving_stack())

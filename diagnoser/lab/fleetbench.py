@@ -1,0 +1,441 @@
+"""``diagnose`` on a fleet at scale, timed in a real Prometheus and in VictoriaMetrics.
+
+Each run is the command on-call types (``servediag diagnose --since 1h``), a process of its
+own: its wall time, its peak resident memory and its CPU time come from the kernel
+(``wait4``); the store's CPU time over the run from ``/proc``; the number of queries from
+the JSON report; the samples read from the store's own statistics (Prometheus's query log,
+which carries each query's ``samples.totalQueryableSamples``, the figure ``stats=all``
+answers; VictoriaMetrics's ``vm_rows_read_per_query``). The two count differently: Prometheus
+counts a sample once for every step whose range covers it, VictoriaMetrics once per query.
+
+``python -m diagnoser.lab.bench fleet`` runs this part of ``make bench`` alone.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from diagnoser.lab import fleet
+from diagnoser.lab.promserver import Prometheus, PrometheusError, binary, free_port
+
+SINCES = ("1h", "24h")
+TIMEOUT = "600"
+TICKS = os.sysconf("SC_CLK_TCK")
+
+
+@dataclass
+class Run:
+    """One ``diagnose`` run and what it cost."""
+
+    store: str
+    scope: str
+    since: str
+    wall: float
+    cpu: float
+    rss_mb: float
+    store_cpu: float
+    queries: int
+    samples: float
+    status: int
+    findings: list[str] = field(default_factory=list)
+    # The store's heaviest queries: samples read, seconds, the query (Prometheus only).
+    heaviest: list[tuple[float, float, str]] = field(default_factory=list)
+    verdicts: dict[str, str] = field(default_factory=dict)
+    error: str = ""
+
+
+def cpu_seconds(pid: int) -> float:
+    """User and system CPU time of a process so far (Linux ``/proc``)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICKS
+
+
+def diagnose(url: str, end: float, since: str, scope: Sequence[str]) -> tuple[Run, dict[str, Any]]:
+    """``servediag diagnose`` as its own process; the run (store figures left at 0) and its
+    JSON report."""
+    cmd = [sys.executable, "-m", "diagnoser", "diagnose", "--prometheus-url", url]
+    cmd += ["--since", since, "--until", f"{end:.0f}", "--format", "json", "--timeout", TIMEOUT]
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        t0 = time.perf_counter()
+        proc = subprocess.Popen([*cmd, *scope], stdout=out, stderr=err)
+        _, status, usage = os.wait4(proc.pid, 0)
+        wall = time.perf_counter() - t0
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        out.seek(0)
+        err.seek(0)
+        text, problem = out.read().decode(), err.read().decode().strip()
+    run = Run(
+        "",
+        "",
+        since,
+        wall,
+        usage.ru_utime + usage.ru_stime,
+        usage.ru_maxrss / 1024,
+        0.0,
+        0,
+        0.0,
+        proc.returncode,
+    )
+    if proc.returncode != 0:
+        run.error = problem.splitlines()[-1] if problem else f"exit {proc.returncode}"
+        return run, {}
+    doc = json.loads(text)
+    run.queries = int(doc["stats"]["queries"])
+    run.findings = [f"{f['id']} {f.get('scope')}" for f in doc["findings"]]
+    run.verdicts = {json.dumps(h["scope"], sort_keys=True): h["verdict"] for h in doc["health"]}
+    return run, doc
+
+
+class Store:
+    """A server holding the fleet: its URL, its process, and the samples it has read."""
+
+    name = ""
+    url = ""
+    pid = 0
+
+    def samples(self) -> float:
+        raise NotImplementedError
+
+    def measure(self, end: float, since: str, scope: Sequence[str], label: str) -> Run:
+        before, cpu = self.samples(), cpu_seconds(self.pid)
+        run, _ = diagnose(self.url, end, since, scope)
+        run.store, run.scope = self.name, label
+        run.store_cpu = cpu_seconds(self.pid) - cpu
+        run.samples = self.samples() - before
+        return run
+
+
+class PromStore(Store):
+    name = "prometheus"
+
+    def __init__(self, prom: Prometheus, log: Path):
+        self.prom, self.log = prom, log
+        self.url = prom.url
+        assert prom.proc is not None
+        self.pid = prom.proc.pid
+
+    def entries(self) -> list[dict[str, Any]]:
+        if not self.log.exists():
+            return []
+        with self.log.open(encoding="utf-8") as fh:
+            return [json.loads(line) for line in fh]
+
+    def samples(self) -> float:
+        return sum(_samples(e) for e in self.entries())
+
+    def measure(self, end: float, since: str, scope: Sequence[str], label: str) -> Run:
+        seen = len(self.entries())
+        run = super().measure(end, since, scope, label)
+        mine = self.entries()[seen:]
+        run.heaviest = sorted(
+            (
+                (_samples(e), float(e["stats"]["timings"]["execTotalTime"]), e["params"]["query"])
+                for e in mine
+                if "stats" in e
+            ),
+            reverse=True,
+        )[:3]
+        return run
+
+
+def _samples(entry: dict[str, Any]) -> float:
+    return float(entry.get("stats", {}).get("samples", {}).get("totalQueryableSamples", 0))
+
+
+@contextmanager
+def prometheus(tsdb: Path) -> Iterator[PromStore]:
+    """A Prometheus on a copy of the fleet (its blocks linked, not copied: it writes only its
+    head and WAL beside them), logging every query with its statistics."""
+    with tempfile.TemporaryDirectory(prefix="servediag-fleet-") as tmp:
+        data = Path(tmp) / "data"
+        data.mkdir()
+        for block in tsdb.iterdir():
+            if (block / "meta.json").exists() and "." not in block.name:
+                shutil.copytree(block, data / block.name, copy_function=os.link)
+        log = Path(tmp) / "queries.jsonl"
+        config = {"global": {"query_log_file": str(log)}}
+        with Prometheus(data, config=config, startup_timeout=300) as prom:
+            yield PromStore(prom, log)
+
+
+class VMStore(Store):
+    name = "victoriametrics"
+
+    def __init__(self, url: str, pid: int):
+        self.url, self.pid = url, pid
+
+    def metric(self, name: str) -> float:
+        with urllib.request.urlopen(f"{self.url}/metrics", timeout=30) as resp:
+            for raw in resp.read().decode().splitlines():
+                if raw.startswith(f"{name} "):
+                    return float(raw.split()[1])
+        return 0.0
+
+    def samples(self) -> float:
+        return self.metric("vm_rows_read_per_query_sum")
+
+
+def _vm_command(data: Path, port: int) -> list[str]:
+    return [
+        binary("victoria-metrics", package="victoria-metrics"),
+        f"-storageDataPath={data}",
+        f"-httpListenAddr=127.0.0.1:{port}",
+        "-retentionPeriod=100y",
+        "-search.disableCache",  # each run reads the data, as a first question would
+        "-search.latencyOffset=0s",
+    ]
+
+
+@contextmanager
+def _vm_server(data: Path) -> Iterator[VMStore]:
+    port = free_port()
+    with (data.parent / f"{data.name}.log").open("wb") as log:
+        proc = subprocess.Popen(_vm_command(data, port), stdout=log, stderr=subprocess.STDOUT)
+        store = VMStore(f"http://127.0.0.1:{port}", proc.pid)
+        try:
+            deadline = time.monotonic() + 300
+            while True:
+                try:
+                    urllib.request.urlopen(f"{store.url}/health", timeout=1).read()
+                    break
+                except OSError:
+                    if time.monotonic() > deadline or proc.poll() is not None:
+                        raise PrometheusError("victoria-metrics did not start") from None
+                    time.sleep(0.2)
+            yield store
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+def _vmctl(tsdb: Path, url: str) -> None:
+    """``vmctl prometheus`` reads the fleet's blocks into VictoriaMetrics: the same samples.
+    It draws a progress bar and stops when it has no terminal, so it gets a pseudo-one."""
+    import pty
+
+    cmd = [binary("vmctl", package="victoria-metrics"), "prometheus", "-s"]
+    cmd += [f"--prom-snapshot={tsdb}", f"--vm-addr={url}", "--prom-concurrency=2"]
+    master, slave = pty.openpty()
+    proc = subprocess.Popen(cmd, stdin=slave, stdout=slave, stderr=slave, close_fds=True)
+    os.close(slave)
+    tail = b""
+    while True:
+        try:
+            chunk = os.read(master, 65536)
+        except OSError:  # the terminal closes when vmctl exits
+            break
+        if not chunk:
+            break
+        tail = (tail + chunk)[-2000:]
+    os.close(master)
+    if proc.wait() != 0 or b"Import finished" not in tail:
+        raise PrometheusError(f"vmctl failed: {tail.decode(errors='replace')[-300:]}")
+
+
+def vm_data(f: fleet.Fleet, say: Callable[[str], None] = print) -> tuple[Path, float | None]:
+    """The fleet imported into a VictoriaMetrics data directory beside its TSDB (once); the
+    directory and the seconds the import took (None: it was there)."""
+    home = f.tsdb.parent
+    done = home / "vm.json"
+    if done.exists():
+        return home / "vm", None
+    data = home / "vm"
+    shutil.rmtree(data, ignore_errors=True)
+    say(f"importing the fleet into VictoriaMetrics ({data}) with vmctl")
+    t0 = time.monotonic()
+    with _vm_server(data) as vm:
+        _vmctl(f.tsdb, vm.url)
+        urllib.request.urlopen(f"{vm.url}/internal/force_flush", timeout=300).read()
+    seconds = time.monotonic() - t0
+    done.write_text(json.dumps({"seconds": seconds}))
+    return data, seconds
+
+
+@contextmanager
+def victoria(data: Path) -> Iterator[VMStore]:
+    """A VictoriaMetrics on a copy of the imported fleet (it merges and writes into its
+    directory)."""
+    with tempfile.TemporaryDirectory(prefix="servediag-fleet-vm-") as tmp:
+        copy = Path(tmp) / "vm"
+        shutil.copytree(data, copy, ignore=shutil.ignore_patterns("flock.lock"))
+        with _vm_server(copy) as vm:
+            yield vm
+
+
+def cases() -> list[tuple[str, tuple[str, ...]]]:
+    group = fleet.CLUSTERS[0]
+    return [
+        ("whole fleet", ()),
+        ("one model", ("--model", fleet.model_name(0))),
+        (f'cluster="{group}"', ("--match", f'cluster="{group}"')),
+    ]
+
+
+def measure(store: Store, f: fleet.Fleet, runs: int = 1) -> list[Run]:
+    """Every case at each window (the median of ``runs`` by wall time), after one run that
+    reads the data into the page cache."""
+    store.measure(f.end, SINCES[-1], (), "warm-up")
+    out = []
+    for since in SINCES:
+        for label, scope in cases():
+            tries = sorted(
+                (store.measure(f.end, since, scope, label) for _ in range(runs)),
+                key=lambda r: r.wall,
+            )
+            out.append(tries[len(tries) // 2])
+    return out
+
+
+HEAD = (
+    f"  {'store':<16}{'scope':<18}{'since':>5}{'wall':>9}{'CPU':>8}{'peak RSS':>10}"
+    f"{'queries':>9}{'samples read':>14}{'store CPU':>11}  findings"
+)
+
+
+def row(r: Run) -> str:
+    if r.status != 0:
+        return f"  {r.store:<16}{r.scope:<18}{r.since:>5}  exit {r.status}: {r.error}"
+    return (
+        f"  {r.store:<16}{r.scope:<18}{r.since:>5}{r.wall:>7.2f} s{r.cpu:>6.1f} s"
+        f"{r.rss_mb:>7.0f} MB{r.queries:>9}{r.samples / 1e6:>12.1f} M{r.store_cpu:>9.1f} s"
+        f"  {len(r.findings)}"
+    )
+
+
+def heaviest(runs: Sequence[Run], say: Callable[[str], None] = print) -> None:
+    """The queries that read the most, by Prometheus's own statistics, for the whole fleet."""
+    for r in runs:
+        if r.scope != "whole fleet" or not r.heaviest or not r.samples:
+            continue
+        say(f"  heaviest queries, whole fleet --since {r.since} (Prometheus's query stats):")
+        for samples, seconds, query in r.heaviest:
+            shown = query if len(query) <= 110 else query[:107] + "..."
+            say(
+                f"    {samples / 1e6:7.1f} M samples ({samples / r.samples:4.0%}), "
+                f"{seconds:5.2f} s: {shown}"
+            )
+
+
+def differences(prom: Sequence[Run], vm: Sequence[Run]) -> list[str]:
+    """Where the two stores' answers differ: findings, or a scope's health verdict."""
+    out = []
+    for a, b in zip(prom, vm, strict=True):
+        what = f"{a.scope}, --since {a.since}"
+        if a.findings != b.findings:
+            out.append(f"{what}: findings {a.findings or 'none'} vs {b.findings or 'none'}")
+        changed: dict[str, tuple[str | None, str | None]] = {
+            s: (v, b.verdicts.get(s)) for s, v in a.verdicts.items() if b.verdicts.get(s) != v
+        }
+        changed |= {s: (None, v) for s, v in b.verdicts.items() if s not in a.verdicts}
+        for scope, (pv, vv) in sorted(changed.items())[:5]:
+            out.append(f"{what}: {scope} {pv} in Prometheus, {vv} in VictoriaMetrics")
+        if len(changed) > 5:
+            out.append(f"{what}: and {len(changed) - 5} more scopes' verdicts differ")
+    return out
+
+
+def describe(f: fleet.Fleet, say: Callable[[str], None] = print) -> None:
+    built = (
+        "cached"
+        if f.cached
+        else f"built in {f.build_seconds:.0f} s (its models took {f.model_seconds:.0f} s, "
+        "two at a time, in this run or an earlier one)"
+    )
+    say(
+        f"fleet: {f.shape.text()}: {f.series / 1e3:.0f} k series, {f.samples / 1e6:.0f} M "
+        f"samples; {built}, in {f.tsdb.parent}"
+    )
+
+
+def growth(
+    small: Sequence[Run], big: Sequence[Run], ratio: float, say: Callable[[str], None] = print
+) -> None:
+    """How time, samples and memory grew from a fleet to one ``ratio`` times its data."""
+    for a, b in zip(small, big, strict=True):
+        if a.scope != "whole fleet" or a.status or b.status:
+            continue
+        say(
+            f"  whole fleet --since {a.since}: {a.wall:.2f} s -> {b.wall:.2f} s "
+            f"(x{b.wall / a.wall:.2f}), samples read x{b.samples / max(a.samples, 1):.2f}, "
+            f"store CPU x{b.store_cpu / max(a.store_cpu, 1e-3):.2f}, "
+            f"peak RSS x{b.rss_mb / a.rss_mb:.2f}, for x{ratio:.2f} the data"
+        )
+
+
+def bench(shape: fleet.Shape, compare: fleet.Shape | None, vm: bool, runs: int = 1) -> None:
+    f = fleet.cached(shape)
+    describe(f)
+    print(HEAD)
+    with prometheus(f.tsdb) as prom:
+        on_prom = measure(prom, f, runs)
+    for r in on_prom:
+        print(row(r))
+    heaviest(on_prom)
+    if vm:
+        data, seconds = vm_data(f)
+        if seconds is not None:
+            print(f"  imported into VictoriaMetrics in {seconds:.0f} s ({data})")
+        with victoria(data) as store:
+            on_vm = measure(store, f, runs)
+        for r in on_vm:
+            print(row(r))
+        found = differences(on_prom, on_vm)
+        print(
+            "  Prometheus and VictoriaMetrics: "
+            + ("the same findings and health verdicts" if not found else "they differ:")
+        )
+        for line in found:
+            print(f"    {line}")
+    if compare is not None:
+        g = fleet.cached(compare)
+        describe(g)
+        with prometheus(g.tsdb) as prom:
+            other = measure(prom, g, runs)
+        for r in other:
+            print(row(r))
+        small, big = (other, on_prom) if g.samples < f.samples else (on_prom, other)
+        print("growth with the data (Prometheus):")
+        growth(small, big, max(f.samples, g.samples) / min(f.samples, g.samples))
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    import argparse
+
+    p = argparse.ArgumentParser(prog="python -m diagnoser.lab.fleetbench")
+    p.add_argument("--models", type=int, default=fleet.Shape.models)
+    p.add_argument("--instances", type=int, default=fleet.Shape.instances)
+    p.add_argument("--duration", default=fleet.Shape.duration)
+    p.add_argument(
+        "--compare-models",
+        type=int,
+        default=None,
+        help="also a fleet of this many models (default: half as many), to say "
+        "how the time grows with the data; 0: not",
+    )
+    p.add_argument("--no-victoriametrics", action="store_true")
+    p.add_argument("--runs", type=int, default=1, help="runs per case (the median is shown)")
+    a = p.parse_args(argv)
+    shape = fleet.Shape(models=a.models, instances=a.instances, duration=a.duration)
+    other = a.models // 2 if a.compare_models is None else a.compare_models
+    compare = fleet.Shape(**{**shape.__dict__, "models": other}) if other else None
+    bench(shape, compare, not a.no_victoriametrics, a.runs)
+
+
+if __name__ == "__main__":
+    main()
