@@ -317,3 +317,39 @@ def test_the_adapters_are_peft_files_vllm_can_read(tmp_path):
     assert header[key]["shape"] == [model.CONFIG["hidden_size"], model.ADAPTER_RANK]
     end = max(t["data_offsets"][1] for t in header.values())
     assert len(raw) == 8 + size + end  # every tensor's bytes, and nothing after them
+
+
+def test_replicas_get_cores_of_their_own(monkeypatch):
+    """Engines that share cores share one speed: a server given a tenth of the requests ran
+    each as slowly as the busy one. Each replica gets an even share of the cores."""
+    from diagnoser.lab.real import run as real_run
+
+    monkeypatch.setattr(real_run.os, "sched_getaffinity", lambda pid: {0, 1, 2, 3})
+    assert real_run.replica_cores(1) == [()]
+    assert real_run.replica_cores(2) == [(0, 1), (2, 3)]
+    assert real_run.replica_cores(3) == [(0,), (1,), (2,)]
+    assert real_run.replica_cores(5) == [(), (), (), (), ()]  # fewer cores than replicas
+
+
+def test_a_pinned_server_runs_on_its_cores_and_binds_its_engine_threads_there(tmp_path):
+    """The server's process is started on its cores, and vLLM's CPU build is told to bind
+    the engine's threads to them (it binds its own, to every core, unless told)."""
+    seen = tmp_path / "seen"
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    fake = venv / "bin" / "python"
+    fake.write_text(
+        "#!/bin/sh\n"
+        f'echo "$VLLM_CPU_OMP_THREADS_BIND" > {seen}\n'
+        f"grep Cpus_allowed_list /proc/self/status >> {seen}\n"
+        "exit 3\n"
+    )
+    fake.chmod(0o755)
+    (tmp_path / "model").mkdir()
+    core = min(os.sched_getaffinity(0))
+    server = VllmServer(venv, tmp_path / "model", 1, [], tmp_path / "log", (core,))
+    with pytest.raises(LabError, match="exited with status 3"):
+        server.start(timeout=30)
+    bind, allowed = seen.read_text().splitlines()
+    assert bind == str(core)
+    assert allowed.split()[-1] == str(core)

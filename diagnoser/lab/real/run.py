@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -80,14 +81,25 @@ def summary(result: Diagnosis) -> tuple[str | None, float | None, str, list[str]
     )
 
 
+def replica_cores(replicas: int) -> list[tuple[int, ...]]:
+    """Each replica's cores: the machine's split evenly among them (a server alone keeps
+    them all), or all of them for each where there are fewer cores than replicas."""
+    allowed = sorted(os.sched_getaffinity(0))
+    if replicas <= 1 or len(allowed) < replicas:
+        return [()] * max(replicas, 1)
+    share = len(allowed) // replicas
+    return [tuple(allowed[i * share : (i + 1) * share]) for i in range(replicas)]
+
+
 class Run:
     """The state of one run, so that ``close`` can stop whatever was started."""
 
     def __init__(self, incident: Incident, venv: Path, work: Path, log: Callable[[str], None]):
         self.incident, self.venv, self.work, self.say = incident, venv, work, log
         self.port = free_port()
+        cores = replica_cores(incident.replicas)
         self.server = VllmServer(
-            venv, work / "model", self.port, list(incident.server), work / "vllm.log"
+            venv, work / "model", self.port, list(incident.server), work / "vllm.log", cores[0]
         )
         self.prom: Prometheus | None = None
         self.probe: subprocess.Popen[bytes] | None = None
@@ -95,7 +107,7 @@ class Run:
         # flags as the first's, no action of a phase touches them.
         self.others = [
             VllmServer(venv, work / "model", free_port(), list(incident.server),
-                       work / f"vllm-{i}.log")
+                       work / f"vllm-{i}.log", cores[i])
             for i in range(1, incident.replicas)
         ]  # fmt: skip
         self.load = Load(self.server.url, MODEL_NAME, incident.seed)

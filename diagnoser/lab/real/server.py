@@ -40,9 +40,21 @@ class VllmServer:
     """``start`` it, ``kill`` it, ``freeze_engine`` it, start it again; ``stop`` is safe to
     call at any time and leaves nothing running."""
 
-    def __init__(self, venv: Path, model_dir: Path, port: int, args: list[str], log: Path):
+    def __init__(
+        self,
+        venv: Path,
+        model_dir: Path,
+        port: int,
+        args: list[str],
+        log: Path,
+        cpus: tuple[int, ...] = (),
+    ):
+        """``cpus``: the cores this server may run on (all, when empty). Replicas on one
+        machine need cores of their own, as GPUs of their own: engines that share cores share
+        one speed, and a server given few requests runs them as slowly as a busy one."""
         self.venv, self.model_dir, self.port, self.args = venv.absolute(), model_dir, port, args
         self.log = log
+        self.cpus = cpus
         self.proc: subprocess.Popen[bytes] | None = None
         self.frozen: list[int] = []
 
@@ -64,12 +76,15 @@ class VllmServer:
         t0 = time.monotonic()
         env = {**os.environ, "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"}
         env.pop("PYTHONPATH", None)
+        if self.cpus:  # the engine's threads bound to them too (vLLM's CPU build binds its own)
+            env["VLLM_CPU_OMP_THREADS_BIND"] = ",".join(str(c) for c in self.cpus)
         with self.log.open("ab") as fh:
             fh.write(f"\n$ {' '.join(self.command())}\n".encode())
             fh.flush()
             self.proc = subprocess.Popen(
                 self.command(), stdout=fh, stderr=subprocess.STDOUT, env=env,
                 start_new_session=True, cwd=self.model_dir.parent,
+                preexec_fn=self._pin if self.cpus else None,
             )  # fmt: skip
         deadline = t0 + timeout
         while time.monotonic() < deadline:
@@ -82,6 +97,9 @@ class VllmServer:
             time.sleep(1.0)
         self.stop()
         raise LabError(f"the vLLM server did not answer /health in {timeout:.0f} s: {self.tail()}")
+
+    def _pin(self) -> None:
+        os.sched_setaffinity(0, self.cpus)
 
     def healthy(self) -> bool:
         try:
