@@ -166,8 +166,26 @@ def pytest_configure(config: pytest.Config) -> None:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """A module whose tests share a module-scoped fixture (a Prometheus with a simulated
     fleet, say) runs on one worker, so the fixture is built once; the rest spread."""
+    grouped = config.getoption("loadgroup", False)
     for item in items:
         info = getattr(item, "_fixtureinfo", None)
         defs = info.name2fixturedefs.values() if info is not None else ()
         if any(d and d[-1].scope == "module" for d in defs):
-            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
+            group = item.nodeid.split("::")[0]
+            item.add_marker(pytest.mark.xdist_group(group))
+            if grouped:
+                _name_the_group(item, group)
+
+
+def _name_the_group(item: pytest.Item, group: str) -> None:
+    """Put the group in the item's node id, which is where xdist's scheduler reads it
+    (``path::test@group``). xdist 3.8 writes it to ``item._nodeid``, which pytest 9 no longer
+    reads (its node id is ``item._id``): the groups were silently lost, and a module's
+    fixture was built again on each worker that got one of its tests (test_health's 70 s
+    fleet twice). Where pytest still reads ``_nodeid``, xdist's own renaming works."""
+    try:
+        from _pytest.nodeid import coerce_node_id
+    except ImportError:
+        return
+    if "@" not in item.nodeid:
+        item._id = coerce_node_id(f"{item.nodeid}@{group}")  # type: ignore[attr-defined]
