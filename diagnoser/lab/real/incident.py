@@ -19,7 +19,8 @@ locally (``lora-00``...; see ``model``), which a phase's load names with its own
 ``expect`` is the playbook ``diagnose`` must name first over the last phase (``none``: no
 finding), ``health`` the verdict it must give (``unhealthy``, ``healthy``, or ``any``). The
 baseline (the phase before the last) must give no finding, and a healthy verdict, unless
-``baseline_expect`` names the finding its traffic is built to give.
+``baseline_expect`` names the finding its traffic is built to give, or ``baseline_health``
+another verdict (a CPU server whose plain load already misses the default TTFT SLO).
 """
 
 from __future__ import annotations
@@ -72,6 +73,8 @@ class Incident:
     # Servers of the model (1: one), each scraped as a target of the vllm job; a phase's
     # load spreads requests over them (``hot_share``: the first's share).
     replicas: int = 1
+    # The verdict the baseline must give (``any``: whatever the SLOs say of the CPU server).
+    baseline_health: str = "healthy"
 
     @property
     def duration(self) -> float:
@@ -174,6 +177,9 @@ def load(path: Path) -> Incident:
     health = doc.get("health", "any")
     if health not in HEALTH:
         raise IncidentError(path, "health", f"must be one of {', '.join(HEALTH)}")
+    baseline_health = doc.get("baseline_health", "healthy")
+    if baseline_health not in HEALTH:
+        raise IncidentError(path, "baseline_health", f"must be one of {', '.join(HEALTH)}")
     seed = doc.get("seed", 1)
     if isinstance(seed, bool) or not isinstance(seed, int):
         raise IncidentError(path, "seed", "must be an integer")
@@ -207,4 +213,5 @@ def load(path: Path) -> Incident:
         baseline_expect=None if baseline == "none" else baseline,
         adapters=adapters,
         replicas=replicas,
+        baseline_health=baseline_health,
     )
