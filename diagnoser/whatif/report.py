@@ -32,6 +32,7 @@ from typing import Any
 from diagnoser.core.finite import finite
 from diagnoser.core.printable import printable
 from diagnoser.diagnosis.model import iso
+from diagnoser.report.whatif import LABELS, SHOWN, fmt
 from diagnoser.whatif.calibrate import CHECKED, TOLERANCE
 from diagnoser.whatif.predict import WhatIf
 
@@ -105,42 +106,6 @@ def to_json(w: WhatIf) -> dict[str, Any]:
     return dict(clean)
 
 
-LABELS = {
-    "ttft_p50": "TTFT p50",
-    "ttft_p95": "TTFT p95",
-    "itl_p50": "ITL p50",
-    "itl_p95": "ITL p95",
-    "kv_usage": "KV usage",
-    "preemptions_per_second": "preemptions/s",
-    "waiting": "waiting",
-    "requests_per_second": "requests/s",
-    "tokens_per_second": "tokens/s",
-    "ttft_slo_share": "TTFT SLO met",
-    "itl_slo_share": "ITL SLO met",
-}
-SHOWN = (
-    "ttft_p95",
-    "itl_p95",
-    "tokens_per_second",
-    "preemptions_per_second",
-    "kv_usage",
-    "ttft_slo_share",
-    "itl_slo_share",
-)
-
-
-def _fmt(name: str, v: float | None) -> str:
-    if v is None:
-        return "-"
-    if name.startswith(("ttft_p", "itl_p")):
-        return f"{v * 1000:.0f} ms" if v < 1 else f"{v:.2f} s"
-    if name in ("kv_usage", "ttft_slo_share", "itl_slo_share"):
-        return f"{v:.1%}"
-    if name == "tokens_per_second":
-        return f"{v:,.0f}"
-    return f"{v:.3g}"
-
-
 def text(w: WhatIf) -> str:
     doc = to_json(w)
     fit, cal = w.fit, w.calibration
@@ -167,8 +132,8 @@ def text(w: WhatIf) -> str:
         relative = measured is not None and abs(measured) > CHECKED[name]
         res = "-" if r is None else (f"{r:+.0%}" if relative else f"{r:+.2g} abs")
         lines.append(
-            f"    {LABELS[name]:16}{_fmt(name, cal.measured[name]):>12}"
-            f"{_fmt(name, cal.replayed[name]):>12}{res:>14}"
+            f"    {LABELS[name]:16}{fmt(name, cal.measured[name]):>12}"
+            f"{fmt(name, cal.replayed[name]):>12}{res:>14}"
         )
     if not cal.ok:
         lines.append(f"  refused: {cal.reason}; nothing is predicted")
@@ -184,9 +149,9 @@ def text(w: WhatIf) -> str:
             for name in SHOWN:
                 pm = o.band.get(name)
                 lines.append(
-                    f"  {LABELS[name]:16}{_fmt(name, cal.measured[name]):>12}"
-                    f"{_fmt(name, o.predicted.get(name)):>12}"
-                    f"{_fmt(name, pm) if pm is not None else '-':>10}"
+                    f"  {LABELS[name]:16}{fmt(name, cal.measured[name]):>12}"
+                    f"{fmt(name, o.predicted.get(name)):>12}"
+                    f"{fmt(name, pm) if pm is not None else '-':>10}"
                 )
     for note in w.notes:
         lines.append(f"note: {printable(note)}")
