@@ -362,6 +362,7 @@ class Engine:
         # Each step's output message: decode tokens, plus a first (or resumed) token and the
         # prompt of every request whose prefill ends in it.
         outputs, computed, full = decoded.copy(), np.zeros(steps), np.zeros(steps)
+        joined: list[Request] = []
         for req, k in zip(self.prefilling, done_at_step, strict=True):
             t = start + int(k) * step_time
             req.prefilled = req.to_prefill
@@ -387,7 +388,8 @@ class Engine:
             if req.generated >= req.target_out:
                 self._finish(req, t)
             else:
-                self.running.add(req)
+                joined.append(req)
+        self.running.add_all(joined)
         self.prefilling = []
         out = outputs > 0
         self.stats.batches.append(_counted(outputs[out] + computed[out]))
@@ -398,6 +400,14 @@ class Engine:
 
         Returns the tokens each of the ``steps`` output."""
         run = self.running
+        n = len(run)
+        if not self.cfg.num_speculative_tokens and int((run.target - run.generated).min()) > steps:
+            # Nobody finishes within the steps (the common case): every step outputs n.
+            self.stats.itl.append((step_time, n * steps))
+            self.stats.generation_tokens += n * steps
+            run.grow_each(steps)
+            run.last[:] = self.clock + steps * step_time
+            return np.full(steps, float(n))
         if self.cfg.num_speculative_tokens:
             got, finished_at, per_step = speculate(
                 self.rng, run, self.cfg.num_speculative_tokens, steps, self.stats
@@ -477,8 +487,9 @@ class Engine:
 
 
 def _counted(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Distinct values and how often each occurs (histograms take weighted observations)."""
+    """The values with how often each occurs (histograms take weighted observations): one
+    value and its count when all are equal (a run of decode steps), else each once (a
+    prefill's few steps, where counting distinct values cost more than it saved)."""
     if values.size and values[0] == values[-1] and (values == values[0]).all():
         return values[:1], np.array([float(values.size)])
-    uniq, counts = np.unique(values, return_counts=True)
-    return uniq, counts.astype(np.float64)
+    return values, np.ones(values.size)

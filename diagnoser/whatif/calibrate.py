@@ -70,30 +70,31 @@ def with_factors(cfg: Config, prefill: float, decode: float) -> Config:
     return dataclasses.replace(cfg, engine=engine)
 
 
-def calibrate(
-    today: Config,
-    measured: Observed,
-    run: Callable[[Config], Observed],
-    slo: tuple[float, float],
-) -> tuple[Calibration, Observed]:
-    """Fit the two factors with ``run`` (a replay at a configuration); the calibration and
-    the replay of today that the predictions are compared with."""
-    want = measured.figures(*slo)
-    got_obs = run(today)
-    got = got_obs.figures(*slo)
-    replays = 1
-    prefill = decode = 1.0
+def factors(
+    today: Config, got: dict[str, float | None], want: dict[str, float | None]
+) -> tuple[float, float]:
+    """The (prefill, decode) speed factors that bring today's replay (``got``) to what was
+    measured (``want``): each the ratio of the medians, within where a GPU can be; (1, 1) when
+    the medians are already within ``CLOSE_ENOUGH``."""
     ratio_t = _ratio(got["ttft_p50"], want["ttft_p50"])
     ratio_i = _ratio(got["itl_p50"], want["itl_p50"])
-    if abs(ratio_t - 1) > CLOSE_ENOUGH or abs(ratio_i - 1) > CLOSE_ENOUGH:
-        prefill = min(max(ratio_t, LOWEST), HIGHEST)
-        decode = min(max(ratio_i, LOWEST), HIGHEST)
-        prefill = min(prefill, 1.0 / today.engine.mfu)
-        decode = min(decode, 1.0 / today.engine.mbu)
-        got_obs = run(with_factors(today, prefill, decode))
-        got = got_obs.figures(*slo)
-        replays += 1
-    cfg = with_factors(today, prefill, decode)
+    if abs(ratio_t - 1) <= CLOSE_ENOUGH and abs(ratio_i - 1) <= CLOSE_ENOUGH:
+        return 1.0, 1.0
+    prefill = min(max(ratio_t, LOWEST), HIGHEST, 1.0 / today.engine.mfu)
+    decode = min(max(ratio_i, LOWEST), HIGHEST, 1.0 / today.engine.mbu)
+    return prefill, decode
+
+
+def judge(
+    today: Config,
+    prefill: float,
+    decode: float,
+    got: dict[str, float | None],
+    want: dict[str, float | None],
+    replays: int,
+) -> Calibration:
+    """The calibration: ``got``, the replay at today's configuration with the factors, against
+    ``want``; it refuses when any figure is off by more than the tolerance."""
     residual: dict[str, float | None] = {}
     off = []
     for name in CHECKED:
@@ -107,18 +108,36 @@ def calibrate(
             f"the replay does not match the window within {TOLERANCE:.0%} after fitting "
             f"prefill x{prefill:.2f} and decode x{decode:.2f}: " + "; ".join(off)
         )
-    cal = Calibration(
+    return Calibration(
         ok=not off,
         reason=reason,
         prefill_factor=prefill,
         decode_factor=decode,
-        config=cfg,
+        config=with_factors(today, prefill, decode),
         measured=want,
         replayed=got,
         residual=residual,
         replays=replays,
     )
-    return cal, got_obs
+
+
+def calibrate(
+    today: Config,
+    measured: Observed,
+    run: Callable[[Config], Observed],
+    slo: tuple[float, float],
+) -> tuple[Calibration, Observed]:
+    """Fit the two factors with ``run`` (a replay at a configuration), one replay after
+    another; the calibration and the replay of today that the predictions are compared
+    with. (``predict`` runs the same steps with the levers' replays alongside.)"""
+    want = measured.figures(*slo)
+    got_obs = run(today)
+    prefill, decode = factors(today, got_obs.figures(*slo), want)
+    replays = 1
+    if (prefill, decode) != (1.0, 1.0):
+        got_obs = run(with_factors(today, prefill, decode))
+        replays += 1
+    return judge(today, prefill, decode, got_obs.figures(*slo), want, replays), got_obs
 
 
 def _ratio(replayed: float | None, measured: float | None) -> float:

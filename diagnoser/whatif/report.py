@@ -10,7 +10,8 @@ The JSON object::
                         "kv_cache_dtype", "enable_prefix_caching", "max_num_seqs",
                         "max_num_batched_tokens", "max_model_len"},
              "model_shape", "gpu"},
-     "calibration": {"ok", "reason", "prefill_factor", "decode_factor", "tolerance",
+     "calibration": {"ok", "reason", "prefill_factor", "decode_factor", "replays" (of today's
+                     configuration: 2 when a factor was fitted), "tolerance",
                      "measured": FIGURES, "replayed": FIGURES, "residual": {...},
                      "residual_relative": {name: bool}},
      "today": FIGURES, "today_replayed": FIGURES,
@@ -75,6 +76,7 @@ def to_json(w: WhatIf) -> dict[str, Any]:
             "reason": cal.reason,
             "prefill_factor": cal.prefill_factor,
             "decode_factor": cal.decode_factor,
+            "replays": cal.replays,
             "tolerance": TOLERANCE,
             "measured": cal.measured,
             "replayed": cal.replayed,
