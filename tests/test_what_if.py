@@ -22,10 +22,11 @@ from diagnoser.hardware import presets
 from diagnoser.lab import harness
 from diagnoser.lab.promserver import Prometheus
 from diagnoser.sim.scenario import Scenario, load_scenario
+from diagnoser.whatif import calibrate as calibration
 from diagnoser.whatif.calibrate import calibrate, with_factors
 from diagnoser.whatif.fit import MIN_REQUESTS, FitError, fit_window, measure
 from diagnoser.whatif.levers import turn
-from diagnoser.whatif.predict import what_if
+from diagnoser.whatif.predict import band, what_if
 from diagnoser.whatif.replay import Setup, baseline, replay
 from diagnoser.whatif.stats import Buckets, fit_lognormal, quantile
 
@@ -173,6 +174,17 @@ def test_levers_replayed_beside_the_calibration_predict_what_one_after_another_d
     for o in apart.outcomes:
         cfg, _ = turn(o.lever, cal.config, faster, SETUP)
         assert o.predicted == replay(faster, SETUP, cfg).figures(*SLO)
+
+
+def test_a_band_is_relative_where_the_residual_is_whatever_the_figure_predicted():
+    # 19% off on a measured 0.044 preemptions/s: a lever that ends them is 0 ± the margin of
+    # noise, not ± 0.19 a second.
+    noise = calibration.CHECKED["preemptions_per_second"]
+    assert band("preemptions_per_second", 0.19, True, 0.0) == noise
+    assert band("preemptions_per_second", 0.19, True, 0.5) == pytest.approx(0.095)
+    # Measured near zero, the residual is absolute: so is the band.
+    assert band("preemptions_per_second", 0.05, False, 0.6) == pytest.approx(0.05)
+    assert band("ttft_p95", -0.1, True, 0.4) == pytest.approx(0.04)
 
 
 # --- the command ---------------------------------------------------------------------------

@@ -51,6 +51,12 @@ class Calibration:
     replays: int = 0
 
 
+def relative(name: str, measured: float | None) -> bool:
+    """Whether a figure's residual is relative to the measured figure (else absolute: a
+    figure measured within its margin of noise of zero)."""
+    return measured is not None and abs(measured) > CHECKED.get(name, 0.0)
+
+
 def gap(name: str, replayed: float | None, measured: float | None) -> tuple[float | None, bool]:
     """The residual of one figure (relative to the measured one; absolute under the figure's
     margin) and whether it is within the tolerance."""
@@ -58,7 +64,7 @@ def gap(name: str, replayed: float | None, measured: float | None) -> tuple[floa
         return None, True
     margin = CHECKED.get(name, 0.0)
     diff = replayed - measured
-    if abs(measured) > margin:
+    if relative(name, measured):
         rel = diff / abs(measured)
         return rel, abs(rel) <= TOLERANCE or abs(diff) <= margin
     return diff, abs(diff) <= margin

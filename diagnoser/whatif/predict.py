@@ -16,7 +16,14 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from diagnoser.catalog.levers import Lever, LeverError
-from diagnoser.whatif.calibrate import CHECKED, Calibration, factors, judge, with_factors
+from diagnoser.whatif.calibrate import (
+    CHECKED,
+    Calibration,
+    factors,
+    judge,
+    relative,
+    with_factors,
+)
 from diagnoser.whatif.fit import Fit
 from diagnoser.whatif.levers import turn
 from diagnoser.whatif.replay import Config, ReplayError, Setup, baseline, replay
@@ -47,14 +54,14 @@ class WhatIf:
     seconds: float = 0.0
 
 
-def band(name: str, residual: float | None, value: float | None) -> float | None:
-    """The ± on a predicted figure: the calibration's residual (relative: times the figure;
-    absolute for a figure compared absolutely), and never less than the figure's margin of
-    noise (``calibrate.CHECKED``)."""
+def band(name: str, residual: float | None, relative: bool, value: float | None) -> float | None:
+    """The ± on a predicted figure: the calibration's residual (``relative``: times the
+    figure; else as it is, for a figure measured near zero), and never less than the figure's
+    margin of noise (``calibrate.CHECKED``)."""
     margin = CHECKED.get(name)
     if margin is None or residual is None or value is None:
         return None
-    spread = abs(residual * value) if abs(value) > margin else abs(residual)
+    spread = abs(residual * value) if relative else abs(residual)
     return max(spread, margin)
 
 
@@ -106,7 +113,10 @@ def what_if(
                 out.error = result
                 continue
             out.predicted = result.figures(*slo)
-            out.band = {m: band(m, cal.residual.get(m), out.predicted.get(m)) for m in METRICS}
+            out.band = {
+                m: band(m, cal.residual.get(m), relative(m, want.get(m)), out.predicted.get(m))
+                for m in METRICS
+            }
     return WhatIf(
         fit=fit,
         setup=setup,

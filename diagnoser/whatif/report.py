@@ -34,7 +34,7 @@ from diagnoser.core.finite import finite
 from diagnoser.core.printable import printable
 from diagnoser.diagnosis.model import iso
 from diagnoser.report.whatif import LABELS, SHOWN, fmt
-from diagnoser.whatif.calibrate import CHECKED, TOLERANCE
+from diagnoser.whatif.calibrate import TOLERANCE, relative
 from diagnoser.whatif.predict import WhatIf
 
 
@@ -82,9 +82,7 @@ def to_json(w: WhatIf) -> dict[str, Any]:
             "replayed": cal.replayed,
             "residual": cal.residual,
             "residual_relative": {
-                name: cal.measured.get(name) is not None
-                and abs(cal.measured[name] or 0.0) > CHECKED[name]
-                for name in cal.residual
+                name: relative(name, cal.measured.get(name)) for name in cal.residual
             },
         },
         "today": cal.measured,
@@ -131,8 +129,7 @@ def text(w: WhatIf) -> str:
     lines.append(f"    {'':16}{'measured':>12}{'replayed':>12}{'residual':>14}")
     for name, r in cal.residual.items():
         measured = cal.measured[name]
-        relative = measured is not None and abs(measured) > CHECKED[name]
-        res = "-" if r is None else (f"{r:+.0%}" if relative else f"{r:+.2g} abs")
+        res = "-" if r is None else (f"{r:+.0%}" if relative(name, measured) else f"{r:+.2g} abs")
         lines.append(
             f"    {LABELS[name]:16}{fmt(name, cal.measured[name]):>12}"
             f"{fmt(name, cal.replayed[name]):>12}{res:>14}"
