@@ -23,6 +23,8 @@ moment vLLM's own metric code observes it (``vllm/v1/metrics/stats.py`` and ``lo
 
 from __future__ import annotations
 
+import itertools
+import math
 from collections import deque
 from dataclasses import dataclass, field
 
@@ -343,9 +345,11 @@ class Engine:
         if budget <= 0:  # decodes fill the budget; prefill waits for a decode step
             self._decode_steps(1)
             return
-        todo = np.array([r.to_prefill - r.prefilled for r in self.prefilling], dtype=np.float64)
-        total = float(todo.sum())
-        steps = max(1, int(np.ceil(total / budget)))
+        # Token counts are whole numbers: plain floats add them exactly, and a prefill's few
+        # steps cost less as lists than as arrays.
+        todo = [float(r.to_prefill - r.prefilled) for r in self.prefilling]
+        total = sum(todo)
+        steps = max(1, math.ceil(total / budget))
         chunk = int(min(budget, total))
         attn = sum(
             self.attention_flops(r.cached + r.prefilled, r.to_prefill - r.prefilled)
@@ -353,15 +357,15 @@ class Engine:
         )
         step_time = self.mixed_step_time(n_dec, self.running.context(), chunk, attn / steps)
         start = self.clock
-        done_at_step = np.maximum(1, np.ceil(np.cumsum(todo) / budget)).astype(np.int64)
-        decoded = np.zeros(steps)
+        done_at_step = [max(1, math.ceil(c / budget)) for c in itertools.accumulate(todo)]
+        decoded = [0.0] * steps
         if n_dec:
-            decoded = self._emit_decode_tokens(steps, step_time)
+            decoded = self._emit_decode_tokens(steps, step_time).tolist()
         self.clock = start + steps * step_time
         self.stats.busy_seconds += steps * step_time
         # Each step's output message: decode tokens, plus a first (or resumed) token and the
         # prompt of every request whose prefill ends in it.
-        outputs, computed, full = decoded.copy(), np.zeros(steps), np.zeros(steps)
+        outputs, computed, full = decoded, [0.0] * steps, [0.0] * steps
         joined: list[Request] = []
         for req, k in zip(self.prefilling, done_at_step, strict=True):
             t = start + int(k) * step_time
@@ -391,9 +395,11 @@ class Engine:
                 joined.append(req)
         self.running.add_all(joined)
         self.prefilling = []
-        out = outputs > 0
-        self.stats.batches.append(_counted(outputs[out] + computed[out]))
-        self.stats.batches_full_prompt.append(_counted(outputs[out] + full[out]))
+        out = [i for i, o in enumerate(outputs) if o > 0]
+        self.stats.batches.append(_counted(np.array([outputs[i] + computed[i] for i in out])))
+        self.stats.batches_full_prompt.append(
+            _counted(np.array([outputs[i] + full[i] for i in out]))
+        )
 
     def _emit_decode_tokens(self, steps: int, step_time: float) -> np.ndarray:
         """Every running sequence gets one token per step; finishing ones stop early.
