@@ -345,8 +345,7 @@ class Engine:
         if budget <= 0:  # decodes fill the budget; prefill waits for a decode step
             self._decode_steps(1)
             return
-        # Token counts are whole numbers: plain floats add them exactly, and a prefill's few
-        # steps cost less as lists than as arrays.
+        # Whole token counts: floats add them exactly, and cost less than arrays for few steps.
         todo = [float(r.to_prefill - r.prefilled) for r in self.prefilling]
         total = sum(todo)
         steps = max(1, math.ceil(total / budget))
@@ -405,8 +404,7 @@ class Engine:
         """Every running sequence gets one token per step; finishing ones stop early.
 
         Returns the tokens each of the ``steps`` output."""
-        run = self.running
-        n = len(run)
+        run, n = self.running, len(self.running)
         if not self.cfg.num_speculative_tokens and int((run.target - run.generated).min()) > steps:
             # Nobody finishes within the steps (the common case): every step outputs n.
             self.stats.itl.append((step_time, n * steps))
