@@ -14,22 +14,12 @@ from clitest import one_line, run
 from diagnoser.catalog.levers import parse_lever
 from diagnoser.lab import harness
 from diagnoser.lab.promserver import Prometheus
+from diagnoser.lab.whatifbench import SERVER
 from diagnoser.sim.scenario import load_scenario
 
 HERE = Path(__file__).resolve().parent
 SC = load_scenario(HERE / "scenarios" / "what-if-finding.yaml")
-SETUP = (
-    "--preset",
-    "llama-2-7b",
-    "--gpu",
-    "H100-80GB",
-    "--max-num-seqs",
-    "256",
-    "--max-num-batched-tokens",
-    "2048",
-    "--max-model-len",
-    "4096",
-)
+SETUP = SERVER  # the what-if test server, as the benchmark gives it
 
 
 @pytest.fixture(scope="module")

@@ -42,6 +42,19 @@ models:
       output: {median: 350, sigma: 0.6}
       max_tokens: 1024
 """
+# What the series do not say about the server (the tests' what-if scenarios run the same).
+SERVER = (
+    "--preset",
+    "llama-2-7b",
+    "--gpu",
+    "H100-80GB",
+    "--max-num-seqs",
+    "256",
+    "--max-num-batched-tokens",
+    "2048",
+    "--max-model-len",
+    "4096",
+)
 LEVERS = (
     "replicas:+1",
     "max_num_seqs:x0.75",
@@ -64,16 +77,7 @@ def command(url: str, end: float) -> list[str]:
         "1h",
         "--until",
         str(int(end)),
-        "--preset",
-        "llama-2-7b",
-        "--gpu",
-        "H100-80GB",
-        "--max-num-seqs",
-        "256",
-        "--max-num-batched-tokens",
-        "2048",
-        "--max-model-len",
-        "4096",
+        *SERVER,
         "--format",
         "json",
     ]
