@@ -22,9 +22,12 @@ from diagnoser.hardware import presets
 from diagnoser.lab import harness
 from diagnoser.lab.promserver import Prometheus
 from diagnoser.sim.scenario import Scenario, load_scenario
+from diagnoser.whatif import calibrate as calibration
+from diagnoser.whatif.calibrate import calibrate, with_factors
 from diagnoser.whatif.fit import MIN_REQUESTS, FitError, fit_window, measure
-from diagnoser.whatif.predict import what_if
-from diagnoser.whatif.replay import Setup
+from diagnoser.whatif.levers import turn
+from diagnoser.whatif.predict import band, what_if
+from diagnoser.whatif.replay import Setup, baseline, replay
 from diagnoser.whatif.stats import Buckets, fit_lognormal, quantile
 
 HERE = Path(__file__).resolve().parent
@@ -141,6 +144,47 @@ def test_the_calibration_refuses_a_window_the_replay_cannot_match(fitted):
     assert not result.calibration.ok
     assert "kv usage" in (result.calibration.reason or "")
     assert all(not o.predicted for o in result.outcomes)
+
+
+def test_levers_replayed_beside_the_calibration_predict_what_one_after_another_does(servers):
+    """Two workers replay levers while the calibration is not settled (and again when it
+    fits a factor); one worker replays each only when it is needed. Same answers."""
+    prom, _, end = servers
+    short = fit_window(PrometheusSource(prom.url), MODEL, end - 600, end)
+    # The same window from a server that prefills 30% faster (the replay at that speed taken as
+    # what was measured): a factor is fitted.
+    today, _ = baseline(short, SETUP)
+    quick = replay(short, SETUP, with_factors(today, 1.3, 1.0))
+    faster = dataclasses.replace(short, measured=quick)
+    levers = [parse_lever("replicas:+1"), parse_lever("max_num_seqs:x0.75")]
+    for fit in (short, faster):
+        apart = what_if(fit, SETUP, levers, SLO, workers=2)
+        alone = what_if(fit, SETUP, levers, SLO, workers=1)
+        assert apart.calibration == alone.calibration
+        assert apart.replayed == alone.replayed
+        assert [(o.change, o.predicted, o.band, o.error) for o in apart.outcomes] == [
+            (o.change, o.predicted, o.band, o.error) for o in alone.outcomes
+        ]
+    assert apart.calibration.replays == 2 and apart.calibration.prefill_factor > 1.1
+    # And what calibrating one replay after another, then replaying each lever at the
+    # calibrated configuration, gives.
+    cal, _ = calibrate(today, faster.measured, lambda cfg: replay(faster, SETUP, cfg), SLO)
+    assert cal == apart.calibration
+    assert cal.ok, cal.reason
+    for o in apart.outcomes:
+        cfg, _ = turn(o.lever, cal.config, faster, SETUP)
+        assert o.predicted == replay(faster, SETUP, cfg).figures(*SLO)
+
+
+def test_a_band_is_relative_where_the_residual_is_whatever_the_figure_predicted():
+    # 19% off on a measured 0.044 preemptions/s: a lever that ends them is 0 ± the margin of
+    # noise, not ± 0.19 a second.
+    noise = calibration.CHECKED["preemptions_per_second"]
+    assert band("preemptions_per_second", 0.19, True, 0.0) == noise
+    assert band("preemptions_per_second", 0.19, True, 0.5) == pytest.approx(0.095)
+    # Measured near zero, the residual is absolute: so is the band.
+    assert band("preemptions_per_second", 0.05, False, 0.6) == pytest.approx(0.05)
+    assert band("ttft_p95", -0.1, True, 0.4) == pytest.approx(0.04)
 
 
 # --- the command ---------------------------------------------------------------------------

@@ -19,6 +19,7 @@ from diagnoser.cli.options import (
     source_options,
 )
 from diagnoser.cli.params import DURATION, TIMESTAMP, Duration
+from diagnoser.cli.whatif import SetupOptions, setup_options
 
 
 def matchers(
@@ -161,6 +162,16 @@ def _baseline(value: str) -> float | None:
     metavar="ID",
     help="Show one playbook's signature evaluated step by step, with the numbers.",
 )
+@click.option(
+    "--what-if",
+    "what_if",
+    is_flag=True,
+    help="Under each finding whose fix has levers, what each lever would buy: the model's "
+    "window fitted, replayed through the calibrated simulator and replayed again with the "
+    "lever (as servediag what-if; the model's shape, GPU and scheduler limits from --preset "
+    "or --model-config, --gpu, --max-num-seqs, ...). Text, json and markdown.",
+)
+@setup_options
 @catalog_option
 @config_option
 @handles_errors
@@ -177,6 +188,8 @@ def diagnose_cmd(
     fmt: str,
     output: Path | None,
     explain: str | None,
+    what_if: bool,
+    setup: SetupOptions,
     catalog_dirs: tuple[Path, ...],
     config_path: Path | None,
 ) -> None:
@@ -188,7 +201,8 @@ def diagnose_cmd(
     does. The site config (--config or SERVEDIAG_CONFIG) applies as it does to the rules: its
     selector, its group labels (each group diagnosed apart), its SLOs and its alert
     thresholds. Exit status: 0 the diagnosis ran (with or without findings), 2 bad usage or
-    catalog, 3 the metric source cannot be reached or answers garbage.
+    catalog, 3 the metric source cannot be reached or answers garbage (a --what-if that
+    cannot be made is said under its finding, and does not change the status).
 
     \b
     Examples:
@@ -197,12 +211,15 @@ def diagnose_cmd(
       diagnose --since 1h --lookback 3d          # it has been slow since the weekend
       diagnose --since 2h --until 2026-11-29T03:00:00Z --prometheus-url http://thanos:10902
       diagnose --explain kv-cache-pressure --config my-site.yaml
+      diagnose --since 1h --what-if --preset llama-3.1-8b --gpu H100-80GB
     """
     import time
 
     from diagnoser import report
     from diagnoser.diagnosis import Window, diagnose
 
+    if what_if and (explain is not None or fmt not in ("text", "json", "markdown")):
+        fail("--what-if: its predictions are shown in the text, json and markdown reports")
     offset = _baseline(baseline)
     now = time.time()
     end = until if until is not None else now
@@ -221,6 +238,10 @@ def diagnose_cmd(
 
         click.echo(inert(explain_text(result, explain)), nl=False)
         return
+    if what_if:
+        from diagnoser.cli.whatif_findings import attach
+
+        attach(result, prometheus, site, setup)
     colour = output is None and sys.stdout.isatty() and os.environ.get("NO_COLOR") is None
     rendered = report.render(result, fmt, colour=colour)
     if output is None:

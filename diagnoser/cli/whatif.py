@@ -4,15 +4,18 @@ without each lever of a fix."""
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import sys
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from diagnoser.cli.options import (
     EXIT_FOUND,
+    F,
     SourceOptions,
     config_option,
     fail,
@@ -29,6 +32,7 @@ if TYPE_CHECKING:
     from diagnoser.core.source import MetricSource
     from diagnoser.hardware.presets import ModelSpec
     from diagnoser.site import Site
+    from diagnoser.whatif.predict import WhatIf
 
 # vLLM's scheduler defaults for the OpenAI server (engine/arg_utils.py get_batch_defaults):
 # a GPU of at least 70 GiB that is not an A100 gets the larger pair.
@@ -40,6 +44,88 @@ def vllm_defaults(g: GpuSpec) -> tuple[int, int]:
     if g.memory_bytes >= LARGE_GPU and "a100" not in g.name.lower():
         return 1024, 8192
     return 256, 2048
+
+
+@dataclass(frozen=True)
+class SetupOptions:
+    """What the series do not say about the servers, as the options say: the model's shape,
+    the GPU, the scheduler limits, the tensor-parallel size."""
+
+    preset: str | None
+    model_config: Path | None
+    gpu_name: str | None
+    max_num_seqs: int | None
+    max_num_batched_tokens: int | None
+    max_model_len: int | None
+    tensor_parallel: int
+
+
+_SETUP_PARAMS = tuple(f.name for f in dataclasses.fields(SetupOptions))
+
+
+def setup_options(fn: F) -> F:
+    """``--preset``, ``--model-config``, ``--gpu``, the scheduler limits and ``--tp``, handed to
+    the command as one ``setup: SetupOptions`` argument (what-if's, and diagnose --what-if's)."""
+    options = [
+        click.option(
+            "--preset",
+            default=None,
+            metavar="NAME",
+            help=f"The model's shape from a preset ({', '.join(MODEL_ALIASES)}).",
+        ),
+        click.option(
+            "--model-config",
+            type=click.Path(path_type=Path),
+            default=None,
+            metavar="CONFIG",
+            help="The model's shape from its Hugging Face config.json (or its directory).",
+        ),
+        click.option(
+            "--gpu",
+            "gpu_name",
+            default=None,
+            help="GPU preset (default: the GPU DCGM reports; required without DCGM).",
+        ),
+        click.option(
+            "--max-num-seqs",
+            type=click.IntRange(1, 1 << 20),
+            default=None,
+            help="The servers' --max-num-seqs (default: vLLM's for the GPU).",
+        ),
+        click.option(
+            "--max-num-batched-tokens",
+            type=click.IntRange(16, 1 << 26),
+            default=None,
+            help="The servers' --max-num-batched-tokens (default: vLLM's for the GPU).",
+        ),
+        click.option(
+            "--max-model-len",
+            type=click.IntRange(1, LARGEST),
+            default=None,
+            help="The servers' --max-model-len (default: the model's, within the KV cache).",
+        ),
+        click.option(
+            "--tensor-parallel-size",
+            "--tp",
+            "tensor_parallel",
+            type=click.IntRange(1, 64),
+            default=1,
+            show_default=True,
+            help="GPUs each engine is split across.",
+        ),
+    ]
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        setup = SetupOptions(*(kwargs.pop(name) for name in _SETUP_PARAMS))
+        if setup.preset is not None and setup.model_config is not None:
+            fail("give --preset or --model-config, not both")
+        return fn(*args, setup=setup, **kwargs)
+
+    decorated: Any = wrapper
+    for option in reversed(options):
+        decorated = option(decorated)
+    return decorated  # type: ignore[no-any-return]
 
 
 @click.command("what-if")
@@ -60,52 +146,7 @@ def vllm_defaults(g: GpuSpec) -> tuple[int, int]:
 )
 @source_options("http://localhost:9090", "Prometheus-compatible API (also PROMETHEUS_URL).")
 @click.option("--model", default=None, help="The model_name (default: the only one serving).")
-@click.option(
-    "--preset",
-    default=None,
-    metavar="NAME",
-    help=f"The model's shape from a preset ({', '.join(MODEL_ALIASES)}).",
-)
-@click.option(
-    "--model-config",
-    type=click.Path(path_type=Path),
-    default=None,
-    metavar="CONFIG",
-    help="The model's shape from its Hugging Face config.json (or its directory).",
-)
-@click.option(
-    "--gpu",
-    "gpu_name",
-    default=None,
-    help="GPU preset (default: the GPU DCGM reports; required without DCGM).",
-)
-@click.option(
-    "--max-num-seqs",
-    type=click.IntRange(1, 1 << 20),
-    default=None,
-    help="The servers' --max-num-seqs (default: vLLM's for the GPU).",
-)
-@click.option(
-    "--max-num-batched-tokens",
-    type=click.IntRange(16, 1 << 26),
-    default=None,
-    help="The servers' --max-num-batched-tokens (default: vLLM's for the GPU).",
-)
-@click.option(
-    "--max-model-len",
-    type=click.IntRange(1, LARGEST),
-    default=None,
-    help="The servers' --max-model-len (default: the model's, within the KV cache).",
-)
-@click.option(
-    "--tensor-parallel-size",
-    "--tp",
-    "tensor_parallel",
-    type=click.IntRange(1, 64),
-    default=1,
-    show_default=True,
-    help="GPUs each engine is split across.",
-)
+@setup_options
 @click.option(
     "--lever",
     "levers",
@@ -125,13 +166,7 @@ def what_if_cmd(
     until: float | None,
     source: SourceOptions,
     model: str | None,
-    preset: str | None,
-    model_config: Path | None,
-    gpu_name: str | None,
-    max_num_seqs: int | None,
-    max_num_batched_tokens: int | None,
-    max_model_len: int | None,
-    tensor_parallel: int,
+    setup: SetupOptions,
     levers: tuple[str, ...],
     fmt: str,
     config_path: Path | None,
@@ -160,11 +195,7 @@ def what_if_cmd(
     from diagnoser.catalog.levers import LeverError, parse_lever
     from diagnoser.whatif import fit as fitting
     from diagnoser.whatif import report
-    from diagnoser.whatif.predict import what_if
-    from diagnoser.whatif.replay import Setup
 
-    if preset is not None and model_config is not None:
-        fail("give --preset or --model-config, not both")
     site = load_site(config_path)
     try:
         chosen = [parse_lever(t) for t in levers] or catalog_levers(site)
@@ -180,21 +211,7 @@ def what_if_cmd(
             named = ", ".join(found[:10]) if found else "none with traffic"
             fail(f"give --model: what-if fits one model (in the window: {named})")
         model = found[0]
-    fitted = fitting.fit_window(prometheus, model, start, end, selector)
-    spec = _shape(model, preset, model_config)
-    g = _gpu(prometheus, gpu_name, end)
-    seqs, tokens = vllm_defaults(g)
-    setup = Setup(
-        spec=spec,
-        gpu=g,
-        max_num_seqs=max_num_seqs or seqs,
-        max_num_batched_tokens=max_num_batched_tokens or tokens,
-        max_model_len=max_model_len,
-        tensor_parallel=tensor_parallel,
-    )
-    objectives = site.config.slo.for_labels({"model_name": model})
-    slo = (objectives.ttft_seconds, objectives.itl_seconds)
-    result = what_if(fitted, setup, chosen, slo)
+    result = predict(prometheus, site, {"model_name": model}, (start, end), selector, setup, chosen)
     for warning in prometheus.warnings:
         click.echo(f"servediag: warning: partial answer: {warning}", err=True)
     if fmt == "json":
@@ -203,6 +220,40 @@ def what_if_cmd(
         click.echo(report.text(result), nl=False)
     if not result.calibration.ok:
         sys.exit(EXIT_FOUND)
+
+
+def predict(
+    prometheus: MetricSource,
+    site: Site,
+    scope: dict[str, str],
+    window: tuple[float, float],
+    selector: tuple[str, ...],
+    setup: SetupOptions,
+    levers: list[Lever],
+) -> WhatIf:
+    """The what-if of the model ``scope`` names (``model_name``, and the labels of its group)
+    over ``window``: fitted within ``selector``, calibrated, each lever replayed. Raises
+    ``UserError`` when the window cannot be fitted or the model's shape or GPU is unknown."""
+    from diagnoser.whatif.fit import fit_window
+    from diagnoser.whatif.predict import what_if
+    from diagnoser.whatif.replay import Setup
+
+    model = scope["model_name"]
+    start, end = window
+    fitted = fit_window(prometheus, model, start, end, selector)
+    spec = _shape(model, setup.preset, setup.model_config)
+    g = _gpu(prometheus, setup.gpu_name, end)
+    seqs, tokens = vllm_defaults(g)
+    engine = Setup(
+        spec=spec,
+        gpu=g,
+        max_num_seqs=setup.max_num_seqs or seqs,
+        max_num_batched_tokens=setup.max_num_batched_tokens or tokens,
+        max_model_len=setup.max_model_len,
+        tensor_parallel=setup.tensor_parallel,
+    )
+    objectives = site.config.slo.for_labels(scope)
+    return what_if(fitted, engine, levers, (objectives.ttft_seconds, objectives.itl_seconds))
 
 
 def catalog_levers(site: Site) -> list[Lever]:

@@ -96,6 +96,9 @@ class Diagnosis:
     reach: Reach | None = None
     # What the source warned about in its answers (a partial answer from Thanos or Mimir).
     warnings: list[str] = field(default_factory=list)
+    # diagnose --what-if: each finding's what-if, by playbook id and scope (the JSON object
+    # ``what_if`` of the finding, or None for a fix without levers); None when not asked for.
+    what_if: dict[tuple[str, ScopeKey], dict[str, Any] | None] | None = None
     # Indexes of the lists above by scope, made when first asked for (see ``ByScope``).
     _indexes: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
@@ -299,7 +302,13 @@ def finding_json(d: Diagnosis, m: Match) -> dict[str, Any]:
         "explained_by": m.explained_by,
         "caveats": m.caveats,
         "hints": [h.id for h in m.hints],
+        **({} if d.what_if is None else {"what_if": what_if_of(d, m)}),
     }
+
+
+def what_if_of(d: Diagnosis, m: Match) -> dict[str, Any] | None:
+    """The finding's what-if (diagnose --what-if), None where its fix has no levers."""
+    return None if d.what_if is None else d.what_if.get((m.playbook.id, scope_key(m.scope)))
 
 
 def to_json(d: Diagnosis) -> dict[str, Any]:

@@ -1,7 +1,8 @@
-"""``make bench``: the simulator's step costs against GPU measurements, its speed, diagnose's
-accuracy on the scenario library and its variants, diagnose on a fleet of 512 targets (in
-Prometheus and VictoriaMetrics; ``python -m diagnoser.lab.bench fleet`` alone), and start-up
-times."""
+"""``make bench``: the simulator's step costs against GPU measurements, its speed, what-if's
+time on a 1-hour window with five levers (``python -m diagnoser.lab.bench what-if`` alone),
+diagnose's accuracy on the scenario library and its variants, diagnose on a fleet of 512
+targets (in Prometheus and VictoriaMetrics; ``python -m diagnoser.lab.bench fleet`` alone),
+and start-up times."""
 
 from __future__ import annotations
 
@@ -90,6 +91,13 @@ def bench_simulator() -> None:
                 f"{3600 * instances / wall:6.0f} instance-seconds/s, "
                 f"{rec.sample_count() / 1e6:.2f} M samples"
             )
+
+
+def bench_what_if() -> None:
+    """servediag what-if on one model's 1-hour window with five levers, timed."""
+    from diagnoser.lab import whatifbench
+
+    whatifbench.main()
 
 
 def bench_library() -> None:
@@ -265,8 +273,12 @@ def main() -> None:
     if sys.argv[1:] == ["serving-stack"]:  # the serving-stack playbooks' variants only
         bench_accuracy(variants=tuple(range(1, 11)), scenarios=serving_stack())
         return
+    if sys.argv[1:] == ["what-if"]:  # the what-if figure only
+        bench_what_if()
+        return
     bench_step_costs()
     bench_simulator()
+    bench_what_if()
     bench_library()
     print("accuracy on the scenario library (what the signatures were tuned on):")
     bench_accuracy()

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from diagnoser.core.printable import defang
-from diagnoser.diagnosis.model import Diagnosis, iso
+from diagnoser.diagnosis.model import Diagnosis, iso, what_if_of
 from diagnoser.report.format import health_line, needs, scope_text, since
+from diagnoser.report.whatif import finding_lines
 
 
 def cell(text: str) -> str:
@@ -79,6 +80,11 @@ def markdown(d: Diagnosis) -> str:
         out.append("")
         out.append(f"Runbook: {d.runbook(m)}")
         out.append("")
+        predicted = what_if_of(d, m)
+        if predicted is not None:
+            # In a code block, where only a backquote could end it early.
+            shown = (ln.replace("`", "'") for ln in finding_lines(predicted, ""))
+            out += ["**What-if.**", "", "```", *shown, "```", ""]
     if d.undecided:
         out.append("### Undecided")
         out += [

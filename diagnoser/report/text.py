@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from diagnoser.diagnosis.model import Diagnosis
+from diagnoser.diagnosis.model import Diagnosis, what_if_of
 from diagnoser.report.format import (
     clock,
     day,
@@ -13,6 +13,7 @@ from diagnoser.report.format import (
     since,
     wrap,
 )
+from diagnoser.report.whatif import finding_lines
 
 MAX_EVIDENCE = 6
 
@@ -129,6 +130,9 @@ def text(d: Diagnosis, colour: bool = False) -> str:
             out += wrap(f"caveat: {caveat}", "   ")
         for hint in m.hints:
             out.append(f"   hint: see also {hint.id} (advisory)")
+        predicted = what_if_of(d, m)
+        if predicted is not None:
+            out += finding_lines(predicted)
     ruled = d.ruled_out()
     out.append("")
     if ruled:

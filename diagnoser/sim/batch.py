@@ -27,13 +27,19 @@ class Batch:
         return len(self.reqs)
 
     def add(self, req: Request) -> None:
-        self.reqs.append(req)
-        self.prompt = np.append(self.prompt, req.prompt)
-        self.generated = np.append(self.generated, req.generated)
-        self.target = np.append(self.target, req.target_out)
-        self.last = np.append(self.last, req.last_token)
-        self.accept = np.append(self.accept, req.accept)
-        self._context += req.prompt + req.generated
+        self.add_all([req])
+
+    def add_all(self, reqs: list[Request]) -> None:
+        """Append ``reqs`` in order (one concatenation per array, however many they are)."""
+        if not reqs:
+            return
+        self.reqs += reqs
+        self.prompt = _joined(self.prompt, [r.prompt for r in reqs])
+        self.generated = _joined(self.generated, [r.generated for r in reqs])
+        self.target = _joined(self.target, [r.target_out for r in reqs])
+        self.last = _joined(self.last, [r.last_token for r in reqs])
+        self.accept = _joined(self.accept, [r.accept for r in reqs])
+        self._context += sum(r.prompt + r.generated for r in reqs)
 
     def pop(self) -> Request:
         req = self.reqs.pop()
@@ -64,6 +70,11 @@ class Batch:
         self.generated = self.generated + tokens
         self._context += int(tokens.sum())
 
+    def grow_each(self, tokens: int) -> None:
+        """Every sequence generated ``tokens`` more."""
+        self.generated = self.generated + tokens
+        self._context += tokens * len(self.reqs)
+
     def blocks(self, block_size: int, extra: int = 0) -> int:
         return int((-(-(self.prompt + self.generated + extra) // block_size)).sum())
 
@@ -77,3 +88,7 @@ class Batch:
             self.accept[mask],
         )
         self._context = int(self.prompt.sum() + self.generated.sum())
+
+
+def _joined(a: np.ndarray, more: list[int] | list[float]) -> np.ndarray:
+    return np.concatenate((a, np.asarray(more, dtype=a.dtype)))

@@ -23,6 +23,8 @@ moment vLLM's own metric code observes it (``vllm/v1/metrics/stats.py`` and ``lo
 
 from __future__ import annotations
 
+import itertools
+import math
 from collections import deque
 from dataclasses import dataclass, field
 
@@ -343,9 +345,10 @@ class Engine:
         if budget <= 0:  # decodes fill the budget; prefill waits for a decode step
             self._decode_steps(1)
             return
-        todo = np.array([r.to_prefill - r.prefilled for r in self.prefilling], dtype=np.float64)
-        total = float(todo.sum())
-        steps = max(1, int(np.ceil(total / budget)))
+        # Whole token counts: floats add them exactly, and cost less than arrays for few steps.
+        todo = [float(r.to_prefill - r.prefilled) for r in self.prefilling]
+        total = sum(todo)
+        steps = max(1, math.ceil(total / budget))
         chunk = int(min(budget, total))
         attn = sum(
             self.attention_flops(r.cached + r.prefilled, r.to_prefill - r.prefilled)
@@ -353,15 +356,16 @@ class Engine:
         )
         step_time = self.mixed_step_time(n_dec, self.running.context(), chunk, attn / steps)
         start = self.clock
-        done_at_step = np.maximum(1, np.ceil(np.cumsum(todo) / budget)).astype(np.int64)
-        decoded = np.zeros(steps)
+        done_at_step = [max(1, math.ceil(c / budget)) for c in itertools.accumulate(todo)]
+        decoded = [0.0] * steps
         if n_dec:
-            decoded = self._emit_decode_tokens(steps, step_time)
+            decoded = self._emit_decode_tokens(steps, step_time).tolist()
         self.clock = start + steps * step_time
         self.stats.busy_seconds += steps * step_time
         # Each step's output message: decode tokens, plus a first (or resumed) token and the
         # prompt of every request whose prefill ends in it.
-        outputs, computed, full = decoded.copy(), np.zeros(steps), np.zeros(steps)
+        outputs, computed, full = decoded, [0.0] * steps, [0.0] * steps
+        joined: list[Request] = []
         for req, k in zip(self.prefilling, done_at_step, strict=True):
             t = start + int(k) * step_time
             req.prefilled = req.to_prefill
@@ -387,17 +391,27 @@ class Engine:
             if req.generated >= req.target_out:
                 self._finish(req, t)
             else:
-                self.running.add(req)
+                joined.append(req)
+        self.running.add_all(joined)
         self.prefilling = []
-        out = outputs > 0
-        self.stats.batches.append(_counted(outputs[out] + computed[out]))
-        self.stats.batches_full_prompt.append(_counted(outputs[out] + full[out]))
+        out = [i for i, o in enumerate(outputs) if o > 0]
+        self.stats.batches.append(_counted(np.array([outputs[i] + computed[i] for i in out])))
+        self.stats.batches_full_prompt.append(
+            _counted(np.array([outputs[i] + full[i] for i in out]))
+        )
 
     def _emit_decode_tokens(self, steps: int, step_time: float) -> np.ndarray:
         """Every running sequence gets one token per step; finishing ones stop early.
 
         Returns the tokens each of the ``steps`` output."""
-        run = self.running
+        run, n = self.running, len(self.running)
+        if not self.cfg.num_speculative_tokens and int((run.target - run.generated).min()) > steps:
+            # Nobody finishes within the steps (the common case): every step outputs n.
+            self.stats.itl.append((step_time, n * steps))
+            self.stats.generation_tokens += n * steps
+            run.grow_each(steps)
+            run.last[:] = self.clock + steps * step_time
+            return np.full(steps, float(n))
         if self.cfg.num_speculative_tokens:
             got, finished_at, per_step = speculate(
                 self.rng, run, self.cfg.num_speculative_tokens, steps, self.stats
@@ -477,8 +491,9 @@ class Engine:
 
 
 def _counted(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Distinct values and how often each occurs (histograms take weighted observations)."""
+    """The values with how often each occurs (histograms take weighted observations): one
+    value and its count when all are equal (a run of decode steps), else each once (a
+    prefill's few steps, where counting distinct values cost more than it saved)."""
     if values.size and values[0] == values[-1] and (values == values[0]).all():
         return values[:1], np.array([float(values.size)])
-    uniq, counts = np.unique(values, return_counts=True)
-    return uniq, counts.astype(np.float64)
+    return values, np.ones(values.size)

@@ -51,6 +51,12 @@ class Calibration:
     replays: int = 0
 
 
+def relative(name: str, measured: float | None) -> bool:
+    """Whether a figure's residual is relative to the measured figure (else absolute: a
+    figure measured within its margin of noise of zero)."""
+    return measured is not None and abs(measured) > CHECKED.get(name, 0.0)
+
+
 def gap(name: str, replayed: float | None, measured: float | None) -> tuple[float | None, bool]:
     """The residual of one figure (relative to the measured one; absolute under the figure's
     margin) and whether it is within the tolerance."""
@@ -58,7 +64,7 @@ def gap(name: str, replayed: float | None, measured: float | None) -> tuple[floa
         return None, True
     margin = CHECKED.get(name, 0.0)
     diff = replayed - measured
-    if abs(measured) > margin:
+    if relative(name, measured):
         rel = diff / abs(measured)
         return rel, abs(rel) <= TOLERANCE or abs(diff) <= margin
     return diff, abs(diff) <= margin
@@ -70,30 +76,31 @@ def with_factors(cfg: Config, prefill: float, decode: float) -> Config:
     return dataclasses.replace(cfg, engine=engine)
 
 
-def calibrate(
-    today: Config,
-    measured: Observed,
-    run: Callable[[Config], Observed],
-    slo: tuple[float, float],
-) -> tuple[Calibration, Observed]:
-    """Fit the two factors with ``run`` (a replay at a configuration); the calibration and
-    the replay of today that the predictions are compared with."""
-    want = measured.figures(*slo)
-    got_obs = run(today)
-    got = got_obs.figures(*slo)
-    replays = 1
-    prefill = decode = 1.0
+def factors(
+    today: Config, got: dict[str, float | None], want: dict[str, float | None]
+) -> tuple[float, float]:
+    """The (prefill, decode) speed factors that bring today's replay (``got``) to what was
+    measured (``want``): each the ratio of the medians, within where a GPU can be; (1, 1) when
+    the medians are already within ``CLOSE_ENOUGH``."""
     ratio_t = _ratio(got["ttft_p50"], want["ttft_p50"])
     ratio_i = _ratio(got["itl_p50"], want["itl_p50"])
-    if abs(ratio_t - 1) > CLOSE_ENOUGH or abs(ratio_i - 1) > CLOSE_ENOUGH:
-        prefill = min(max(ratio_t, LOWEST), HIGHEST)
-        decode = min(max(ratio_i, LOWEST), HIGHEST)
-        prefill = min(prefill, 1.0 / today.engine.mfu)
-        decode = min(decode, 1.0 / today.engine.mbu)
-        got_obs = run(with_factors(today, prefill, decode))
-        got = got_obs.figures(*slo)
-        replays += 1
-    cfg = with_factors(today, prefill, decode)
+    if abs(ratio_t - 1) <= CLOSE_ENOUGH and abs(ratio_i - 1) <= CLOSE_ENOUGH:
+        return 1.0, 1.0
+    prefill = min(max(ratio_t, LOWEST), HIGHEST, 1.0 / today.engine.mfu)
+    decode = min(max(ratio_i, LOWEST), HIGHEST, 1.0 / today.engine.mbu)
+    return prefill, decode
+
+
+def judge(
+    today: Config,
+    prefill: float,
+    decode: float,
+    got: dict[str, float | None],
+    want: dict[str, float | None],
+    replays: int,
+) -> Calibration:
+    """The calibration: ``got``, the replay at today's configuration with the factors, against
+    ``want``; it refuses when any figure is off by more than the tolerance."""
     residual: dict[str, float | None] = {}
     off = []
     for name in CHECKED:
@@ -107,18 +114,36 @@ def calibrate(
             f"the replay does not match the window within {TOLERANCE:.0%} after fitting "
             f"prefill x{prefill:.2f} and decode x{decode:.2f}: " + "; ".join(off)
         )
-    cal = Calibration(
+    return Calibration(
         ok=not off,
         reason=reason,
         prefill_factor=prefill,
         decode_factor=decode,
-        config=cfg,
+        config=with_factors(today, prefill, decode),
         measured=want,
         replayed=got,
         residual=residual,
         replays=replays,
     )
-    return cal, got_obs
+
+
+def calibrate(
+    today: Config,
+    measured: Observed,
+    run: Callable[[Config], Observed],
+    slo: tuple[float, float],
+) -> tuple[Calibration, Observed]:
+    """Fit the two factors with ``run`` (a replay at a configuration), one replay after
+    another; the calibration and the replay of today that the predictions are compared
+    with. (``predict`` runs the same steps with the levers' replays alongside.)"""
+    want = measured.figures(*slo)
+    got_obs = run(today)
+    prefill, decode = factors(today, got_obs.figures(*slo), want)
+    replays = 1
+    if (prefill, decode) != (1.0, 1.0):
+        got_obs = run(with_factors(today, prefill, decode))
+        replays += 1
+    return judge(today, prefill, decode, got_obs.figures(*slo), want, replays), got_obs
 
 
 def _ratio(replayed: float | None, measured: float | None) -> float:

@@ -3,7 +3,8 @@
 Each lever's figures are the replay at the lever's configuration, next to today's (measured)
 and to today's replay; its band is the calibration's residual for that figure (relative, or
 absolute for figures near zero), which is how far the replay was from the truth on the one
-configuration where the truth is known. Lever replays run in parallel processes.
+configuration where the truth is known. Replays run in parallel processes, two at a time
+on two cores.
 """
 
 from __future__ import annotations
@@ -12,9 +13,17 @@ import os
 import time
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from diagnoser.catalog.levers import Lever, LeverError
-from diagnoser.whatif.calibrate import CHECKED, Calibration, calibrate
+from diagnoser.whatif.calibrate import (
+    CHECKED,
+    Calibration,
+    factors,
+    judge,
+    relative,
+    with_factors,
+)
 from diagnoser.whatif.fit import Fit
 from diagnoser.whatif.levers import turn
 from diagnoser.whatif.replay import Config, ReplayError, Setup, baseline, replay
@@ -45,18 +54,14 @@ class WhatIf:
     seconds: float = 0.0
 
 
-def _run(args: tuple[Fit, Setup, Config]) -> Observed:
-    return replay(*args)
-
-
-def band(name: str, residual: float | None, value: float | None) -> float | None:
-    """The ± on a predicted figure: the calibration's residual (relative: times the figure;
-    absolute for a figure compared absolutely), and never less than the figure's margin of
-    noise (``calibrate.CHECKED``)."""
+def band(name: str, residual: float | None, relative: bool, value: float | None) -> float | None:
+    """The ± on a predicted figure: the calibration's residual (``relative``: times the
+    figure; else as it is, for a figure measured near zero), and never less than the figure's
+    margin of noise (``calibrate.CHECKED``)."""
     margin = CHECKED.get(name)
     if margin is None or residual is None or value is None:
         return None
-    spread = abs(residual * value) if abs(value) > margin else abs(residual)
+    spread = abs(residual * value) if relative else abs(residual)
     return max(spread, margin)
 
 
@@ -67,44 +72,57 @@ def what_if(
     slo: tuple[float, float],
     workers: int | None = None,
 ) -> WhatIf:
-    """Calibrate to ``fit`` and predict each lever (none when the calibration refuses)."""
+    """Calibrate to ``fit`` and predict each lever (none when the calibration refuses).
+
+    Today's replay comes first; while it runs, the spare workers replay levers at today's
+    speed, which most servers keep (no factor fitted). When a factor is fitted, the levers not
+    yet started are dropped and replayed with it, alongside today's second replay: on two
+    cores, three rounds of replays without a factor and four with one."""
     t0 = time.monotonic()
     today, notes = baseline(fit, setup)
     outcomes = [Outcome(lever) for lever in levers]
-    # Most servers need no speed factor: today's replay and the levers' run together, and
-    # the levers are replayed again only if the calibration fits a factor.
-    jobs = _configs(outcomes, today, fit, setup)
-    first = _replay_all(fit, setup, [today, *(c for _, c in jobs)], workers)
-    done: dict[int, Observed | str] = {id(today): first[0]}
-
-    def run(cfg: Config) -> Observed:
-        got = done.pop(id(cfg), None)
-        if isinstance(got, Observed):
-            return got
-        if isinstance(got, str):
-            raise ReplayError(got)
-        return replay(fit, setup, cfg)
-
-    cal, today_obs = calibrate(today, fit.measured, run, slo)
-    replayed = today_obs.figures(*slo)
-    results = first[1:]
-    if cal.ok and (cal.prefill_factor, cal.decode_factor) != (1.0, 1.0):
-        jobs = _configs(outcomes, cal.config, fit, setup)
-        results = _replay_all(fit, setup, [c for _, c in jobs], workers)
-    if cal.ok:
-        for (i, _), result in zip(jobs, results, strict=True):
+    want = fit.measured.figures(*slo)
+    n = max(1, min(workers or os.cpu_count() or 1, 1 + len(levers)))
+    with _Replays(fit, setup, n) as pool:
+        first = pool.submit(today)
+        jobs = _configs(outcomes, today, fit, setup)
+        early = [pool.submit(cfg) for _, cfg in jobs[: n - 1]]
+        today_obs = _observed(first)
+        prefill, decode = factors(today, today_obs.figures(*slo), want)
+        replays = 1
+        if (prefill, decode) == (1.0, 1.0):
+            results = early + [pool.submit(cfg) for _, cfg in jobs[n - 1 :]]
+        else:
+            for f in early:
+                f.cancel()
+            cfg = with_factors(today, prefill, decode)
+            again = pool.submit(cfg)
+            jobs = _configs(outcomes, cfg, fit, setup)
+            results = [pool.submit(c) for _, c in jobs]
+            today_obs = _observed(again)
+            replays = 2
+        cal = judge(today, prefill, decode, today_obs.figures(*slo), want, replays)
+        if not cal.ok:
+            for f in results:
+                f.cancel()
+            results = []
+        for (i, _), f in zip(jobs, results, strict=False):
             out = outcomes[i]
+            result = f.result()
             if isinstance(result, str):
                 out.error = result
                 continue
             out.predicted = result.figures(*slo)
-            out.band = {m: band(m, cal.residual.get(m), out.predicted.get(m)) for m in METRICS}
+            out.band = {
+                m: band(m, cal.residual.get(m), relative(m, want.get(m)), out.predicted.get(m))
+                for m in METRICS
+            }
     return WhatIf(
         fit=fit,
         setup=setup,
         today=cal.config,
         calibration=cal,
-        replayed=replayed,
+        replayed=today_obs.figures(*slo),
         outcomes=outcomes,
         slo=slo,
         notes=[*fit.notes, *notes],
@@ -129,23 +147,64 @@ def _configs(
     return jobs
 
 
-def _replay_all(
-    fit: Fit, setup: Setup, configs: list[Config], workers: int | None
-) -> list[Observed | str]:
-    """Each configuration replayed, in parallel processes where there are cores for it."""
-    n = min(len(configs), workers or os.cpu_count() or 1)
-    args = [(fit, setup, c) for c in configs]
-    out: list[Observed | str] = []
-    if n <= 1:
-        for a in args:
-            out.append(_safe(a))
-        return out
-    with ProcessPoolExecutor(max_workers=n) as pool:
-        return list(pool.map(_safe, args))
+def _observed(f: _Pending) -> Observed:
+    """Today's replay; a configuration that does not serve cannot be calibrated."""
+    got = f.result()
+    if isinstance(got, str):
+        raise ReplayError(got)
+    return got
+
+
+class _Pending(Protocol):
+    def result(self) -> Observed | str: ...
+
+    def cancel(self) -> bool: ...
+
+
+class _Later:
+    """A replay in this process, run when its result is first asked for (never, once
+    cancelled)."""
+
+    def __init__(self, args: tuple[Fit, Setup, Config]):
+        self.args: tuple[Fit, Setup, Config] | None = args
+        self.got: Observed | str | None = None
+
+    def result(self) -> Observed | str:
+        if self.got is None:
+            assert self.args is not None, "a cancelled replay has no result"
+            self.got = _safe(self.args)
+        return self.got
+
+    def cancel(self) -> bool:
+        self.args = None
+        return True
+
+
+class _Replays:
+    """Replays in ``n`` worker processes (in this one when ``n`` is 1, each when its result is
+    asked for), as futures of what the replay observed, or why the configuration did not
+    serve."""
+
+    def __init__(self, fit: Fit, setup: Setup, n: int):
+        self.fit, self.setup = fit, setup
+        self.pool = ProcessPoolExecutor(max_workers=n) if n > 1 else None
+
+    def submit(self, cfg: Config) -> _Pending:
+        args = (self.fit, self.setup, cfg)
+        if self.pool is None:
+            return _Later(args)
+        return self.pool.submit(_safe, args)
+
+    def __enter__(self) -> _Replays:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.pool is not None:
+            self.pool.shutdown(wait=True, cancel_futures=True)
 
 
 def _safe(args: tuple[Fit, Setup, Config]) -> Observed | str:
     try:
-        return _run(args)
+        return replay(*args)
     except ReplayError as exc:
         return str(exc)

@@ -10,7 +10,8 @@ The JSON object::
                         "kv_cache_dtype", "enable_prefix_caching", "max_num_seqs",
                         "max_num_batched_tokens", "max_model_len"},
              "model_shape", "gpu"},
-     "calibration": {"ok", "reason", "prefill_factor", "decode_factor", "tolerance",
+     "calibration": {"ok", "reason", "prefill_factor", "decode_factor", "replays" (of today's
+                     configuration: 2 when a factor was fitted), "tolerance",
                      "measured": FIGURES, "replayed": FIGURES, "residual": {...},
                      "residual_relative": {name: bool}},
      "today": FIGURES, "today_replayed": FIGURES,
@@ -32,7 +33,8 @@ from typing import Any
 from diagnoser.core.finite import finite
 from diagnoser.core.printable import printable
 from diagnoser.diagnosis.model import iso
-from diagnoser.whatif.calibrate import CHECKED, TOLERANCE
+from diagnoser.report.whatif import LABELS, SHOWN, fmt
+from diagnoser.whatif.calibrate import TOLERANCE, relative
 from diagnoser.whatif.predict import WhatIf
 
 
@@ -74,14 +76,13 @@ def to_json(w: WhatIf) -> dict[str, Any]:
             "reason": cal.reason,
             "prefill_factor": cal.prefill_factor,
             "decode_factor": cal.decode_factor,
+            "replays": cal.replays,
             "tolerance": TOLERANCE,
             "measured": cal.measured,
             "replayed": cal.replayed,
             "residual": cal.residual,
             "residual_relative": {
-                name: cal.measured.get(name) is not None
-                and abs(cal.measured[name] or 0.0) > CHECKED[name]
-                for name in cal.residual
+                name: relative(name, cal.measured.get(name)) for name in cal.residual
             },
         },
         "today": cal.measured,
@@ -103,42 +104,6 @@ def to_json(w: WhatIf) -> dict[str, Any]:
     }
     clean, _ = finite(doc)
     return dict(clean)
-
-
-LABELS = {
-    "ttft_p50": "TTFT p50",
-    "ttft_p95": "TTFT p95",
-    "itl_p50": "ITL p50",
-    "itl_p95": "ITL p95",
-    "kv_usage": "KV usage",
-    "preemptions_per_second": "preemptions/s",
-    "waiting": "waiting",
-    "requests_per_second": "requests/s",
-    "tokens_per_second": "tokens/s",
-    "ttft_slo_share": "TTFT SLO met",
-    "itl_slo_share": "ITL SLO met",
-}
-SHOWN = (
-    "ttft_p95",
-    "itl_p95",
-    "tokens_per_second",
-    "preemptions_per_second",
-    "kv_usage",
-    "ttft_slo_share",
-    "itl_slo_share",
-)
-
-
-def _fmt(name: str, v: float | None) -> str:
-    if v is None:
-        return "-"
-    if name.startswith(("ttft_p", "itl_p")):
-        return f"{v * 1000:.0f} ms" if v < 1 else f"{v:.2f} s"
-    if name in ("kv_usage", "ttft_slo_share", "itl_slo_share"):
-        return f"{v:.1%}"
-    if name == "tokens_per_second":
-        return f"{v:,.0f}"
-    return f"{v:.3g}"
 
 
 def text(w: WhatIf) -> str:
@@ -164,11 +129,10 @@ def text(w: WhatIf) -> str:
     lines.append(f"    {'':16}{'measured':>12}{'replayed':>12}{'residual':>14}")
     for name, r in cal.residual.items():
         measured = cal.measured[name]
-        relative = measured is not None and abs(measured) > CHECKED[name]
-        res = "-" if r is None else (f"{r:+.0%}" if relative else f"{r:+.2g} abs")
+        res = "-" if r is None else (f"{r:+.0%}" if relative(name, measured) else f"{r:+.2g} abs")
         lines.append(
-            f"    {LABELS[name]:16}{_fmt(name, cal.measured[name]):>12}"
-            f"{_fmt(name, cal.replayed[name]):>12}{res:>14}"
+            f"    {LABELS[name]:16}{fmt(name, cal.measured[name]):>12}"
+            f"{fmt(name, cal.replayed[name]):>12}{res:>14}"
         )
     if not cal.ok:
         lines.append(f"  refused: {cal.reason}; nothing is predicted")
@@ -184,9 +148,9 @@ def text(w: WhatIf) -> str:
             for name in SHOWN:
                 pm = o.band.get(name)
                 lines.append(
-                    f"  {LABELS[name]:16}{_fmt(name, cal.measured[name]):>12}"
-                    f"{_fmt(name, o.predicted.get(name)):>12}"
-                    f"{_fmt(name, pm) if pm is not None else '-':>10}"
+                    f"  {LABELS[name]:16}{fmt(name, cal.measured[name]):>12}"
+                    f"{fmt(name, o.predicted.get(name)):>12}"
+                    f"{fmt(name, pm) if pm is not None else '-':>10}"
                 )
     for note in w.notes:
         lines.append(f"note: {printable(note)}")
