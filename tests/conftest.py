@@ -184,8 +184,13 @@ def _name_the_group(item: pytest.Item, group: str) -> None:
     fixture was built again on each worker that got one of its tests (test_health's 70 s
     fleet twice). Where pytest still reads ``_nodeid``, xdist's own renaming works."""
     try:
-        from _pytest.nodeid import coerce_node_id
+        from _pytest.nodeid import NodeId
     except ImportError:
         return
-    if "@" not in item.nodeid:
-        item._id = coerce_node_id(f"{item.nodeid}@{group}")  # type: ignore[attr-defined]
+    node = item._id  # type: ignore[attr-defined]
+    if "@" in str(node) or not node.names:
+        return
+    # The group goes after the parameters, as the last name's tail: xdist takes a node id
+    # for grouped only where its "@" comes after its last "]".
+    last = node.names[-1] + (f"[{node.params}]" if node.params is not None else "")
+    item._id = NodeId(path=node.path, names=(*node.names[:-1], f"{last}@{group}"))  # type: ignore[attr-defined]

@@ -10,8 +10,11 @@ def shared():
     return object()
 
 
-def test_a_module_with_a_shared_fixture_is_one_group(request, shared):
+@pytest.mark.parametrize("case", ["plain", "with-params"])
+def test_a_module_with_a_shared_fixture_is_one_group(request, shared, case):
     if not request.config.getoption("loadgroup", False):
         pytest.skip("runs under `make test` (pytest-xdist with --dist loadgroup)")
     # xdist's worker names the group in the node id when it sees the mark in time.
-    assert request.node.nodeid.endswith("@tests/test_suite_groups.py"), request.node.nodeid
+    # xdist groups a test only where the "@" follows its parameters' closing "]".
+    nodeid = request.node.nodeid
+    assert nodeid.endswith(f"[{case}]@tests/test_suite_groups.py"), nodeid

@@ -7,6 +7,12 @@ from dataclasses import dataclass
 
 MAX_STEP_POINTS = 1500  # per series per query: plenty for shapes, far below Prometheus's cap
 MIN_STEP = 15.0
+# The step is fitted to the window: at least this many points inside it (onsets dated to a
+# sixtieth of the window, and a phase of eight steps is enough to see), and no coarser than a
+# quarter of the rate window, so that consecutive rates overlap and no sample goes unread.
+# A 15 s step under 5 m rates makes the store read every sample twenty times; an hour's window
+# at 60 s reads each about five times, a quarter of the samples, for the same curves.
+MIN_WINDOW_POINTS = 60
 
 
 @dataclass(frozen=True)
@@ -33,6 +39,8 @@ class Window:
         total = end - min(b_start, start)
         step = max(MIN_STEP, math.ceil(total / MAX_STEP_POINTS / MIN_STEP) * MIN_STEP)
         rate = max(300, int(4 * step))
+        fitted = math.floor(min(since / MIN_WINDOW_POINTS, rate / 4) / MIN_STEP) * MIN_STEP
+        step = max(step, fitted)
         return cls(
             start, end, b_start, b_end, step, f"{rate // 60}m" if rate % 60 == 0 else f"{rate}s"
         )

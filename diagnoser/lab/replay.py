@@ -2,9 +2,12 @@
 and a source that replays them, so a diagnosis reproduces in milliseconds without Prometheus.
 
 A recording is one gzipped JSON document: what was recorded (``meta``) and, per PromQL
-expression, the series as Prometheus's API gave them (``metric`` and ``values`` with the
-values as Prometheus's strings). A replay asked an expression it has not recorded fails
-saying so: the query changed, and the recording must be made again (``make goldens``).
+expression and step (the key ``expr  # step 60s``: one diagnosis may ask one expression at two
+steps, the targets' map finer than the window's signals), the series as Prometheus's API gave
+them (``metric`` and ``values`` with the values as Prometheus's strings). A recording keyed by
+the expression alone (made before the step was kept) still replays. A replay asked an
+expression it has not recorded fails saying so: the query changed, and the recording must be
+made again (``make goldens``).
 """
 
 from __future__ import annotations
@@ -17,6 +20,11 @@ from typing import Any
 import numpy as np
 
 from diagnoser.core.source import MetricSource, Series
+
+
+def answer_key(expr: str, step: float) -> str:
+    """The key of one range query's answer: its expression, and its step as a comment."""
+    return f"{expr}  # step {step:g}s"
 
 
 class NotRecorded(KeyError):
@@ -32,7 +40,7 @@ class Recording:
 
     def query_range(self, expr: str, start: float, end: float, step: float) -> list[Series]:
         series = self.inner.query_range(expr, start, end, step)
-        self.answers[expr] = [
+        self.answers[answer_key(expr, step)] = [
             {
                 "metric": s.labels,
                 "values": [[float(t), repr(float(v))] for t, v in zip(s.t, s.v, strict=True)],
@@ -64,10 +72,9 @@ class Replay:
         self.answers: dict[str, list[dict[str, Any]]] = doc["answers"]
 
     def query_range(self, expr: str, start: float, end: float, step: float) -> list[Series]:
-        try:
-            raw = self.answers[expr]
-        except KeyError:
-            raise NotRecorded(f"{self.path.name} has no answer for {expr[:120]}...") from None
+        raw = self.answers.get(answer_key(expr, step), self.answers.get(expr))
+        if raw is None:
+            raise NotRecorded(f"{self.path.name} has no answer for {expr[:120]}...")
         return [
             Series(
                 dict(s["metric"]),
