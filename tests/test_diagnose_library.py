@@ -11,8 +11,11 @@ from diagnoser.sim import library
 NAMES = library.names()
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def diagnoses(scenario_library, prometheus_for, site):
+    """Each scenario diagnosed once per worker. Session-scoped, not module-scoped, so that the
+    module's tests spread over the workers: the scenarios it simulates are the run's shared
+    library, and one worker alone would simulate them all one after another."""
     cache: dict[str, dict] = {}
 
     def get(name: str) -> dict:
