@@ -7,10 +7,8 @@ import time
 from pathlib import Path
 
 import pytest
-import sglang_written as W
 
-import diagnoser
-from diagnoser.lab.promserver import Prometheus, backfill
+from diagnoser.lab import sglang_written as W
 
 CASES = W.cases()
 
@@ -22,10 +20,7 @@ def end() -> float:
 
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
 def test_a_hand_written_sglang_case_is_diagnosed(case: W.Case, end: float, tmp_path: Path):
-    om = W.write(case, end, tmp_path / f"{case.name}.om")
-    backfill(om, tmp_path / "tsdb")
-    with Prometheus(tmp_path / "tsdb") as prom:
-        found = diagnoser.diagnose(prom.url, since="1h", until=end).to_json()
+    found = W.diagnose(case, tmp_path, end)
     ids = [f["id"] for f in found["findings"]]
     if case.expect is None:
         assert ids == [], ids
