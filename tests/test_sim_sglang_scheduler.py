@@ -6,8 +6,11 @@ from __future__ import annotations
 
 import dataclasses
 
+import pytest
+
 from diagnoser.hardware.presets import gpu, model
 from diagnoser.sim.engine import Engine, EngineConfig, Request
+from diagnoser.sim.scenario import load_scenario
 
 H100 = gpu("H100-80GB")
 LLAMA3 = model("llama-3.1-8b")
@@ -66,3 +69,40 @@ def test_admission_keeps_room_for_the_running_requests_output():
         retracted[ratio] = len(engine.stats.retractions)
     assert peak[0.0] > peak[0.1], peak
     assert retracted[0.0] > 0 and retracted[0.1] == 0, retracted
+
+
+SCENARIO = """\
+description: One SGLang server.
+duration: 10m
+scrape_interval: 15s
+seed: 1
+labels: {window: 5m, expect: [], absent: []}
+models:
+  - name: m
+    preset: llama-3.1-8b
+    runtime: RUNTIME
+    gpu: H100-80GB
+    ENGINE
+    workload:
+      rate: {mean: 2}
+      prompt: {median: 500}
+      output: {median: 100}
+"""
+
+
+@pytest.mark.parametrize(
+    ("runtime", "engine", "mixed", "ratio"),
+    [
+        ("sglang", "", False, 0.7 * 0.14),
+        ("sglang", "engine: {mixed_chunk: true, new_token_ratio: 0.3}", True, 0.3),
+        ("vllm", "", True, 0.0),
+    ],
+)
+def test_an_sglang_server_runs_sglangs_scheduler_unless_told_otherwise(
+    tmp_path, runtime, engine, mixed, ratio
+):
+    path = tmp_path / "s.yaml"
+    path.write_text(SCENARIO.replace("RUNTIME", runtime).replace("ENGINE", engine))
+    (m,) = load_scenario(path).models
+    assert m.engine.mixed_chunk is mixed
+    assert m.engine.new_token_ratio == pytest.approx(ratio)
