@@ -27,3 +27,21 @@ def test_a_hand_written_sglang_case_is_diagnosed(case: W.Case, end: float, tmp_p
         assert [h["verdict"] for h in found["health"]] == ["healthy"]
     else:
         assert ids[:1] == [case.expect], ids
+
+
+def test_a_variant_tells_the_same_story_on_another_server():
+    """Variants change the server, the rates, the lengths, the onset and the draws, from k
+    alone; what changes at the onset still changes the same way."""
+    by_name = {c.name: c for c in CASES}
+    shift = by_name["prompt-length-shift"]
+    a, b = W.variant(shift, 9), W.variant(shift, 9)
+    assert a == b  # from k alone
+    others = [W.variant(shift, k) for k in range(1, 11)]
+    assert len({(v.server, v.seed, v.onset_minutes) for v in others}) == 10
+    for v in others:
+        assert v.after["prompt"] > 3 * v.before["prompt"]
+        assert v.after["rate"] == v.before["rate"]
+    steady = W.variant(by_name["healthy"], 9)
+    assert steady.after == steady.before
+    spike = W.variant(by_name["prefill-interference"], 10)
+    assert "long_rate" not in spike.before and spike.after["long_prompt"] > 10_000
