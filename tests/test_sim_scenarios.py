@@ -88,6 +88,16 @@ def _write(tmp_path: Path, text: str, name: str = "s.yaml") -> Path:
             "models[0].rollout",
             "new-pods needs platform kubernetes",
         ),
+        (
+            ("gpu: H100-80GB", "gpu: H100-80GB\n    engine: {new_token_ratio: 1.5}"),
+            "models[0].engine.new_token_ratio",
+            "must be between 0 and 1",
+        ),
+        (
+            ("gpu: H100-80GB", "gpu: H100-80GB\n    engine: {mixed_chunk: sometimes}"),
+            "models[0].engine.mixed_chunk",
+            "must be true or false",
+        ),
     ],
 )
 def test_bad_scenarios_name_the_file_and_the_field(tmp_path, edit, where, says):

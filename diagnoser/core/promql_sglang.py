@@ -79,6 +79,20 @@ def quantile(p: float, fam: Family, extra: tuple[str, ...] = ()) -> Expr:
     return build
 
 
+def quantile_up_to(p: float, fam: Family, bound: float) -> Expr:
+    """The ``p`` quantile of the observations at or below ``bound`` alone: the buckets above
+    it dropped, and the one at it read as +Inf (a bound of the family's buckets)."""
+    kept = "|".join(f"{b:g}" for b in fam.bucket_bounds(0) if b <= bound)
+
+    def build(scope: Scope) -> str:
+        under = q.agg("sum", scope, _rate(fam, scope, "_bucket", (f'le=~"{kept}"',)), "le")
+        top = q.agg("sum", scope, _rate(fam, scope, "_bucket", (f'le="{bound:g}"',)), "le")
+        inf = f'label_replace({top}, "le", "+Inf", "", "")'
+        return f"histogram_quantile({p}, {under} or {inf})"
+
+    return build
+
+
 def top_bound(fam: Family) -> Expr:
     """The histogram's top finite bucket bound (see :func:`diagnoser.core.promql.top_bound`)."""
 
@@ -108,6 +122,15 @@ def hist_sum_rate(fam: Family) -> Expr:
 
     def build(scope: Scope) -> str:
         return q.agg("sum", scope, _rate(fam, scope, "_sum"))
+
+    return build
+
+
+def hist_rate(fam: Family) -> Expr:
+    """Observations per second of a histogram (e.g. requests admitted, from the queue time)."""
+
+    def build(scope: Scope) -> str:
+        return q.agg("sum", scope, _rate(fam, scope, "_count"))
 
     return build
 

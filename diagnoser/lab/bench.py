@@ -140,7 +140,10 @@ def sglang_library() -> list[Scenario]:
     return [sc for sc in map(library.find, library.names()) if runs_sglang(sc)]
 
 
-def bench_accuracy(variants: Sequence[int] = (), scenarios: Sequence[Scenario] = ()) -> None:
+Score = tuple[int, int, int]  # incidents right at 1, incidents, findings on healthy runs
+
+
+def bench_accuracy(variants: Sequence[int] = (), scenarios: Sequence[Scenario] = ()) -> Score:
     """AC@1 and AC@3 over the labelled vLLM library (or variants ``k`` of it, or of the
     scenarios given); findings on healthy scenarios; and where the misses are, per playbook."""
     import tempfile
@@ -202,11 +205,13 @@ def bench_accuracy(variants: Sequence[int] = (), scenarios: Sequence[Scenario] =
         if variants
         else f"{len(chosen)}"
     )
+    healthy = int(df[df.healthy].findings.sum())
     print(
         f"accuracy over {label} scenarios: AC@1 {at1}/{n} = {at1 / max(1, n):.2f}, "
         f"AC@3 {at3}/{n} = {at3 / max(1, n):.2f}, "
-        f"findings on healthy scenarios: {int(df[df.healthy].findings.sum())}"
+        f"findings on healthy scenarios: {healthy}"
     )
+    return at1, n, healthy
 
 
 def serving_stack() -> list[Scenario]:
@@ -241,15 +246,60 @@ def bench_fleet() -> None:
     fleetbench.main([])
 
 
+def bench_written(ks: Sequence[int]) -> Score:
+    """AC@1 and AC@3 over the SGLang cases written from SGLang's code, without the
+    simulator's engine (``lab.sglang_written``), case ``k`` 0 being the case as written."""
+    import tempfile
+    from pathlib import Path
+
+    from diagnoser.lab import sglang_written as W
+
+    end = float(int(time.time()) // 60 * 60 - 120)
+    at1 = at3 = n = healthy = 0
+    for base in W.cases():
+        for k in ks:
+            case = W.variant(base, k) if k else base
+            with tempfile.TemporaryDirectory() as tmp:
+                ids = [f["id"] for f in W.diagnose(case, Path(tmp), end)["findings"]]
+            if case.expect is None:
+                healthy += len(ids)
+                verdict = "ok" if not ids else "FALSE POSITIVE"
+            else:
+                n += 1
+                at1 += ids[:1] == [case.expect]
+                at3 += case.expect in ids[:3]
+                verdict = "ok" if ids[:1] == [case.expect] else "MISSED"
+                verdict = "top-3" if verdict == "MISSED" and case.expect in ids[:3] else verdict
+            print(f"  {case.name:<32} {verdict:<14} {', '.join(ids[:3]) or '-'}")
+    print(
+        f"accuracy over {n} written incidents (k = {', '.join(map(str, ks))}): "
+        f"AC@1 {at1}/{n} = {at1 / max(1, n):.2f}, AC@3 {at3}/{n} = {at3 / max(1, n):.2f}, "
+        f"findings on healthy cases: {healthy}"
+    )
+    return at1, n, healthy
+
+
 def bench_sglang() -> None:
-    """Accuracy on the SGLang scenarios (SGLang servers alone and mixed with vLLM)."""
+    """Accuracy on the SGLang scenarios (SGLang servers alone and mixed with vLLM), and on the
+    SGLang cases written from SGLang's code without the simulator's engine; variants 9 and 10
+    of both are kept out of tuning."""
     scenarios = sglang_library()
     print("accuracy on the SGLang scenarios (SGLang alone, and mixed vLLM + SGLang fleets):")
-    bench_accuracy(scenarios=scenarios)
+    tuned = [bench_accuracy(scenarios=scenarios)]
     print("accuracy on SGLang variants 1-8 (other seeds, onsets, magnitudes):")
-    bench_accuracy(variants=(1, 2, 3, 4, 5, 6, 7, 8), scenarios=scenarios)
+    tuned.append(bench_accuracy(variants=(1, 2, 3, 4, 5, 6, 7, 8), scenarios=scenarios))
+    print("accuracy on the SGLang cases written from SGLang's code, and their variants 1-8:")
+    tuned.append(bench_written((0, 1, 2, 3, 4, 5, 6, 7, 8)))
     print("accuracy on SGLang variants 9-10 (kept out of tuning):")
-    bench_accuracy(variants=(9, 10), scenarios=scenarios)
+    held = [bench_accuracy(variants=(9, 10), scenarios=scenarios)]
+    print("accuracy on the written SGLang cases' variants 9-10 (kept out of tuning):")
+    held.append(bench_written((9, 10)))
+    for name, scores in (("kept out of tuning", held), ("all runs", tuned + held)):
+        at1, n, healthy = (sum(x) for x in zip(*scores, strict=True))
+        print(
+            f"SGLang, {name} (simulated and written): AC@1 {at1}/{n} = "
+            f"{at1 / max(1, n):.2f}, findings on healthy runs: {healthy}"
+        )
 
 
 def bench_real() -> None:

@@ -12,7 +12,8 @@ ready, a sequence finishes, the phase quantum ends). Step times come from the ha
   running sequence, so inter-token latency grows with batch size and context;
 - a step carrying both pays for the chunk's compute and the decodes' KV reads.
 
-The cost model and its calibration against measured GPU step times are in ``costs``.
+The cost model and its calibration against measured GPU step times are in ``costs``; the
+engine's flags in ``engine_config``.
 
 The KV cache is counted in blocks; capacity follows from GPU memory, weights and overhead.
 When a running sequence needs a block and none is free, the newest sequence is preempted and
@@ -30,57 +31,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from diagnoser.hardware.presets import GB, GpuSpec, ModelSpec, kv_capacity_tokens
+from diagnoser.hardware.presets import GpuSpec, ModelSpec
 from diagnoser.sim import costs
 from diagnoser.sim.batch import Batch
+from diagnoser.sim.engine_config import EngineConfig as EngineConfig  # re-exported
 from diagnoser.sim.speculation import speculate
 
 CHAT = "/v1/chat/completions"
-
-
-@dataclass
-class EngineConfig:
-    max_num_seqs: int = 256
-    max_num_batched_tokens: int = 8192
-    gpu_memory_utilization: float = 0.9
-    max_model_len: int = 32768
-    block_size: int = 16
-    kv_cache_dtype_bytes: int = 2
-    tensor_parallel: int = 1
-    enable_prefix_caching: bool = True
-    prefix_hit_share: float = 0.0  # share of prompt tokens found in the prefix cache
-    runtime_overhead_gb: float = 2.14
-    mfu: float = costs.MFU  # share of peak FLOP/s prefill achieves
-    mbu: float = costs.MBU  # share of peak bandwidth decode achieves
-    step_overhead: float = costs.STEP_OVERHEAD  # seconds per step (inter-step gap, sampling)
-    step_overhead_per_seq: float = costs.PER_SEQUENCE  # seconds per decoding sequence per step
-    phase_quantum: float = 0.25  # longest decode phase, seconds
-    # Speculative decoding (--speculative-config): draft tokens proposed per sequence per
-    # step (0: off). The target model verifies them with its own token in one forward pass.
-    num_speculative_tokens: int = 0
-    draft_overhead: float = 0.05  # the drafter's time, as a share of the target's step
-    # LoRA (--enable-lora --max-loras): adapters a step may serve at once (0: LoRA off). A
-    # waiting request whose adapter is not among the running requests' waits while all the
-    # slots are taken, however much room the batch and the KV cache have.
-    max_loras: int = 0
-    # Disaggregated prefill (--kv-transfer-config, NixlConnector, kv_role kv_consumer): the
-    # decode side. Each prompt's KV comes from a prefill instance (not simulated): the request
-    # waits for the transfer, then computes only the prompt's last token.
-    kv_consumer: bool = False
-    # --custom-histogram-buckets (vLLM 0.33): a family's bounds by the flag's key
-    # (time_to_first_token, inter_token_latency), in place of vLLM's defaults.
-    histogram_buckets: dict[str, tuple[float, ...]] = field(default_factory=dict)
-
-    def num_gpu_blocks(self, spec: ModelSpec, g: GpuSpec) -> int:
-        tokens = kv_capacity_tokens(
-            spec,
-            g,
-            self.gpu_memory_utilization,
-            self.runtime_overhead_gb * GB,
-            self.kv_cache_dtype_bytes,
-            self.tensor_parallel,
-        )
-        return tokens // self.block_size
 
 
 @dataclass
@@ -189,6 +146,15 @@ class Engine:
         self.prefilling: list[Request] = []
         self.running = Batch()
         self.stats = EngineStats()
+        # A prefill run alone since the running streams' last token: its seconds, and how
+        # many of the streams (the first in the batch) waited for it.
+        self.stall, self.stalled = 0.0, 0
+
+    def prefill_budget(self) -> int:
+        """Prompt tokens a step may prefill: the step's token budget, less a token for each
+        sequence decoded in the same step (none when prefill runs alone)."""
+        n_dec = len(self.running) if self.cfg.mixed_chunk else 0
+        return self.cfg.max_num_batched_tokens - n_dec
 
     # --- capacity -----------------------------------------------------------------------
 
@@ -204,8 +170,7 @@ class Engine:
     def kv_usage(self) -> float:
         return min(1.0, self.used_blocks() / self.num_blocks) if self.num_blocks else 1.0
 
-    def fits_max_model_len(self) -> bool:
-        """vLLM refuses to start if one max-length sequence cannot fit in the cache."""
+    def fits_max_model_len(self) -> bool:  # vLLM refuses to start otherwise
         return self.num_blocks * self.cfg.block_size >= self.cfg.max_model_len
 
     def num_running(self) -> int:
@@ -248,8 +213,8 @@ class Engine:
         cfg = self.cfg
         if not self.waiting or self.waiting[0].ready > self.clock:
             return
-        free = self.num_blocks - self.used_blocks()
-        budget = cfg.max_num_batched_tokens - len(self.running)
+        free = self.num_blocks - self.used_blocks() - self._reserved_blocks()
+        budget = self.prefill_budget()
         budget -= sum(r.to_prefill - r.prefilled for r in self.prefilling)
         # As vLLM: a request whose adapter would exceed --max-loras is skipped (it keeps its
         # place at the head of the queue) and the scheduler looks at the next one.
@@ -268,7 +233,7 @@ class Engine:
                 req.deferred = True
                 skipped.append(self.waiting.popleft())
                 continue
-            need = self.blocks_for(req.prompt + req.generated + 1)
+            need = self.blocks_for(req.prompt + req.generated + 1 + self._reserve(req))
             if need > free:
                 break
             self.waiting.popleft()
@@ -297,6 +262,19 @@ class Engine:
             budget -= req.to_prefill
             self.prefilling.append(req)
         self.waiting.extendleft(reversed(skipped))
+
+    def _reserve(self, req: Request, generated: int = -1) -> int:
+        """Tokens kept free for a request's future output (SGLang's PrefillAdder: its
+        remaining max_new_tokens, clipped at 4096, times new_token_ratio)."""
+        left = req.max_tokens - (req.generated if generated < 0 else generated)
+        return int(self.cfg.new_token_ratio * min(max(0, left), 4096))
+
+    def _reserved_blocks(self) -> int:
+        if not self.cfg.new_token_ratio:
+            return 0
+        run = self.running
+        held = sum(self._reserve(r, int(g)) for r, g in zip(run.reqs, run.generated, strict=True))
+        return self.blocks_for(held + sum(self._reserve(r) for r in self.prefilling))
 
     def adapters_in_use(self) -> set[int]:
         """The LoRA adapters of the requests in the running batch (prefilling or decoding)."""
@@ -340,8 +318,8 @@ class Engine:
                     self.clock = nxt
 
     def _prefill_phase(self) -> None:
-        n_dec = len(self.running)
-        budget = self.cfg.max_num_batched_tokens - n_dec
+        n_dec = len(self.running) if self.cfg.mixed_chunk else 0
+        budget = self.prefill_budget()
         if budget <= 0:  # decodes fill the budget; prefill waits for a decode step
             self._decode_steps(1)
             return
@@ -362,6 +340,9 @@ class Engine:
             decoded = self._emit_decode_tokens(steps, step_time).tolist()
         self.clock = start + steps * step_time
         self.stats.busy_seconds += steps * step_time
+        if not self.cfg.mixed_chunk and len(self.running):
+            self.stall += steps * step_time
+            self.stalled = len(self.running)
         # Each step's output message: decode tokens, plus a first (or resumed) token and the
         # prompt of every request whose prefill ends in it.
         outputs, computed, full = decoded, [0.0] * steps, [0.0] * steps
@@ -425,8 +406,15 @@ class Engine:
             else:
                 per_step = len(got) - np.searchsorted(np.sort(got), np.arange(1, steps + 1))
         tokens = int(got.sum())
-        # One ITL observation per sequence and step, however many tokens the step gave it.
-        self.stats.itl.append((step_time, int(finished_at.sum())))
+        # One ITL observation per sequence and step, however many tokens the step gave it;
+        # the first step after a prefill run alone carries the prefill's time for every stream.
+        observed, stalled = int(finished_at.sum()), min(self.stalled, len(got))
+        if self.stall and stalled:
+            self.stats.itl.append((step_time + self.stall, stalled))
+            observed -= stalled
+        self.stall, self.stalled = 0.0, 0
+        if observed:
+            self.stats.itl.append((step_time, observed))
         self.stats.generation_tokens += tokens
         run.grow(got)
         done = run.generated >= run.target

@@ -126,6 +126,7 @@ LIMITS: dict[str, tuple[float, float]] = {
     "overlong_share": (0, 1),
     "max_num_seqs": (1, 1e5),
     "max_num_batched_tokens": (1, 1e7),
+    "new_token_ratio": (0, 1),
     "max_model_len": (16, 1e8),
     "gpu_memory_utilization": (0.01, 1),
     "block_size": (1, 1024),
@@ -323,6 +324,8 @@ def _model(raw: Any, path: Path, where: str) -> ModelScenario:
     if runtime not in RUNTIMES:
         raise ScenarioError(path, f"{where}.runtime", f"must be one of {', '.join(RUNTIMES)}")
     profiles = RUNTIMES[runtime]
+    if runtime == "sglang":
+        engine.as_sglang(raw.get("engine") or {})
     version = str(raw.get("version", next(iter(profiles))))
     if version not in profiles:
         raise ScenarioError(

@@ -91,6 +91,8 @@ class SchedulerMetrics:
         self.generated = 0.0  # the latest interval's decode tokens, for gen_throughput
         self.busy = 0.0
         self.finished_tokens = 0  # what finished requests left in the radix cache
+        for mode in ("input", "device_hit", "host_hit", "storage_hit"):  # pre-seeded at 0
+            self.count(SG.PREFILL_EFFECTIVE_TOKENS, 0.0, mode)
 
     def count(self, fam: Family, value: float, label: str = "") -> None:
         key = (fam, label)
@@ -112,7 +114,8 @@ class SchedulerMetrics:
             self.observe("prefill_forward", [seconds])
             if steps > 1:
                 self.observe("chunked_prefill", np.full(steps, seconds / steps))
-        computed = sum(r[0] for r in st.retractions)  # recomputed after a retraction
+        # A retracted request's prompt and output are computed again when it is readmitted.
+        computed = sum(r[0] + r[1] for r in st.retractions)
         fresh = st.prompt_tokens - st.cached_tokens
         self.count(SG.REALTIME_TOKENS, fresh + computed, "prefill_compute")
         if st.cached_tokens:

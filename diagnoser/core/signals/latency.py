@@ -6,7 +6,7 @@ from __future__ import annotations
 from diagnoser.core import families_sglang as SG
 from diagnoser.core import promql as q
 from diagnoser.core import promql_sglang as sg
-from diagnoser.core.signals.base import Signal, latency
+from diagnoser.core.signals.base import SGLANG_ITL_STALL, Signal, latency
 from diagnoser.core.signals.names import DECODE, E2E, ITL, PREFILL, PROMPT, QUEUE, TPOT, TTFT
 
 # SGLang times the prefill from a request's first forward to its last prompt chunk.
@@ -36,6 +36,31 @@ def signals() -> list[Signal]:
         ),
     ]
     out += [
+        s(
+            "itl_decode",
+            "s",
+            "The typical gap between a stream's tokens with no prefill in it: ITL p50 on vLLM, "
+            "whose prefill chunks share steps with the decodes. SGLang runs each prefill batch "
+            "alone, before the decode step, so every running stream's next token carries the "
+            "whole prefill (scheduler.py:3993-4001 of 0.5.23) and the ITL median rises once "
+            "prefills fill half the steps: on SGLang ITL p25, free of prefills until they fill "
+            "three steps in four.",
+            q.quantile(0.5, *ITL),
+            ("vllm_inter_token_latency_seconds", "decode"),
+            sglang=sg.quantile(0.25, SG.ITL),
+            quantile_of=ITL,
+        ),
+        s(
+            "itl_decode_p95",
+            "s",
+            "Inter-token latency of the tokens no prefill stalled, 95th percentile: ITL p95 "
+            "on vLLM; on SGLang, which runs each prefill alone while every stream waits, the "
+            "gaps up to 0.4 s (its stall bound) alone.",
+            q.quantile(0.95, *ITL),
+            ("vllm_inter_token_latency_seconds", "decode_p95"),
+            sglang=sg.quantile_up_to(0.95, SG.ITL, SGLANG_ITL_STALL),
+            quantile_of=ITL,
+        ),
         *(
             s(
                 f"tpot_p{p}",

@@ -269,13 +269,18 @@ def signals() -> list[Signal]:
             "tokens/s",
             "Prompt tokens prefilled per second, prefix-cache hits excluded "
             "(vllm:prompt_tokens_by_source_total, vLLM >= 0.16; before, all prompt tokens; "
-            "SGLang: sglang:uncached_prompt_tokens_histogram's sum, as requests finish).",
+            'SGLang: sglang:prefill_effective_tokens_total{mode="input"}, as each prefill '
+            "chunk runs, retraction replays excluded; else the uncached prompt histogram's "
+            "sum, as requests finish).",
             q.either(
                 q.counter_rate(PROMPT_TOKENS_BY_SOURCE, extra=('source="local_compute"',)),
                 q.counter_rate(PROMPT_TOKENS),
             ),
             ("vllm_prompt_tokens_computed", "rate"),
-            sglang=sg.hist_sum_rate(SG.PROMPT_UNCACHED),
+            sglang=q.either(
+                sg.counter_rate(SG.PREFILL_EFFECTIVE_TOKENS, ('mode="input"',)),
+                sg.hist_sum_rate(SG.PROMPT_UNCACHED),
+            ),
         ),
         s(
             "prompt_tokens_by_source_rate",

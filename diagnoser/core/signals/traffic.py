@@ -14,12 +14,28 @@ from diagnoser.core.signals.names import (
     PROMPT,
     PROMPT_TOKENS,
     SUCCESS,
+    TTFT,
 )
 
 REQUEST_RATE = q.counter_rate(SUCCESS)
 _NTH = {50: "median", 95: "95th percentile", 99: "99th percentile"}
 SGLANG_REQUEST_RATE = sg.counter_rate(SG.REQUESTS)
 NO_FINISH_REASON = "SGLang exports no finished_reason (it counts only aborts apart)"
+# Prompt tokens as their requests are admitted. vLLM counts a prompt in
+# vllm:prompt_tokens_total as its prefill ends, when it observes the TTFT. SGLang adds each
+# prefill batch's (each chunk's) fresh and cached tokens to prefill_effective_tokens_total
+# (retraction replays excluded; metrics_reporter.py:826-847 of 0.5.23), else to
+# realtime_tokens_total (replays included), and observes the queue time once per request at
+# its first forward (req_time_stats.py:802-813): both at admission, while its prompt
+# histogram and counters wait for the request to finish.
+ADMITTED_TOKENS = q.counter_rate(PROMPT_TOKENS)
+ADMISSIONS = q.hist_rate(TTFT)
+SGLANG_ADMITTED_TOKENS = q.either(
+    sg.counter_rate(SG.PREFILL_EFFECTIVE_TOKENS),
+    sg.counter_rate(SG.REALTIME_TOKENS, ('mode=~"prefill_compute|prefill_cache"',)),
+)
+SGLANG_ADMISSIONS = sg.hist_rate(SG.QUEUE)
+SGLANG_PROMPT_PER_ADMISSION = q.ratio(SGLANG_ADMITTED_TOKENS, SGLANG_ADMISSIONS)
 
 
 def signals() -> list[Signal]:
@@ -78,11 +94,12 @@ def signals() -> list[Signal]:
         s(
             "prompt_tokens_rate",
             "tokens/s",
-            "Prompt tokens per second (cached ones included; SGLang counts them as each "
-            "request finishes).",
+            "Prompt tokens per second (cached ones included). SGLang: as each prefill chunk "
+            "runs (sglang:prefill_effective_tokens_total), since its prompt-token counter "
+            "moves only as each request finishes.",
             q.counter_rate(PROMPT_TOKENS),
             ("vllm_prompt_tokens", "rate"),
-            sglang=sg.counter_rate(SG.PROMPT_TOKENS),
+            sglang=SGLANG_ADMITTED_TOKENS,
         ),
         s(
             "generation_tokens_rate",
@@ -95,10 +112,32 @@ def signals() -> list[Signal]:
         s(
             "prompt_tokens_per_request",
             "tokens",
-            "Prompt tokens per finished request, mean.",
+            "Prompt tokens per finished request, mean. SGLang: per request admitted (its "
+            "prefill tokens over its queue-time observations), since SGLang writes its prompt "
+            "histogram only as each request finishes, after the queue has moved.",
             q.hist_mean(PROMPT),
             ("vllm_request_prompt_tokens", "mean"),
-            sglang=sg.hist_mean(SG.PROMPT),
+            sglang=SGLANG_PROMPT_PER_ADMISSION,
+        ),
+        s(
+            "prompt_tokens_admitted_rate",
+            "tokens/s",
+            "Prompt tokens per second as their requests are admitted (vLLM: counted as each "
+            "prefill ends; SGLang: each prefill chunk's fresh and cached tokens as it runs).",
+            ADMITTED_TOKENS,
+            ("vllm_prompt_tokens_admitted", "rate"),
+            sglang=SGLANG_ADMITTED_TOKENS,
+        ),
+        s(
+            "prompt_tokens_per_admission",
+            "tokens",
+            "Prompt tokens per request admitted, mean: the admitted prompt tokens over the "
+            "requests admitted (vLLM: TTFT observations; SGLang: queue-time observations), "
+            "both counted at admission, not at the finish. More requests leave it flat; "
+            "longer prompts raise it before the queue they cause.",
+            q.ratio(ADMITTED_TOKENS, ADMISSIONS),
+            ("vllm_prompt_tokens_per_admission", "mean"),
+            sglang=SGLANG_PROMPT_PER_ADMISSION,
         ),
         s(
             "prompt_tokens_p50",
