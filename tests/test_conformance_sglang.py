@@ -156,7 +156,9 @@ NOT_SIMULATED = {
 }
 
 SCENARIO = """\
-description: One SGLang server, its KV cache small enough that requests are retracted.
+description: >-
+  One SGLang server whose requests are retracted: long answers near their max_tokens outgrow
+  the room admission keeps for output (new_token_ratio), as in sglang-kv-cache-pressure.
 duration: 8m
 scrape_interval: 15s
 seed: 5
@@ -164,13 +166,14 @@ labels: {window: 5m, expect: [], absent: []}
 models:
   - name: conf
     runtime: sglang
-    preset: llama-3.1-8b
+    preset: llama-2-7b
     gpu: H100-80GB
-    engine: {max_model_len: 16384, prefix_hit_share: 0.3, gpu_memory_utilization: 0.3}
+    engine: {max_model_len: 4096, prefix_hit_share: 0.3, max_num_seqs: 256}
     workload:
-      rate: {mean: 14}
-      prompt: {median: 2500, sigma: 0.8}
-      output: {median: 400, sigma: 0.6}
+      rate: {mean: 4}
+      prompt: {median: 500, sigma: 0.5}
+      output: {median: 1700, sigma: 0.15}
+      max_tokens: 2048
 """
 
 
