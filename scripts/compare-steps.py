@@ -33,9 +33,19 @@ def main(argv: list[str]) -> int:
     if not argv or len(argv) > 2:
         print(__doc__, file=sys.stderr)
         return 2
-    ks = [int(x) for x in argv[0].split(",")]
     sets = {"vllm": vllm_library, "sglang": sglang_library, "stack": serving_stack}
-    base = sets[argv[1] if len(argv) > 1 else "vllm"]()
+    which = argv[1] if len(argv) > 1 else "vllm"
+    try:
+        ks = [int(x) for x in argv[0].split(",")]
+    except ValueError:
+        print(f"compare-steps: {argv[0]!r}: variants are whole numbers, as 0,9", file=sys.stderr)
+        return 2
+    if which not in sets:
+        print(
+            f"compare-steps: no scenario set {which!r} (one of {', '.join(sets)})", file=sys.stderr
+        )
+        return 2
+    base = sets[which]()
     chosen = [sc if k == 0 else variant(sc, k) for k in ks for sc in base]
     root = Path(os.environ.get("SERVEDIAG_STEPS_DIR", "/tmp/servediag-steps"))
     site = Site.default()
