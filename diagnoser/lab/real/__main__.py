@@ -45,8 +45,10 @@ def verdict(o: Outcome, health: str) -> str:
     found = f"{o.first} ({o.confidence:.0%})" if o.first else "no finding"
     if o.clean_baseline:
         base = f"as built ({o.baseline_expect})" if o.baseline_expect else "clean"
-    else:
+    elif o.baseline_first != o.baseline_expect:
         base = f"FOUND {o.baseline_first}"
+    else:
+        base = f"{o.baseline_health.upper()}, expected {o.expect_baseline_health}"
     return (
         f"{'ok  ' if ok else 'MISS'} {o.incident:<28} expect {o.expect or 'none':<26} "
         f"first {found:<34} health {o.health:<9} baseline {base}"

@@ -39,8 +39,10 @@ def replayed(directory: Path, which: str, site: Site) -> Diagnosis:
 def outcome(directory: Path, site: Site) -> tuple[Outcome, str]:
     prov = provenance(directory)
     expect = None if prov["expect"] == "none" else prov["expect"]
-    built_in = incidents.find(directory.name).baseline_expect
-    o = Outcome(directory.name, expect, built_in, startup_seconds=prov.get("startup_seconds", []))
+    inc = incidents.find(directory.name)
+    o = Outcome(directory.name, expect, inc.baseline_expect,
+                startup_seconds=prov.get("startup_seconds", []),
+                expect_baseline_health=inc.baseline_health)  # fmt: skip
     o.first, o.confidence, o.health, o.reasons = summary(replayed(directory, "incident", site))
     o.baseline_first, _, o.baseline_health, _ = summary(replayed(directory, "baseline", site))
     return o, str(prov["health"])

@@ -54,6 +54,7 @@ class Outcome:
     startup_seconds: list[float] = field(default_factory=list)
     wall_seconds: float = 0.0
     reasons: list[str] = field(default_factory=list)
+    expect_baseline_health: str = "healthy"  # the incident's baseline_health
 
     @property
     def named(self) -> bool:
@@ -61,11 +62,13 @@ class Outcome:
 
     @property
     def clean_baseline(self) -> bool:
-        """The baseline gave nothing, or what its traffic is built to give."""
-        return self.baseline_first == self.baseline_expect
+        """The baseline gave nothing (or what its traffic is built to give), and the verdict
+        its incident expects of it."""
+        health = self.expect_baseline_health in ("any", self.baseline_health)
+        return self.baseline_first == self.baseline_expect and health
 
     def ok(self, health: str) -> bool:
-        """Named first, nothing on the baseline, and the verdict ``health`` asks for."""
+        """Named first, the baseline as expected, and the verdict ``health`` asks for."""
         return self.named and self.clean_baseline and health in ("any", self.health)
 
 
@@ -292,6 +295,7 @@ def run(
             phases=tuple(replace(p, duration=p.duration * scale) for p in incident.phases),
         )
     outcome = Outcome(incident.name, incident.expect, incident.baseline_expect)
+    outcome.expect_baseline_health = incident.baseline_health
     t_start = time.monotonic()
     site = Site.default()
     with tempfile.TemporaryDirectory(prefix="servediag-real-") as tmp:
