@@ -4,7 +4,7 @@ PY := $(VENV)/bin/python
 SCENARIO ?= retrieval-launch
 export VENV
 
-.PHONY: help setup test lint generate check-generated goldens bench bench-fleet bench-sglang bench-real demo real real-record clean
+.PHONY: help setup test lint generate check-generated goldens bench bench-fleet bench-sglang bench-real demo real real-record real-what-if clean
 
 help:
 	@echo "make demo      simulate an incident, load it into a local Prometheus, diagnose it"
@@ -19,6 +19,7 @@ help:
 	@echo "make real      a real vLLM (CPU build) through one incident, diagnosed (INCIDENT=name)"
 	@echo "make bench-real     every real incident, live (about 2 h), and AC@1"
 	@echo "make real-record    every real incident, recorded into tests/data/real (about 2 h)"
+	@echo "make real-what-if   what-if against a real vLLM run at each lever (EXPERIMENT=name)"
 
 setup:
 	@scripts/install-deps
@@ -42,7 +43,8 @@ check-generated: setup
 	$(VENV)/bin/servediag generate --check
 
 goldens: setup
-	UPDATE_GOLDENS=1 $(PY) -m pytest -q tests/test_golden.py tests/test_replay.py tests/test_html.py
+	UPDATE_GOLDENS=1 $(PY) -m pytest -q tests/test_golden.py tests/test_replay.py tests/test_html.py \
+		tests/test_real_what_if.py
 
 bench: setup
 	$(PY) -m diagnoser.lab.bench
@@ -65,6 +67,12 @@ bench-real: setup
 
 real-record: setup
 	$(PY) -m diagnoser.lab.real --all --record
+
+# What-if's predictions against the real server run at each lever (about 35 minutes each, on a
+# quiet machine); the recordings are replayed by make bench and the tests.
+EXPERIMENT ?= kv-room
+real-what-if: setup
+	$(PY) -m diagnoser.lab.real.whatif $(EXPERIMENT)
 
 demo: setup
 	$(PY) -m diagnoser.lab.demo --scenario $(SCENARIO)

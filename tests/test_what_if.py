@@ -154,7 +154,7 @@ def test_levers_replayed_beside_the_calibration_predict_what_one_after_another_d
     # The same window from a server that prefills 30% faster (the replay at that speed taken as
     # what was measured): a factor is fitted.
     today, _ = baseline(short, SETUP)
-    quick = replay(short, SETUP, with_factors(today, 1.3, 1.0))
+    quick = replay(short, SETUP, with_factors(today, 1.3, 1.0, SETUP.gpu))
     faster = dataclasses.replace(short, measured=quick)
     levers = [parse_lever("replicas:+1"), parse_lever("max_num_seqs:x0.75")]
     for fit in (short, faster):
@@ -168,7 +168,9 @@ def test_levers_replayed_beside_the_calibration_predict_what_one_after_another_d
     assert apart.calibration.replays == 2 and apart.calibration.prefill_factor > 1.1
     # And what calibrating one replay after another, then replaying each lever at the
     # calibrated configuration, gives.
-    cal, _ = calibrate(today, faster.measured, lambda cfg: replay(faster, SETUP, cfg), SLO)
+    cal, _ = calibrate(
+        today, SETUP.gpu, faster.measured, lambda cfg: replay(faster, SETUP, cfg), SLO
+    )
     assert cal == apart.calibration
     assert cal.ok, cal.reason
     for o in apart.outcomes:

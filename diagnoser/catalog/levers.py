@@ -59,6 +59,17 @@ KNOBS: dict[str, Knob] = {
             help="fp8 halves the KV bytes per token: twice the tokens in the same memory",
         ),
         Knob(
+            "num_gpu_blocks",
+            "--num-gpu-blocks-override",
+            True,
+            "int",
+            default="x2",
+            lo=1,
+            hi=1e8,
+            help="KV-cache blocks set outright (where the memory share does not size the "
+            "cache, as on vLLM's CPU build run with an override)",
+        ),
+        Knob(
             "max_num_seqs",
             "--max-num-seqs",
             True,

@@ -25,7 +25,7 @@ from diagnoser.cli.options import (
 )
 from diagnoser.cli.params import DURATION, TIMESTAMP
 from diagnoser.hardware.hfconfig import LARGEST
-from diagnoser.hardware.presets import GIB, MODEL_ALIASES, GpuSpec
+from diagnoser.hardware.presets import GIB, MODEL_ALIASES, SERVED_DTYPES, GpuSpec
 
 if TYPE_CHECKING:
     from diagnoser.catalog.levers import Lever
@@ -34,13 +34,18 @@ if TYPE_CHECKING:
     from diagnoser.site import Site
     from diagnoser.whatif.predict import WhatIf
 
-# vLLM's scheduler defaults for the OpenAI server (engine/arg_utils.py get_batch_defaults):
-# a GPU of at least 70 GiB that is not an A100 gets the larger pair.
-LARGE_GPU = 70 * GIB
+# vLLM's scheduler defaults for the OpenAI server (engine/arg_utils.py get_batch_defaults of
+# 0.32): a GPU of at least 160 GiB gets the largest, one of at least 70 GiB that is not an
+# A100 the larger pair; the CPU build its own (128 and 2048 for one engine).
+LARGEST_GPU, LARGE_GPU = 160 * GIB, 70 * GIB
 
 
 def vllm_defaults(g: GpuSpec) -> tuple[int, int]:
     """(max_num_seqs, max_num_batched_tokens) vLLM picks for ``g`` when not told."""
+    if g.host_bound:
+        return 128, 2048
+    if g.memory_bytes >= LARGEST_GPU:
+        return 1024, 16384
     if g.memory_bytes >= LARGE_GPU and "a100" not in g.name.lower():
         return 1024, 8192
     return 256, 2048
@@ -58,6 +63,7 @@ class SetupOptions:
     max_num_batched_tokens: int | None
     max_model_len: int | None
     tensor_parallel: int
+    dtype: str
 
 
 _SETUP_PARAMS = tuple(f.name for f in dataclasses.fields(SetupOptions))
@@ -84,7 +90,8 @@ def setup_options(fn: F) -> F:
             "--gpu",
             "gpu_name",
             default=None,
-            help="GPU preset (default: the GPU DCGM reports; required without DCGM).",
+            help="GPU preset, or CPU for vLLM's CPU build (default: the GPU DCGM reports; "
+            "required without DCGM).",
         ),
         click.option(
             "--max-num-seqs",
@@ -112,6 +119,13 @@ def setup_options(fn: F) -> F:
             default=1,
             show_default=True,
             help="GPUs each engine is split across.",
+        ),
+        click.option(
+            "--dtype",
+            type=click.Choice(SERVED_DTYPES),
+            default="auto",
+            show_default=True,
+            help="The servers' --dtype (auto: the config's, float32 served as bfloat16).",
         ),
     ]
 
@@ -242,6 +256,9 @@ def predict(
     start, end = window
     fitted = fit_window(prometheus, model, start, end, selector)
     spec = _shape(model, setup.preset, setup.model_config)
+    if setup.dtype != "auto":  # the weights and an "auto" KV cache in the type served
+        width = {"float32": 4}.get(setup.dtype, 2)
+        spec = dataclasses.replace(spec, dtype=setup.dtype, dtype_bytes=width)
     g = _gpu(prometheus, setup.gpu_name, end)
     seqs, tokens = vllm_defaults(g)
     engine = Setup(

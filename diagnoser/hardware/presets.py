@@ -107,6 +107,16 @@ class GpuSpec:
     memory_bytes: float
     bandwidth: float  # bytes/s of HBM
     flops: float  # dense bf16 FLOP/s
+    # A device whose steps are bound by the host (vLLM's CPU build) has measured costs of its
+    # own: seconds per step, per decoding sequence per step, and per request in the API
+    # server before the engine sees it. None: a GPU's (the simulator's, sim/costs.py).
+    step_overhead: float | None = None
+    per_sequence: float | None = None
+    request_overhead: float | None = None
+
+    @property
+    def host_bound(self) -> bool:
+        return self.step_overhead is not None
 
 
 # Published Hugging Face configs (config.json) and parameter counts.
@@ -153,6 +163,23 @@ GPUS: dict[str, GpuSpec] = {
         GpuSpec("H200", 141 * GB, 4.8e12, 989e12),
         GpuSpec("A100-80GB", 80 * GB, 2.039e12, 312e12),
         GpuSpec("L40S", 48 * GB, 0.864e12, 362e12),
+        # vLLM's CPU build on two x86 cores (AVX-512, float32), fitted to the steps of two
+        # models measured on the lab's server (tests/data/cpu-step-costs.json, made by
+        # python -m diagnoser.lab.real.stepcosts; its 296 M-parameter model priced within 7%
+        # of every step). At the simulator's default efficiencies (0.7): 210 GFLOP/s for the
+        # linear layers and attention, 34 GB/s for the weights and the KV cache, read and
+        # computed one after the other (the same cores do both); 0.9 ms a step and 0.01 ms a
+        # decoding sequence of scheduling, sampling and output processing; 4 ms a request in
+        # the API server. The memory is the KV cache's pool (sized from the NUMA node's).
+        GpuSpec(
+            "CPU",
+            32 * GB,
+            48e9,
+            300e9,
+            step_overhead=0.9e-3,
+            per_sequence=0.01e-3,
+            request_overhead=4e-3,
+        ),
     )
 }
 

@@ -63,6 +63,16 @@ def bench_step_costs() -> None:
     )
     for line in calibration.table(priced):
         print(f"  {line}")
+    from diagnoser.lab.real import stepcosts
+
+    if stepcosts.OUT.is_file():
+        cpu = stepcosts.price()
+        worst = max(max(r.ratio, 1 / r.ratio) for r in cpu)
+        print(
+            f"step costs on the CPU device, simulated vs measured on vLLM's CPU build "
+            f"({len(cpu)} steps of two models, worst {worst:.2f}x off):"
+        )
+        print("\n".join(stepcosts.table(cpu)))
 
 
 def bench_simulator() -> None:
@@ -98,6 +108,26 @@ def bench_what_if() -> None:
     from diagnoser.lab import whatifbench
 
     whatifbench.main()
+    bench_what_if_real()
+
+
+def bench_what_if_real() -> None:
+    """What-if's predictions against what a real vLLM then did at each lever (recorded
+    experiments, replayed from their answers: no server)."""
+    from diagnoser.lab.real import whatif
+
+    runs = whatif.recorded()
+    if not runs:
+        print("what-if against a real vLLM: no recorded experiment (a checkout has them)")
+        return
+    t0 = time.perf_counter()
+    results = [whatif.replayed(d)[0] for d in runs]
+    print(
+        f"what-if against a real vLLM (CPU build; {len(results)} recorded experiment(s), "
+        f"replayed in {time.perf_counter() - t0:.1f} s; aim: TTFT and ITL p95 within 25%, "
+        "preemptions within 2x):"
+    )
+    print("\n".join(whatif.table(results)))
 
 
 def bench_library() -> None:
@@ -323,8 +353,11 @@ def main() -> None:
     if sys.argv[1:] == ["serving-stack"]:  # the serving-stack playbooks' variants only
         bench_accuracy(variants=tuple(range(1, 11)), scenarios=serving_stack())
         return
-    if sys.argv[1:] == ["what-if"]:  # the what-if figure only
+    if sys.argv[1:] == ["what-if"]:  # the what-if figures only
         bench_what_if()
+        return
+    if sys.argv[1:] == ["what-if-real"]:  # what-if against the real runs only
+        bench_what_if_real()
         return
     bench_step_costs()
     bench_simulator()

@@ -31,12 +31,20 @@ class NotRecorded(KeyError):
     """A query the recording does not hold."""
 
 
-class Recording:
-    """A ``MetricSource`` that passes queries on and keeps the range answers."""
+def instant_key(expr: str, at: float) -> str:
+    """The key of one instant query's answer: its expression, and its time as a comment."""
+    return f"{expr}  # at {at:.3f}"
 
-    def __init__(self, inner: MetricSource):
+
+class Recording:
+    """A ``MetricSource`` that passes queries on and keeps the answers: the range queries'
+    always, the instant queries' with ``instants`` (what-if's fit asks them; diagnose does
+    not, and its recordings stay as they were)."""
+
+    def __init__(self, inner: MetricSource, instants: bool = False):
         self.inner = inner
         self.answers: dict[str, list[dict[str, Any]]] = {}
+        self.instants: dict[str, list[dict[str, Any]]] | None = {} if instants else None
 
     def query_range(self, expr: str, start: float, end: float, step: float) -> list[Series]:
         series = self.inner.query_range(expr, start, end, step)
@@ -50,11 +58,22 @@ class Recording:
         return series
 
     def query(self, expr: str, at: float) -> list[Series]:
-        return self.inner.query(expr, at)
+        series = self.inner.query(expr, at)
+        if self.instants is not None:
+            self.instants[instant_key(expr, at)] = [
+                {
+                    "metric": s.labels,
+                    "values": [[float(t), repr(float(v))] for t, v in zip(s.t, s.v, strict=True)],
+                }
+                for s in series
+            ]
+        return series
 
     def dump(self, **meta: Any) -> bytes:
         """The recording as the gzipped JSON document ``Replay`` reads."""
-        doc = {"meta": meta, "answers": dict(sorted(self.answers.items()))}
+        doc: dict[str, Any] = {"meta": meta, "answers": dict(sorted(self.answers.items()))}
+        if self.instants is not None:
+            doc["instants"] = dict(sorted(self.instants.items()))
         text = json.dumps(doc, sort_keys=True, separators=(",", ":"))
         return gzip.compress(text.encode(), mtime=0)
 
@@ -70,19 +89,27 @@ class Replay:
         self.path = path
         self.meta: dict[str, Any] = doc["meta"]
         self.answers: dict[str, list[dict[str, Any]]] = doc["answers"]
+        self.instants: dict[str, list[dict[str, Any]]] = doc.get("instants", {})
 
     def query_range(self, expr: str, start: float, end: float, step: float) -> list[Series]:
         raw = self.answers.get(answer_key(expr, step), self.answers.get(expr))
         if raw is None:
             raise NotRecorded(f"{self.path.name} has no answer for {expr[:120]}...")
-        return [
-            Series(
-                dict(s["metric"]),
-                np.array([float(p[0]) for p in s["values"]], dtype=np.float64),
-                np.array([float(p[1]) for p in s["values"]], dtype=np.float64),
-            )
-            for s in raw
-        ]
+        return _series(raw)
 
     def query(self, expr: str, at: float) -> list[Series]:
-        raise NotRecorded("instant queries are not recorded")
+        raw = self.instants.get(instant_key(expr, at))
+        if raw is None:
+            raise NotRecorded(f"{self.path.name} has no instant answer for {expr[:120]}...")
+        return _series(raw)
+
+
+def _series(raw: list[dict[str, Any]]) -> list[Series]:
+    return [
+        Series(
+            dict(s["metric"]),
+            np.array([float(p[0]) for p in s["values"]], dtype=np.float64),
+            np.array([float(p[1]) for p in s["values"]], dtype=np.float64),
+        )
+        for s in raw
+    ]

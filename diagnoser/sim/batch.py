@@ -3,12 +3,49 @@ vectorised over them."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
 
 import numpy as np
 
-if TYPE_CHECKING:
-    from diagnoser.sim.engine import Request
+CHAT = "/v1/chat/completions"
+
+
+@dataclass
+class Request:
+    rid: int
+    arrival: float  # at the API server
+    prompt: int
+    target_out: int  # tokens it will generate before stopping
+    max_tokens: int
+    length_stop: bool  # stops because target_out == max_tokens
+    ready: float = 0.0  # tokenized, handed to the engine
+    scheduled: float = -1.0
+    first_token: float = -1.0
+    last_token: float = -1.0
+    generated: int = 0
+    prefilled: int = 0  # tokens computed so far (this admission)
+    to_prefill: int = 0  # tokens this admission must compute
+    cached: int = 0  # tokens found in the prefix cache (this admission)
+    first_cached: int = 0  # prefix-cache hits at the first admission (vLLM's PrefillStats)
+    shared: float = 0.0  # share of the prompt that repeats other requests' prefix
+    accept: float = 0.0  # speculative decoding: chance each draft token is accepted
+    preemptions: int = 0
+    unreported_preemptions: int = 0  # preempted since its latest output
+    # At its latest preemption: blocks the others held, free blocks not its own.
+    preempted_used: int = 0
+    preempted_free: int = 0
+    probe: str | None = None  # prompt bucket, for synthetic probe requests
+    handler: str = CHAT  # the API route it arrived on
+    adapter: int = -1  # the LoRA adapter it names (-1: the base model)
+    deferred: bool = False  # skipped by the scheduler for its adapter, not scheduled since
+    # A KV consumer's request: when the transfer of its prompt's KV began (it is ready once
+    # the KV has arrived), the bytes moved, whether the transfer failed, and the prompt
+    # tokens whose KV it brought (from the first admission).
+    fetch_start: float = -1.0
+    fetch_bytes: float = 0.0
+    kv_failed: bool = False
+    external: int = 0
+    outcome: str = ""  # "finished", "aborted" (a crash) or "error" (its KV load failed)
 
 
 class Batch:

@@ -9,11 +9,12 @@ exhausts, and the parts run one after another, so their times add::
          + decodes' KV cache / BW                            decode attention reads the cache
          + attention FLOPs of the chunk / FLOPS              prefill attention computes
 
-with BW = peak bandwidth x ``mbu`` and FLOPS = peak FLOP/s x ``mfu``. Small decode batches
-are bandwidth-bound (the weights are read once per step whatever the batch), prefill is
-compute-bound, and a decode batch sharing a step with a prefill chunk pays for both the
-chunk's compute and its own KV reads: taking max(memory, compute) over the whole step would
-hide the decodes behind the chunk, which the measurements below do not show.
+with BW = peak bandwidth x ``mbu`` and FLOPS = peak FLOP/s x ``mfu``; on a host-bound
+device (vLLM's CPU build) the linear layers' read and compute add up instead (``overlap``).
+Small decode batches are bandwidth-bound (the weights are read once per step whatever the
+batch), prefill is compute-bound, and a decode batch sharing a step with a prefill chunk pays
+for both the chunk's compute and its own KV reads: taking max(memory, compute) over the whole
+step would hide the decodes behind the chunk, which the measurements below do not show.
 
 The efficiencies are fitted to step times measured on an H200 for a Llama-3.1-8B-shaped
 model (tests/data/gpu-step-costs.json, extracted by scripts/extract-reference):
@@ -64,6 +65,9 @@ class StepCosts:
     bandwidth: float  # achieved bytes/s of one GPU
     overhead: float  # seconds per step
     per_sequence: float  # seconds per decoding sequence per step
+    # Whether reading the weights and computing with them overlap (a GPU: the linear layers
+    # take the longer of the two). On a CPU they add up: the same cores load and multiply.
+    overlap: bool = True
 
     @classmethod
     def build(
@@ -77,6 +81,7 @@ class StepCosts:
         per_sequence: float = PER_SEQUENCE,
         kv_dtype_bytes: int = 2,
         tensor_parallel: int = 1,
+        overlap: bool = True,
     ) -> StepCosts:
         return cls(
             weight_bytes=spec.weight_bytes / tensor_parallel,
@@ -86,6 +91,7 @@ class StepCosts:
             bandwidth=g.bandwidth * mbu,
             overhead=overhead,
             per_sequence=per_sequence,
+            overlap=overlap,
         )
 
     def step(
@@ -93,10 +99,9 @@ class StepCosts:
     ) -> float:
         """One step: ``n_dec`` decoding sequences holding ``context_tokens`` in all, plus a
         prefill chunk of ``chunk`` tokens whose attention costs ``attn_flops``."""
-        linear = max(
-            self.weight_bytes / self.bandwidth,
-            2 * self.params * (n_dec + chunk) / self.flops,
-        )
+        read = self.weight_bytes / self.bandwidth
+        compute = 2 * self.params * (n_dec + chunk) / self.flops
+        linear = max(read, compute) if self.overlap else read + compute
         kv_read = context_tokens * self.kv_bytes_per_token / self.bandwidth
         return (
             self.overhead + self.per_sequence * n_dec + linear + kv_read + attn_flops / self.flops

@@ -33,47 +33,11 @@ import numpy as np
 
 from diagnoser.hardware.presets import GpuSpec, ModelSpec
 from diagnoser.sim import costs
+from diagnoser.sim.batch import CHAT as CHAT  # re-exported
 from diagnoser.sim.batch import Batch
+from diagnoser.sim.batch import Request as Request  # re-exported
 from diagnoser.sim.engine_config import EngineConfig as EngineConfig  # re-exported
 from diagnoser.sim.speculation import speculate
-
-CHAT = "/v1/chat/completions"
-
-
-@dataclass
-class Request:
-    rid: int
-    arrival: float  # at the API server
-    prompt: int
-    target_out: int  # tokens it will generate before stopping
-    max_tokens: int
-    length_stop: bool  # stops because target_out == max_tokens
-    ready: float = 0.0  # tokenized, handed to the engine
-    scheduled: float = -1.0
-    first_token: float = -1.0
-    last_token: float = -1.0
-    generated: int = 0
-    prefilled: int = 0  # tokens computed so far (this admission)
-    to_prefill: int = 0  # tokens this admission must compute
-    cached: int = 0  # tokens found in the prefix cache (this admission)
-    first_cached: int = 0  # prefix-cache hits at the first admission (vLLM's PrefillStats)
-    shared: float = 0.0  # share of the prompt that repeats other requests' prefix
-    accept: float = 0.0  # speculative decoding: chance each draft token is accepted
-    preemptions: int = 0
-    unreported_preemptions: int = 0  # preempted since its latest output
-    probe: str | None = None  # prompt bucket, for synthetic probe requests
-    handler: str = CHAT  # the API route it arrived on
-    adapter: int = -1  # the LoRA adapter it names (-1: the base model)
-    deferred: bool = False  # skipped by the scheduler for its adapter, not scheduled since
-    # A KV consumer's request: when the transfer of its prompt's KV began (it is ready once
-    # the KV has arrived), the bytes moved, whether the transfer failed, and the prompt
-    # tokens whose KV it brought (from the first admission).
-    fetch_start: float = -1.0
-    fetch_bytes: float = 0.0
-    kv_failed: bool = False
-    external: int = 0
-    outcome: str = ""  # "finished", "aborted" (a crash) or "error" (its KV load failed)
-
 
 Observations = list[tuple[np.ndarray, np.ndarray]]  # (values, how many times each)
 
@@ -131,13 +95,15 @@ class Engine:
         self.spec, self.gpu, self.cfg = spec, g, cfg
         self.rng = np.random.default_rng(seed)  # draws only for speculative decoding
         self.num_blocks = cfg.num_gpu_blocks(spec, g)
+        overhead, per_sequence = cfg.step_costs(g)
         self.costs = costs.StepCosts.build(
             spec,
             g,
             mfu=cfg.mfu,
             mbu=cfg.mbu,
-            overhead=cfg.step_overhead,
-            per_sequence=cfg.step_overhead_per_seq,
+            overhead=overhead,
+            per_sequence=per_sequence,
+            overlap=not g.host_bound,
             kv_dtype_bytes=cfg.kv_cache_dtype_bytes,
             tensor_parallel=cfg.tensor_parallel,
         )
@@ -256,8 +222,9 @@ class Engine:
                     self.stats.transfers.append((req.ready - req.fetch_start, req.fetch_bytes))
                 req.to_prefill = req.prompt - req.cached
             else:  # recompute after preemption: the prompt and what was generated
-                req.cached = 0
-                req.to_prefill = req.prompt + req.generated
+                cached = cfg.enable_prefix_caching and cfg.cached_recompute
+                req.cached = self._still_cached(req) if cached else 0
+                req.to_prefill = req.prompt + req.generated - req.cached
             req.prefilled = 0
             budget -= req.to_prefill
             self.prefilling.append(req)
@@ -280,6 +247,17 @@ class Engine:
         """The LoRA adapters of the requests in the running batch (prefilling or decoding)."""
         return {r.adapter for r in (*self.running.reqs, *self.prefilling) if r.adapter >= 0}
 
+    def _still_cached(self, req: Request) -> int:
+        """Tokens of a preempted request still cached when it is admitted again: vLLM frees
+        its blocks tail first to the end of the LRU free queue (kv_cache_manager.free) and
+        looks all its tokens but the last up on resuming (get_computed_blocks); new blocks
+        come off the front, older free blocks first, then its own from the tail."""
+        bs = self.cfg.block_size
+        grown = self.used_blocks() - req.preempted_used
+        evicted = max(0, grown - req.preempted_free)
+        full = (req.prompt + req.generated - 1) // bs
+        return max(0, full - evicted) * bs
+
     def _preempt_for(self, extra_tokens: int) -> None:
         """Preempt the newest running sequences until each can grow by ``extra_tokens``."""
         bs = self.cfg.block_size
@@ -295,6 +273,9 @@ class Engine:
         ):
             self.stats.usage_at_preemption.append(self.used_blocks() / self.num_blocks)
             victim = self.running.pop()
+            victim.preempted_used = self.used_blocks()
+            own = self.blocks_for(victim.prompt + victim.generated)
+            victim.preempted_free = max(0, self.num_blocks - victim.preempted_used - own)
             self.stats.retractions.append((victim.prompt, victim.generated))
             victim.preemptions += 1
             victim.unreported_preemptions += 1

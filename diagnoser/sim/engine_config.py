@@ -26,8 +26,10 @@ class EngineConfig:
     runtime_overhead_gb: float = 2.14
     mfu: float = costs.MFU  # share of peak FLOP/s prefill achieves
     mbu: float = costs.MBU  # share of peak bandwidth decode achieves
-    step_overhead: float = costs.STEP_OVERHEAD  # seconds per step (inter-step gap, sampling)
-    step_overhead_per_seq: float = costs.PER_SEQUENCE  # seconds per decoding sequence per step
+    # Seconds per step (inter-step gap, sampling) and per decoding sequence per step; None:
+    # the device's (a host-bound device's measured costs, else a GPU's, sim/costs.py).
+    step_overhead: float | None = None
+    step_overhead_per_seq: float | None = None
     phase_quantum: float = 0.25  # longest decode phase, seconds
     # Speculative decoding (--speculative-config): draft tokens proposed per sequence per
     # step (0: off). The target model verifies them with its own token in one forward pass.
@@ -53,9 +55,24 @@ class EngineConfig:
     # schedule_policy.py:785-794 of 0.5.23); vLLM keeps none. A simulated SGLang server keeps
     # the decayed ratio (a busy server passes 600 decode steps in seconds).
     new_token_ratio: float = 0.0
+    # Whether a request preempted and admitted again finds its blocks that no one has taken
+    # since in the prefix cache (vLLM V1 with prefix caching); SGLang's retraction is
+    # replayed whole here.
+    cached_recompute: bool = True
     # --custom-histogram-buckets (vLLM 0.33): a family's bounds by the flag's key
     # (time_to_first_token, inter_token_latency), in place of vLLM's defaults.
     histogram_buckets: dict[str, tuple[float, ...]] = field(default_factory=dict)
+
+    def step_costs(self, g: GpuSpec) -> tuple[float, float]:
+        """(seconds per step, per decoding sequence per step) on ``g``: the flags' when set,
+        else the device's."""
+        overhead = self.step_overhead
+        if overhead is None:
+            overhead = g.step_overhead if g.step_overhead is not None else costs.STEP_OVERHEAD
+        per_seq = self.step_overhead_per_seq
+        if per_seq is None:
+            per_seq = g.per_sequence if g.per_sequence is not None else costs.PER_SEQUENCE
+        return overhead, per_seq
 
     def num_gpu_blocks(self, spec: ModelSpec, g: GpuSpec) -> int:
         tokens = kv_capacity_tokens(
@@ -75,3 +92,4 @@ class EngineConfig:
         self.mixed_chunk = self.mixed_chunk and "mixed_chunk" in given
         if "new_token_ratio" not in given:
             self.new_token_ratio = SGLANG_NEW_TOKEN_RATIO
+        self.cached_recompute = "cached_recompute" in given and self.cached_recompute

@@ -2,11 +2,12 @@
 
 The replay at today's configuration is compared with what was measured. Two factors are
 fitted, no more: prefill speed (the share of peak FLOP/s, ``mfu``) from the TTFT median, and
-decode speed (the share of peak bandwidth, ``mbu``) from the ITL median; each is the ratio of
-replayed to measured median, applied once and replayed again. Then every figure compared
-(TTFT and ITL p50 and p95, KV usage, preemptions, the queue) must be within 30% of the
-measured one, or within a small absolute margin for figures near zero; otherwise the
-calibration refuses and nothing is predicted. What is left (the residual of each figure) is
+decode speed (the share of peak bandwidth, and the host's costs per step and per sequence)
+from the ITL median; first each as the ratio of replayed to measured median, then by secant
+steps, replaying again until both medians are within 10% (at most four replays). Then every
+figure compared (TTFT and ITL p50 and p95, KV usage, preemptions, the queue) must be within
+30% of the measured one, or within a small absolute margin for figures near zero; otherwise
+the calibration refuses and nothing is predicted. What is left (the residual of each figure) is
 the uncertainty every prediction carries.
 """
 
@@ -17,6 +18,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from diagnoser.hardware.presets import GpuSpec
 from diagnoser.whatif.replay import Config
 from diagnoser.whatif.stats import Observed
 
@@ -36,6 +38,8 @@ CHECKED: dict[str, float] = {
 # the peak, or below a quarter of the preset's, says the GPU or the model is not what was
 # assumed.
 LOWEST, HIGHEST = 0.25, 4.0
+# Replays of today the fit may take (the first at the preset's speed).
+MAX_REPLAYS = 4
 
 
 @dataclass
@@ -70,29 +74,79 @@ def gap(name: str, replayed: float | None, measured: float | None) -> tuple[floa
     return diff, abs(diff) <= margin
 
 
-def with_factors(cfg: Config, prefill: float, decode: float) -> Config:
-    base = dataclasses.replace(cfg.engine)
-    engine = dataclasses.replace(base, mfu=base.mfu * prefill, mbu=base.mbu * decode)
+def with_factors(cfg: Config, prefill: float, decode: float, gpu: GpuSpec) -> Config:
+    """``cfg`` on an engine ``prefill`` times as fast at prefill (FLOP/s) and ``decode`` times
+    as fast at decode: the bandwidth, and the host's costs of a step and of a sequence in it,
+    which are most of a decode step on a host-bound device (vLLM's CPU build)."""
+    base = cfg.engine
+    if (prefill, decode) == (1.0, 1.0):
+        return dataclasses.replace(cfg, engine=dataclasses.replace(base))
+    overhead, per_seq = base.step_costs(gpu)
+    engine = dataclasses.replace(
+        base,
+        mfu=base.mfu * prefill,
+        mbu=base.mbu * decode,
+        step_overhead=overhead / decode,
+        step_overhead_per_seq=per_seq / decode,
+    )
     return dataclasses.replace(cfg, engine=engine)
 
 
-def factors(
-    today: Config, got: dict[str, float | None], want: dict[str, float | None]
-) -> tuple[float, float]:
-    """The (prefill, decode) speed factors that bring today's replay (``got``) to what was
-    measured (``want``): each the ratio of the medians, within where a GPU can be; (1, 1) when
-    the medians are already within ``CLOSE_ENOUGH``."""
-    ratio_t = _ratio(got["ttft_p50"], want["ttft_p50"])
-    ratio_i = _ratio(got["itl_p50"], want["itl_p50"])
-    if abs(ratio_t - 1) <= CLOSE_ENOUGH and abs(ratio_i - 1) <= CLOSE_ENOUGH:
-        return 1.0, 1.0
-    prefill = min(max(ratio_t, LOWEST), HIGHEST, 1.0 / today.engine.mfu)
-    decode = min(max(ratio_i, LOWEST), HIGHEST, 1.0 / today.engine.mbu)
-    return prefill, decode
+class Fitting:
+    """The two speed factors, fitted replay by replay: after each replay of today, ``next``
+    gives the factors to replay at next, or None when the medians match (within
+    ``CLOSE_ENOUGH``) or ``MAX_REPLAYS`` are spent. The first step takes each factor as the
+    ratio of replayed to measured median (a step time proportional to the speed); the next
+    ones are secant steps on the logarithms, since under load the median answers more than in
+    proportion (a queue that forms or goes) and the ratio alone overshoots."""
+
+    def __init__(self, today: Config, gpu: GpuSpec, want: dict[str, float | None]):
+        self.want = want
+        e, host = today.engine, gpu.host_bound  # a CPU's peak is no bound its preset knows
+        self.high = (
+            HIGHEST if host else min(HIGHEST, 1.0 / e.mfu),
+            HIGHEST if host else min(HIGHEST, 1.0 / e.mbu),
+        )
+        self.tried: list[tuple[tuple[float, float], tuple[float, float]]] = []
+
+    @property
+    def replays(self) -> int:
+        return len(self.tried)
+
+    def next(
+        self, at: tuple[float, float], got: dict[str, float | None]
+    ) -> tuple[float, float] | None:
+        ratios = (_ratio(got["ttft_p50"], self.want["ttft_p50"]),
+                  _ratio(got["itl_p50"], self.want["itl_p50"]))  # fmt: skip
+        self.tried.append((at, ratios))
+        if all(abs(r - 1) <= CLOSE_ENOUGH for r in ratios) or self.replays >= MAX_REPLAYS:
+            return None
+        new = tuple(_clamp(self._step(k), self.high[k]) for k in range(2))
+        if new == at:  # held at a bound: another replay would give the same
+            return None
+        return new[0], new[1]
+
+    def _step(self, k: int) -> float:
+        (f1, r1) = self.tried[-1][0][k], self.tried[-1][1][k]
+        if abs(r1 - 1) <= CLOSE_ENOUGH / 2:
+            return f1
+        slope = -1.0  # d log(replayed median) / d log(factor) when the step time is all
+        if len(self.tried) > 1:
+            f0, r0 = self.tried[-2][0][k], self.tried[-2][1][k]
+            if f0 != f1:
+                s = (math.log(r1) - math.log(r0)) / (math.log(f1) - math.log(f0))
+                if -8.0 <= s <= -0.25:  # the medians fall as the speed rises; else keep -1
+                    slope = s
+        return f1 * math.exp(-math.log(r1) / slope)
+
+
+def _clamp(factor: float, high: float) -> float:
+    return round(min(max(factor, LOWEST), high), 4)
 
 
 def judge(
     today: Config,
+    gpu: GpuSpec,
     prefill: float,
     decode: float,
     got: dict[str, float | None],
@@ -119,7 +173,7 @@ def judge(
         reason=reason,
         prefill_factor=prefill,
         decode_factor=decode,
-        config=with_factors(today, prefill, decode),
+        config=with_factors(today, prefill, decode, gpu),
         measured=want,
         replayed=got,
         residual=residual,
@@ -129,6 +183,7 @@ def judge(
 
 def calibrate(
     today: Config,
+    gpu: GpuSpec,
     measured: Observed,
     run: Callable[[Config], Observed],
     slo: tuple[float, float],
@@ -137,13 +192,13 @@ def calibrate(
     another; the calibration and the replay of today that the predictions are compared
     with. (``predict`` runs the same steps with the levers' replays alongside.)"""
     want = measured.figures(*slo)
+    fitting = Fitting(today, gpu, want)
+    at = (1.0, 1.0)
     got_obs = run(today)
-    prefill, decode = factors(today, got_obs.figures(*slo), want)
-    replays = 1
-    if (prefill, decode) != (1.0, 1.0):
-        got_obs = run(with_factors(today, prefill, decode))
-        replays += 1
-    return judge(today, prefill, decode, got_obs.figures(*slo), want, replays), got_obs
+    while (step := fitting.next(at, got_obs.figures(*slo))) is not None:
+        at = step
+        got_obs = run(with_factors(today, *at, gpu))
+    return judge(today, gpu, *at, got_obs.figures(*slo), want, fitting.replays), got_obs
 
 
 def _ratio(replayed: float | None, measured: float | None) -> float:

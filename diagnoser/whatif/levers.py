@@ -7,8 +7,9 @@ from __future__ import annotations
 import dataclasses
 
 from diagnoser.catalog.levers import Lever, LeverError
+from diagnoser.hardware.presets import GB
 from diagnoser.whatif.fit import Fit
-from diagnoser.whatif.replay import Config, Setup, capacity_tokens
+from diagnoser.whatif.replay import Config, Setup, capacity_tokens, kv_dtype_bytes
 
 
 def turn(lever: Lever, cfg: Config, fit: Fit, setup: Setup) -> tuple[Config, str]:
@@ -20,11 +21,23 @@ def turn(lever: Lever, cfg: Config, fit: Fit, setup: Setup) -> tuple[Config, str
         said = f"{e.gpu_memory_utilization:g} -> {new:g}"
         e.gpu_memory_utilization = new
     elif name == "kv_cache_dtype":
-        width = 1 if lever.value == "fp8" else 2
+        width = kv_dtype_bytes(lever.value, setup.spec)
         if width == e.kv_cache_dtype_bytes:
             raise LeverError(f"the KV cache is already {fit.cache.cache_dtype}")
         said = f"{fit.cache.cache_dtype} -> {lever.value}"
         e.kv_cache_dtype_bytes = width
+    elif name == "num_gpu_blocks":
+        blocks = e.num_gpu_blocks(setup.spec, setup.gpu)
+        new_blocks = max(1, round(lever.apply(blocks)))
+        said = f"{blocks:,} -> {new_blocks:,}"
+        # The memory left to the runtime, solved so the cache holds exactly the blocks asked
+        # for (--num-gpu-blocks-override: vLLM takes the count and no longer sizes the cache).
+        per_block = e.block_size * setup.spec.kv_bytes_per_token(
+            e.kv_cache_dtype_bytes, e.tensor_parallel
+        )
+        e.runtime_overhead_gb -= (new_blocks - blocks) * per_block / GB
+        got = e.num_gpu_blocks(setup.spec, setup.gpu)
+        e.runtime_overhead_gb -= (new_blocks - got + 0.5 * (new_blocks != got)) * per_block / GB
     elif name == "max_num_seqs":
         new_seqs = max(1, round(lever.apply(e.max_num_seqs)))
         said = f"{e.max_num_seqs} -> {new_seqs}"

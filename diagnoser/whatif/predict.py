@@ -19,7 +19,7 @@ from diagnoser.catalog.levers import Lever, LeverError
 from diagnoser.whatif.calibrate import (
     CHECKED,
     Calibration,
-    factors,
+    Fitting,
     judge,
     relative,
     with_factors,
@@ -76,32 +76,33 @@ def what_if(
 
     Today's replay comes first; while it runs, the spare workers replay levers at today's
     speed, which most servers keep (no factor fitted). When a factor is fitted, the levers not
-    yet started are dropped and replayed with it, alongside today's second replay: on two
-    cores, three rounds of replays without a factor and four with one."""
+    yet started are dropped and replayed with it, alongside today's next replay, and so on
+    while the fit goes on: on two cores, three rounds of replays without a factor and four
+    with one that the first fit settles."""
     t0 = time.monotonic()
     today, notes = baseline(fit, setup)
     outcomes = [Outcome(lever) for lever in levers]
     want = fit.measured.figures(*slo)
+    fitting = Fitting(today, setup.gpu, want)
     n = max(1, min(workers or os.cpu_count() or 1, 1 + len(levers)))
+    at, fitted = (1.0, 1.0), False
     with _Replays(fit, setup, n) as pool:
-        first = pool.submit(today)
+        pending = pool.submit(today)
         jobs = _configs(outcomes, today, fit, setup)
-        early = [pool.submit(cfg) for _, cfg in jobs[: n - 1]]
-        today_obs = _observed(first)
-        prefill, decode = factors(today, today_obs.figures(*slo), want)
-        replays = 1
-        if (prefill, decode) == (1.0, 1.0):
-            results = early + [pool.submit(cfg) for _, cfg in jobs[n - 1 :]]
-        else:
-            for f in early:
+        results = [pool.submit(cfg) for _, cfg in jobs[: n - 1]]
+        today_obs = _observed(pending)
+        while (step := fitting.next(at, today_obs.figures(*slo))) is not None:
+            for f in results:  # replays at the speed just left behind
                 f.cancel()
-            cfg = with_factors(today, prefill, decode)
-            again = pool.submit(cfg)
+            at, fitted = step, True
+            cfg = with_factors(today, *at, setup.gpu)
+            pending = pool.submit(cfg)
             jobs = _configs(outcomes, cfg, fit, setup)
             results = [pool.submit(c) for _, c in jobs]
-            today_obs = _observed(again)
-            replays = 2
-        cal = judge(today, prefill, decode, today_obs.figures(*slo), want, replays)
+            today_obs = _observed(pending)
+        if not fitted:
+            results += [pool.submit(cfg) for _, cfg in jobs[n - 1 :]]
+        cal = judge(today, setup.gpu, *at, today_obs.figures(*slo), want, fitting.replays)
         if not cal.ok:
             for f in results:
                 f.cancel()

@@ -69,7 +69,7 @@ def baseline(fit: Fit, setup: Setup) -> tuple[Config, list[str]]:
     it as vLLM's profiler would."""
     spec, g, c = setup.spec, setup.gpu, fit.cache
     tp = setup.tensor_parallel
-    kv_bytes = 1 if c.cache_dtype.startswith("fp8") else 2
+    kv_bytes = kv_dtype_bytes(c.cache_dtype, spec)
     per_token = spec.kv_bytes_per_token(kv_bytes, tp)
     tokens = c.num_gpu_blocks * c.block_size
     overhead = g.memory_bytes * c.gpu_memory_utilization - spec.weight_bytes / tp
@@ -107,6 +107,15 @@ def baseline(fit: Fit, setup: Setup) -> tuple[Config, list[str]]:
     return Config(engine, fit.instances, max(1, max_tokens)), notes
 
 
+def kv_dtype_bytes(cache_dtype: str, spec: ModelSpec) -> int:
+    """Bytes per KV value: fp8 one; ``auto`` the model's own type (float32 four)."""
+    if cache_dtype.startswith("fp8"):
+        return 1
+    if cache_dtype in ("float32", "fp32") or (cache_dtype == "auto" and spec.dtype == "float32"):
+        return 4
+    return 2
+
+
 def capacity_tokens(setup: Setup, engine: EngineConfig) -> int:
     return kv_capacity_tokens(
         setup.spec,
@@ -116,6 +125,14 @@ def capacity_tokens(setup: Setup, engine: EngineConfig) -> int:
         engine.kv_cache_dtype_bytes,
         engine.tensor_parallel,
     )
+
+
+def api_server(g: GpuSpec) -> ApiServerConfig:
+    """The API server in front of the engine: a host-bound device's measured cost of a
+    request before the engine sees it (its API server shares the engine's cores)."""
+    if g.request_overhead is None:
+        return ApiServerConfig()
+    return ApiServerConfig(cpu_per_request=g.request_overhead)
 
 
 def smooth(rates: np.ndarray, step: float, seconds: float = SMOOTH) -> np.ndarray:
@@ -148,7 +165,7 @@ def scenario(fit: Fit, setup: Setup, cfg: Config) -> Scenario:
         spec=setup.spec,
         gpu=setup.gpu,
         engine=dataclasses.replace(cfg.engine),
-        api=ApiServerConfig(),
+        api=api_server(setup.gpu),
         workload=workload,
         client=Client(),
         probe=Probe(),

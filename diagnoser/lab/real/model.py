@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import random
 import struct
+from collections.abc import Mapping
 from pathlib import Path
 
 import numpy as np
@@ -57,10 +58,11 @@ def tokenizer_json() -> dict[str, object]:
     return doc
 
 
-def make(directory: Path, max_model_len: int) -> Path:
-    """Write the model's files into ``directory`` (made if need be); return it."""
+def make(directory: Path, max_model_len: int, shape: Mapping[str, object] | None = None) -> Path:
+    """Write the model's files into ``directory`` (made if need be); return it. ``shape``
+    overrides fields of the config (a larger model: ``hidden_size``, ``num_hidden_layers``)."""
     directory.mkdir(parents=True, exist_ok=True)
-    config = {**CONFIG, "max_position_embeddings": max_model_len}
+    config = {**CONFIG, **(shape or {}), "max_position_embeddings": max_model_len}
     files = {
         "config.json": config,
         "generation_config.json": {"bos_token_id": BOS, "eos_token_id": EOS},
