@@ -155,6 +155,10 @@ levers:
         ("  - lever: max_num_seqs:8\n", "needs flags to restart with"),
         ("  - lever: max_tokens:100\n    args: [--x]\n", "needs a load, not flags"),
         ("  - 3\n", "must be a mapping with a lever"),
+        (
+            "  - lever: max_tokens:9\n    load: {max_tokens: 9}\n" * 2,
+            "max_tokens:9 is listed twice",
+        ),
     ],
 )
 def test_a_bad_experiment_file_says_which_field(tmp_path, levers, says):

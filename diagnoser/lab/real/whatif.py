@@ -137,7 +137,7 @@ def load(path: Path) -> Experiment:
     raw = doc.get("levers")
     if not isinstance(raw, list) or not raw:
         raise IncidentError(path, "levers", "must list the levers to run")
-    trials = []
+    trials: list[Trial] = []
     for i, item in enumerate(raw):
         where = f"levers[{i}]"
         if not isinstance(item, dict) or not isinstance(item.get("lever"), str):
@@ -151,6 +151,8 @@ def load(path: Path) -> Experiment:
         if lever.restart != bool(args):
             need = "flags to restart with (args)" if lever.restart else "a load, not flags"
             raise IncidentError(path, where, f"{lever.text} needs {need}")
+        if any(t.lever.text == lever.text for t in trials):
+            raise IncidentError(path, f"{where}.lever", f"{lever.text} is listed twice")
         trials.append(Trial(lever, args, None if changed == spec else changed))
     server = _args(path, "server", doc.get("server"))
     for flag in INT_FLAGS:
