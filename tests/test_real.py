@@ -91,21 +91,17 @@ def test_the_raw_samples_diagnose_the_same_in_a_real_prometheus(tmp_path, site):
     """The recorded samples, backfilled with promtool into a real Prometheus, give the first
     finding the recorded answers give (a steady incident: there a crash's samples would linger
     for the lookback)."""
-    import gzip
     import shutil
 
-    from diagnoser.lab.promserver import Prometheus, backfill
+    from diagnoser.lab.real.record import raw_prometheus
     from diagnoser.lab.real.run import diagnosed
     from diagnoser.lab.replay import Replay
 
     if not shutil.which("promtool"):
         pytest.skip("promtool is not installed")
     name = "prompt-length-shift" if "prompt-length-shift" in RECORDED else RECORDED[0]
-    om = tmp_path / "raw.om"
-    om.write_bytes(gzip.decompress((DATA / name / "raw.om.gz").read_bytes()))
-    backfill(om, tmp_path / "tsdb")
     meta = Replay(DATA / name / "incident.json.gz").meta
-    with Prometheus(tmp_path / "tsdb") as prom:
+    with raw_prometheus(DATA / name, tmp_path) as prom:
         result, _ = diagnosed(prom.url, site, meta["since"], meta["end"])
     assert summary(result)[0] == summary(replayed(DATA / name, "incident", site))[0]
 
@@ -115,21 +111,17 @@ def test_a_change_in_the_second_half_of_a_long_window_is_found(tmp_path, site):
     """max_tokens 512 -> 16 over the window's last five minutes, the warm-up and a healthy
     baseline before it inside the window (and nothing before the window): the minutes before
     the change are its reference, so the truncation is found whatever the window's length."""
-    import gzip
     import shutil
 
-    from diagnoser.lab.promserver import Prometheus, backfill
+    from diagnoser.lab.real.record import raw_prometheus
     from diagnoser.lab.real.run import diagnosed
     from diagnoser.lab.replay import Replay
 
     if not shutil.which("promtool"):
         pytest.skip("promtool is not installed")
     name = "max-tokens-truncation"
-    om = tmp_path / "raw.om"
-    om.write_bytes(gzip.decompress((DATA / name / "raw.om.gz").read_bytes()))
-    backfill(om, tmp_path / "tsdb")
     end = Replay(DATA / name / "incident.json.gz").meta["end"]
-    with Prometheus(tmp_path / "tsdb") as prom:
+    with raw_prometheus(DATA / name, tmp_path) as prom:
         for since in (600.0, 1200.0):
             result, _ = diagnosed(prom.url, site, since, end)
             first, _, verdict, reasons = summary(result)

@@ -7,7 +7,6 @@ itself, on the raw samples backfilled into a real Prometheus, predicts the same.
 
 from __future__ import annotations
 
-import gzip
 import json
 import os
 from pathlib import Path
@@ -15,8 +14,8 @@ from pathlib import Path
 import pytest
 from clitest import run
 
-from diagnoser.lab.promserver import Prometheus, backfill
 from diagnoser.lab.real import whatif
+from diagnoser.lab.real.record import raw_prometheus
 
 RUNS = whatif.recorded()
 
@@ -62,13 +61,10 @@ def test_a_recorded_experiment_replays_to_its_recorded_result(directory: Path):
 def backfilled(tmp_path_factory):
     directory = RUNS[0]
     tmp = tmp_path_factory.mktemp("real-what-if")
-    om = tmp / "raw.om"
-    om.write_bytes(gzip.decompress((directory / "raw.om.gz").read_bytes()))
-    backfill(om, tmp / "tsdb")
     prov = json.loads((directory / "provenance.json").read_text())
     config = tmp / "config.json"
     config.write_text(json.dumps({**prov["model"], "max_position_embeddings": 32768}))
-    with Prometheus(tmp / "tsdb") as prom:
+    with raw_prometheus(directory, tmp) as prom:
         yield prom, directory, prov, config
 
 

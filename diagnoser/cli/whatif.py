@@ -255,10 +255,7 @@ def predict(
     model = scope["model_name"]
     start, end = window
     fitted = fit_window(prometheus, model, start, end, selector)
-    spec = _shape(model, setup.preset, setup.model_config)
-    if setup.dtype != "auto":  # the weights and an "auto" KV cache in the type served
-        width = {"float32": 4}.get(setup.dtype, 2)
-        spec = dataclasses.replace(spec, dtype=setup.dtype, dtype_bytes=width)
+    spec = _shape(model, setup.preset, setup.model_config).served_as(setup.dtype)
     g = _gpu(prometheus, setup.gpu_name, end)
     seqs, tokens = vllm_defaults(g)
     engine = Setup(

@@ -15,7 +15,7 @@ replicated; the MLA latent is not split at all, every GPU holds all of it.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 GB = 1e9
@@ -75,6 +75,13 @@ class ModelSpec:
     @property
     def weight_bytes(self) -> float:
         return self.params * self.dtype_bytes
+
+    def served_as(self, dtype: str) -> ModelSpec:
+        """The shape served with vLLM's ``--dtype`` (``auto``: as it is): the weights, and a
+        KV cache left at ``auto``, in that type."""
+        if dtype == "auto":
+            return self
+        return replace(self, dtype=dtype, dtype_bytes=4 if dtype == "float32" else 2)
 
     @property
     def mla(self) -> bool:

@@ -48,25 +48,13 @@ class Recording:
 
     def query_range(self, expr: str, start: float, end: float, step: float) -> list[Series]:
         series = self.inner.query_range(expr, start, end, step)
-        self.answers[answer_key(expr, step)] = [
-            {
-                "metric": s.labels,
-                "values": [[float(t), repr(float(v))] for t, v in zip(s.t, s.v, strict=True)],
-            }
-            for s in series
-        ]
+        self.answers[answer_key(expr, step)] = _encoded(series)
         return series
 
     def query(self, expr: str, at: float) -> list[Series]:
         series = self.inner.query(expr, at)
         if self.instants is not None:
-            self.instants[instant_key(expr, at)] = [
-                {
-                    "metric": s.labels,
-                    "values": [[float(t), repr(float(v))] for t, v in zip(s.t, s.v, strict=True)],
-                }
-                for s in series
-            ]
+            self.instants[instant_key(expr, at)] = _encoded(series)
         return series
 
     def dump(self, **meta: Any) -> bytes:
@@ -102,6 +90,18 @@ class Replay:
         if raw is None:
             raise NotRecorded(f"{self.path.name} has no instant answer for {expr[:120]}...")
         return _series(raw)
+
+
+def _encoded(series: list[Series]) -> list[dict[str, Any]]:
+    """Series as Prometheus's API gives them (the values as its strings); ``_series`` reads
+    them back."""
+    return [
+        {
+            "metric": s.labels,
+            "values": [[float(t), repr(float(v))] for t, v in zip(s.t, s.v, strict=True)],
+        }
+        for s in series
+    ]
 
 
 def _series(raw: list[dict[str, Any]]) -> list[Series]:

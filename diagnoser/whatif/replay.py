@@ -17,7 +17,14 @@ import numpy as np
 
 from diagnoser.core import families as F
 from diagnoser.core.exposition import Recorder
-from diagnoser.hardware.presets import GB, GpuSpec, ModelSpec, kv_capacity_tokens
+from diagnoser.hardware.presets import (
+    GB,
+    KV_CACHE_DTYPES,
+    GpuSpec,
+    ModelSpec,
+    kv_capacity_tokens,
+)
+from diagnoser.kvbudget.budget import kv_value_bytes
 from diagnoser.sim.engine import EngineConfig
 from diagnoser.sim.run import Simulation
 from diagnoser.sim.scenario import (
@@ -108,12 +115,12 @@ def baseline(fit: Fit, setup: Setup) -> tuple[Config, list[str]]:
 
 
 def kv_dtype_bytes(cache_dtype: str, spec: ModelSpec) -> int:
-    """Bytes per KV value: fp8 one; ``auto`` the model's own type (float32 four)."""
-    if cache_dtype.startswith("fp8"):
+    """Bytes per KV value of the type ``vllm:cache_config_info`` names, as the KV planner
+    counts them (``auto``: the model's own type); every fp8 variant one."""
+    if cache_dtype.startswith("fp8"):  # fp8_inc, fp8_ds_mla: not in the planner's table
         return 1
-    if cache_dtype in ("float32", "fp32") or (cache_dtype == "auto" and spec.dtype == "float32"):
-        return 4
-    return 2
+    known = cache_dtype if cache_dtype in KV_CACHE_DTYPES else "auto"
+    return kv_value_bytes(known, spec.dtype)
 
 
 def capacity_tokens(setup: Setup, engine: EngineConfig) -> int:

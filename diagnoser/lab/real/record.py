@@ -15,16 +15,18 @@
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import io
 import json
 import urllib.parse
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from diagnoser.core.exposition import _escape, _num
-from diagnoser.lab.promserver import Prometheus
+from diagnoser.lab.promserver import Prometheus, backfill
 
 DATA = Path(__file__).resolve().parents[3] / "tests" / "data" / "real"
 RAW_JOBS = ("vllm", "probe")
@@ -80,3 +82,14 @@ def write(directory: Path, files: dict[str, str | bytes], provenance: dict[str, 
         staged.append((tmp, directory / name))
     for tmp, final in staged:
         tmp.replace(final)
+
+
+@contextlib.contextmanager
+def raw_prometheus(directory: Path, work: Path) -> Iterator[Prometheus]:
+    """A Prometheus serving a recording's raw samples (``raw.om.gz``), backfilled into
+    ``work``; stopped on leaving."""
+    om = work / "raw.om"
+    om.write_bytes(gzip.decompress((directory / "raw.om.gz").read_bytes()))
+    backfill(om, work / "tsdb")
+    with Prometheus(work / "tsdb") as prom:
+        yield prom

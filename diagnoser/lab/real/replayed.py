@@ -3,16 +3,14 @@ tests and ``bench`` do) or, after a query changed, from their raw samples (``rer
 
 from __future__ import annotations
 
-import gzip
 import json
 import tempfile
 from pathlib import Path
 from typing import Any
 
 from diagnoser.diagnosis import Diagnosis, Window, diagnose
-from diagnoser.lab.promserver import Prometheus, backfill
 from diagnoser.lab.real import incident as incidents
-from diagnoser.lab.real.record import DATA
+from diagnoser.lab.real.record import DATA, raw_prometheus
 from diagnoser.lab.real.run import Outcome, diagnosed, summary
 from diagnoser.lab.replay import Replay
 from diagnoser.site import Site
@@ -59,17 +57,16 @@ def rerecord(name: str, which: tuple[str, ...] = WINDOWS, end: float | None = No
     one line saying what was done."""
     directory = DATA / name
     site = Site.default()
-    with tempfile.TemporaryDirectory(prefix="servediag-rerecord-") as tmp:
-        om = Path(tmp) / "raw.om"
-        om.write_bytes(gzip.decompress((directory / "raw.om.gz").read_bytes()))
-        backfill(om, Path(tmp) / "tsdb")
-        with Prometheus(Path(tmp) / "tsdb") as prom:
-            firsts = []
-            for w in which:
-                meta = Replay(directory / f"{w}.json.gz").meta
-                if end is not None:
-                    meta["end"] = end
-                result, rec = diagnosed(prom.url, site, meta["since"], meta["end"])
-                (directory / f"{w}.json.gz").write_bytes(rec.dump(**meta))
-                firsts.append(f"{w}: {summary(result)[0] or 'no finding'}")
+    with (
+        tempfile.TemporaryDirectory(prefix="servediag-rerecord-") as tmp,
+        raw_prometheus(directory, Path(tmp)) as prom,
+    ):
+        firsts = []
+        for w in which:
+            meta = Replay(directory / f"{w}.json.gz").meta
+            if end is not None:
+                meta["end"] = end
+            result, rec = diagnosed(prom.url, site, meta["since"], meta["end"])
+            (directory / f"{w}.json.gz").write_bytes(rec.dump(**meta))
+            firsts.append(f"{w}: {summary(result)[0] or 'no finding'}")
     return f"{name}: recorded again from raw samples; first findings {', '.join(firsts)}"

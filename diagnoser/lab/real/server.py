@@ -24,11 +24,12 @@ from diagnoser.lab.real.record import fetch_text
 from diagnoser.lab.real.venv import LabError, python
 
 MODEL_NAME = "tiny-llama"
+DTYPE = "float32"  # the lab serves the model's weights and KV cache in float32
 # The lab's server: float32 on the CPU, no compilation (start-up in under a minute on two
 # cores), a KV cache of a tenth of the NUMA node's memory unless an incident sets blocks.
 BASE_ARGS = (
     "--load-format", "dummy",
-    "--dtype", "float32",
+    "--dtype", DTYPE,
     "--enforce-eager",
     "--gpu-memory-utilization", "0.1",
     "--served-model-name", MODEL_NAME,

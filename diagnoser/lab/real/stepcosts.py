@@ -16,7 +16,6 @@ another process slows every step several times over.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import platform
 import random
@@ -34,7 +33,7 @@ from diagnoser.lab.promserver import free_port
 from diagnoser.lab.real import model
 from diagnoser.lab.real import venv as lab_venv
 from diagnoser.lab.real.record import DATA, fetch_text
-from diagnoser.lab.real.server import MODEL_NAME, VllmServer
+from diagnoser.lab.real.server import DTYPE, MODEL_NAME, VllmServer
 
 OUT = DATA.parent / "cpu-step-costs.json"
 # (name, config.json changes, prompt lengths, decode batch sizes)
@@ -129,21 +128,25 @@ def price(doc: dict[str, Any] | None = None, device: str = "CPU") -> list[Priced
     """Each measurement next to what the simulator prices it at on ``device``: a prompt's
     TTFT as the API server's cost of a request and the prefill steps (chunks of vLLM's CPU
     default, 2,048 tokens); a batch's ITL as one decode step over its context."""
+    from diagnoser.cli.whatif import vllm_defaults
     from diagnoser.hardware.presets import ModelSpec, gpu
     from diagnoser.sim.engine import Engine, EngineConfig
+    from diagnoser.whatif.replay import kv_dtype_bytes
 
     doc = doc or json.loads(OUT.read_text())
     g = gpu(device)
+    _, budget = vllm_defaults(gpu("CPU"))  # the server measured ran with the CPU build's
     out = []
     for m in doc["models"]:
         spec = ModelSpec.from_hf_config({**m["config"], "max_position_embeddings": 8192})
-        spec = dataclasses.replace(spec, dtype="float32", dtype_bytes=4)
-        engine = Engine(spec, g, EngineConfig(kv_cache_dtype_bytes=4, max_num_batched_tokens=2048,
-                                              gpu_memory_utilization=0.1))  # fmt: skip
+        spec = spec.served_as(DTYPE)
+        cfg = EngineConfig(kv_cache_dtype_bytes=kv_dtype_bytes("auto", spec),
+                           max_num_batched_tokens=budget, gpu_memory_utilization=0.1)  # fmt: skip
+        engine = Engine(spec, g, cfg)
         for p, seconds in m["prefill"]:
             t, done = g.request_overhead or 0.0, 0
             while done < p:
-                chunk = min(2048, p - done)
+                chunk = min(budget, p - done)
                 t += engine.mixed_step_time(0, 0, chunk, engine.attention_flops(done, chunk))
                 done += chunk
             out.append(Priced(m["name"], "prefill", int(p), float(seconds), t))

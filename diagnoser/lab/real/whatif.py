@@ -23,7 +23,6 @@ figure, the prediction next to the measurement.
 
 from __future__ import annotations
 
-import calendar
 import dataclasses
 import json
 import math
@@ -36,6 +35,8 @@ from pathlib import Path
 from typing import Any
 
 from diagnoser.catalog.levers import Lever, LeverError, parse_lever
+from diagnoser.cli.whatif import vllm_defaults
+from diagnoser.core.durations import parse_time
 from diagnoser.core.promql import matcher
 from diagnoser.core.source import MetricSource, PrometheusSource
 from diagnoser.errors import UserError, read_yaml_mapping
@@ -45,7 +46,7 @@ from diagnoser.lab.real import venv as lab_venv
 from diagnoser.lab.real.incident import Incident, IncidentError, Phase, _args, _duration, _load_spec
 from diagnoser.lab.real.load import LoadSpec
 from diagnoser.lab.real.run import MAX_MODEL_LEN, Run, utc
-from diagnoser.lab.real.server import BASE_ARGS, MODEL_NAME
+from diagnoser.lab.real.server import BASE_ARGS, DTYPE, MODEL_NAME
 from diagnoser.lab.replay import Recording, Replay
 from diagnoser.site import Site
 from diagnoser.whatif.fit import fit_window, measure
@@ -185,11 +186,13 @@ def setup(e: Experiment) -> Setup:
     float32), vLLM's CPU build, the scheduler limits its flags or vLLM's CPU defaults give."""
     config = {**model.CONFIG, **e.shape, "max_position_embeddings": MAX_MODEL_LEN}
     spec = ModelSpec.from_hf_config(config)
+    device = gpu(DEVICE)
+    seqs, tokens = vllm_defaults(device)
     return Setup(
-        spec=dataclasses.replace(spec, name="tiny-llama", dtype="float32", dtype_bytes=4),
-        gpu=gpu(DEVICE),
-        max_num_seqs=e.flag("--max-num-seqs", 128) or 128,
-        max_num_batched_tokens=e.flag("--max-num-batched-tokens", 2048) or 2048,
+        spec=dataclasses.replace(spec.served_as(DTYPE), name=MODEL_NAME),
+        gpu=device,
+        max_num_seqs=e.flag("--max-num-seqs", seqs) or seqs,
+        max_num_batched_tokens=e.flag("--max-num-batched-tokens", tokens) or tokens,
         max_model_len=e.flag("--max-model-len", None),
     )
 
@@ -272,14 +275,10 @@ def windows(times: list[dict[str, Any]], e: Experiment) -> dict[str, tuple[float
     """Each phase's measured span: today's whole window, a lever's after its settling."""
     out = {}
     for entry in times:
-        start = _epoch(entry["start"])
-        end = _epoch(entry["end"])
+        start = parse_time(entry["start"])
+        end = parse_time(entry["end"])
         out[entry["name"]] = (start if entry["name"] == "today" else start + e.settle, end)
     return out
-
-
-def _epoch(text: str) -> float:
-    return float(calendar.timegm(time.strptime(text, "%Y-%m-%dT%H:%M:%SZ")))
 
 
 def run(e: Experiment, venv: Path, out: Path | None, say: Callable[[str], None]) -> Result:
@@ -347,22 +346,24 @@ def _evaluated(
     return result
 
 
+def _recording(
+    directory: Path,
+) -> tuple[dict[str, Any], Experiment, dict[str, tuple[float, float]]]:
+    """A recorded experiment's provenance, its experiment file, and its windows."""
+    prov = json.loads((directory / "provenance.json").read_text())
+    spans = {k: (float(v[0]), float(v[1])) for k, v in prov["windows"].items()}
+    return prov, find(prov["experiment"]), spans
+
+
 def rerecord(directory: Path) -> Result:
     """The answers and result of a recorded experiment made again from its raw samples (in a
     throwaway Prometheus), after a change to what-if's queries."""
-    import gzip
-
-    from diagnoser.lab.promserver import Prometheus, backfill
-
-    prov = json.loads((directory / "provenance.json").read_text())
-    e = find(prov["experiment"])
-    spans = {k: (float(v[0]), float(v[1])) for k, v in prov["windows"].items()}
-    with tempfile.TemporaryDirectory(prefix="servediag-whatif-rerecord-") as tmp:
-        om = Path(tmp) / "raw.om"
-        om.write_bytes(gzip.decompress((directory / "raw.om.gz").read_bytes()))
-        backfill(om, Path(tmp) / "tsdb")
-        with Prometheus(Path(tmp) / "tsdb") as prom:
-            return _evaluated(prom.url, e, spans, directory, prov)
+    prov, e, spans = _recording(directory)
+    with (
+        tempfile.TemporaryDirectory(prefix="servediag-whatif-rerecord-") as tmp,
+        record.raw_prometheus(directory, Path(tmp)) as prom,
+    ):
+        return _evaluated(prom.url, e, spans, directory, prov)
 
 
 def recorded() -> list[Path]:
@@ -371,9 +372,7 @@ def recorded() -> list[Path]:
 
 def replayed(directory: Path) -> tuple[Result, WhatIf]:
     """An experiment evaluated again from its recorded answers (no server, no Prometheus)."""
-    prov = json.loads((directory / "provenance.json").read_text())
-    e = find(prov["experiment"])
-    spans = {k: (float(v[0]), float(v[1])) for k, v in prov["windows"].items()}
+    _, e, spans = _recording(directory)
     return evaluate(Replay(directory / "answers.json.gz"), e, spans)
 
 
