@@ -1,14 +1,22 @@
 """The simulator fitted to this server: two speed factors, and whether the replay matches.
 
 The replay at today's configuration is compared with what was measured. Two factors are
-fitted, no more: prefill speed (the share of peak FLOP/s, ``mfu``) from the TTFT median, and
-decode speed (the share of peak bandwidth, and the host's costs per step and per sequence)
-from the ITL median; first each as the ratio of replayed to measured median, then by secant
-steps, replaying again until both medians are within 10% (at most four replays). Then every
-figure compared (TTFT and ITL p50 and p95, KV usage, preemptions, the queue) must be within
-30% of the measured one, or within a small absolute margin for figures near zero; otherwise
-the calibration refuses and nothing is predicted. What is left (the residual of each figure) is
-the uncertainty every prediction carries.
+fitted, no more: prefill speed (the share of peak FLOP/s, ``mfu``) from the mean prefill time
+(``vllm:request_prefill_time_seconds``, from a request's scheduling to its first token; the
+TTFT median where the server lacks it), and decode speed (the share of peak bandwidth, and
+the host's costs per step and per sequence) from the mean inter-token latency. Means, not
+medians: a histogram's sum is exact where a median is read inside a bucket, and the ITL's
+50-75 ms bucket is half as wide as its lower bound, while a queue near saturation turns a
+few percent of decode speed into a factor of two in TTFT. First each factor is the ratio of
+replayed to measured mean, then secant steps follow, replaying again until both means are
+within 3% (at most six replays).
+
+Then every figure compared (TTFT and ITL p50 and p95, KV usage, preemptions, the queue) must
+be within 30% of the measured one, or within a small absolute margin for figures near zero,
+or within twice the spread of the replay's own draws of a window as long (``NOISE_Z``): the
+measured window is one draw too, and a p95 read off a few hundred requests strays further
+than 30% by chance. Otherwise the calibration refuses and nothing is predicted. What is left
+(the residual of each figure) is the uncertainty every prediction carries.
 """
 
 from __future__ import annotations
@@ -23,7 +31,7 @@ from diagnoser.whatif.replay import Config
 from diagnoser.whatif.stats import Observed
 
 TOLERANCE = 0.30
-CLOSE_ENOUGH = 0.10  # medians this close need no factor
+CLOSE_ENOUGH = 0.03  # means this close need no factor
 # Figures compared, with the absolute margin under which a difference is noise.
 CHECKED: dict[str, float] = {
     "ttft_p50": 0.005,
@@ -34,12 +42,14 @@ CHECKED: dict[str, float] = {
     "preemptions_per_second": 0.02,
     "waiting": 1.0,
 }
+# Standard deviations of one window's draws within which a difference is chance.
+NOISE_Z = 2.0
 # The speed factors stay where a GPU can be: a factor that would take the efficiency past
 # the peak, or below a quarter of the preset's, says the GPU or the model is not what was
 # assumed.
 LOWEST, HIGHEST = 0.25, 4.0
 # Replays of today the fit may take (the first at the preset's speed).
-MAX_REPLAYS = 4
+MAX_REPLAYS = 6
 
 
 @dataclass
@@ -53,6 +63,9 @@ class Calibration:
     replayed: dict[str, float | None]
     residual: dict[str, float | None] = field(default_factory=dict)  # relative, or absolute
     replays: int = 0
+    # Per figure, the standard deviation of one window-long draw of the replay (None: one
+    # draw, a window long enough for chance to matter little).
+    noise: dict[str, float | None] = field(default_factory=dict)
 
 
 def relative(name: str, measured: float | None) -> bool:
@@ -61,12 +74,15 @@ def relative(name: str, measured: float | None) -> bool:
     return measured is not None and abs(measured) > CHECKED.get(name, 0.0)
 
 
-def gap(name: str, replayed: float | None, measured: float | None) -> tuple[float | None, bool]:
+def gap(
+    name: str, replayed: float | None, measured: float | None, noise: float | None = None
+) -> tuple[float | None, bool]:
     """The residual of one figure (relative to the measured one; absolute under the figure's
-    margin) and whether it is within the tolerance."""
+    margin) and whether it is within the tolerance (or within ``NOISE_Z`` times ``noise``, the
+    spread of one window's draws)."""
     if replayed is None or measured is None:
         return None, True
-    margin = CHECKED.get(name, 0.0)
+    margin = max(CHECKED.get(name, 0.0), NOISE_Z * noise if noise else 0.0)
     diff = replayed - measured
     if relative(name, measured):
         rel = diff / abs(measured)
@@ -94,10 +110,10 @@ def with_factors(cfg: Config, prefill: float, decode: float, gpu: GpuSpec) -> Co
 
 class Fitting:
     """The two speed factors, fitted replay by replay: after each replay of today, ``next``
-    gives the factors to replay at next, or None when the medians match (within
+    gives the factors to replay at next, or None when the means match (within
     ``CLOSE_ENOUGH``) or ``MAX_REPLAYS`` are spent. The first step takes each factor as the
-    ratio of replayed to measured median (a step time proportional to the speed); the next
-    ones are secant steps on the logarithms, since under load the median answers more than in
+    ratio of replayed to measured mean (a step time proportional to the speed); the next
+    ones are secant steps on the logarithms, since under load the mean answers more than in
     proportion (a queue that forms or goes) and the ratio alone overshoots."""
 
     def __init__(self, today: Config, gpu: GpuSpec, want: dict[str, float | None]):
@@ -116,8 +132,9 @@ class Fitting:
     def next(
         self, at: tuple[float, float], got: dict[str, float | None]
     ) -> tuple[float, float] | None:
-        ratios = (_ratio(got["ttft_p50"], self.want["ttft_p50"]),
-                  _ratio(got["itl_p50"], self.want["itl_p50"]))  # fmt: skip
+        prefill, decode = self._targets(got)
+        ratios = (_ratio(got.get(prefill), self.want.get(prefill)),
+                  _ratio(got.get(decode), self.want.get(decode)))  # fmt: skip
         self.tried.append((at, ratios))
         if all(abs(r - 1) <= CLOSE_ENOUGH for r in ratios) or self.replays >= MAX_REPLAYS:
             return None
@@ -126,16 +143,22 @@ class Fitting:
             return None
         return new[0], new[1]
 
+    def _targets(self, got: dict[str, float | None]) -> tuple[str, str]:
+        """The figures the two factors are fitted to: the mean prefill time where both the
+        server and the replay have it (else the TTFT median), and the ITL's mean."""
+        known = got.get("prefill_mean") and self.want.get("prefill_mean")
+        return ("prefill_mean" if known else "ttft_p50"), "itl_mean"
+
     def _step(self, k: int) -> float:
         (f1, r1) = self.tried[-1][0][k], self.tried[-1][1][k]
         if abs(r1 - 1) <= CLOSE_ENOUGH / 2:
             return f1
-        slope = -1.0  # d log(replayed median) / d log(factor) when the step time is all
+        slope = -1.0  # d log(replayed mean) / d log(factor) when the step time is all
         if len(self.tried) > 1:
             f0, r0 = self.tried[-2][0][k], self.tried[-2][1][k]
             if f0 != f1:
                 s = (math.log(r1) - math.log(r0)) / (math.log(f1) - math.log(f0))
-                if -8.0 <= s <= -0.25:  # the medians fall as the speed rises; else keep -1
+                if -8.0 <= s <= -0.25:  # the means fall as the speed rises; else keep -1
                     slope = s
         return f1 * math.exp(-math.log(r1) / slope)
 
@@ -152,16 +175,23 @@ def judge(
     got: dict[str, float | None],
     want: dict[str, float | None],
     replays: int,
+    noise: dict[str, float | None] | None = None,
 ) -> Calibration:
     """The calibration: ``got``, the replay at today's configuration with the factors, against
-    ``want``; it refuses when any figure is off by more than the tolerance."""
+    ``want``; it refuses when any figure is off by more than the tolerance and by more than
+    chance (``noise``: each figure's spread over the replay's draws)."""
+    noise = noise or {}
     residual: dict[str, float | None] = {}
     off = []
     for name in CHECKED:
-        r, within = gap(name, got[name], want[name])
+        r, within = gap(name, got[name], want[name], noise.get(name))
         residual[name] = r
         if not within:
-            off.append(f"{name.replace('_', ' ')} {_show(got[name])} against {_show(want[name])}")
+            chance = noise.get(name)
+            by = f", chance ±{NOISE_Z * chance:.3g}" if chance else ""
+            off.append(
+                f"{name.replace('_', ' ')} {_show(got[name])} against {_show(want[name])}{by}"
+            )
     reason = None
     if off:
         reason = (
@@ -178,6 +208,7 @@ def judge(
         replayed=got,
         residual=residual,
         replays=replays,
+        noise={name: noise.get(name) for name in CHECKED},
     )
 
 
@@ -192,13 +223,20 @@ def calibrate(
     another; the calibration and the replay of today that the predictions are compared
     with. (``predict`` runs the same steps with the levers' replays alongside.)"""
     want = measured.figures(*slo)
-    fitting = Fitting(today, gpu, want)
+    fitting = Fitting(today, gpu, seen(measured, slo))
     at = (1.0, 1.0)
     got_obs = run(today)
-    while (step := fitting.next(at, got_obs.figures(*slo))) is not None:
+    while (step := fitting.next(at, seen(got_obs, slo))) is not None:
         at = step
         got_obs = run(with_factors(today, *at, gpu))
-    return judge(today, gpu, *at, got_obs.figures(*slo), want, fitting.replays), got_obs
+    got = got_obs.figures(*slo)
+    cal = judge(today, gpu, *at, got, want, fitting.replays, got_obs.noise(*slo))
+    return cal, got_obs
+
+
+def seen(obs: Observed, slo: tuple[float, float]) -> dict[str, float | None]:
+    """What the fit looks at in a window or a replay: its figures and its speeds."""
+    return {**obs.figures(*slo), **obs.speeds()}
 
 
 def _ratio(replayed: float | None, measured: float | None) -> float:

@@ -116,6 +116,7 @@ def measure(source: MetricSource, selector: tuple[str, ...], start: float, end: 
         return _scalar(source, f"sum(increase({name}{_sel(selector)}[{span}]))", end) or 0.0
 
     kv = _scalar(source, f"avg(avg_over_time({_either(N.KV_USAGE, selector)}[{span}]))", end)
+    prefill = read_buckets(source, (N.PREFILL,), selector, span, end)
     waiting = _scalar(source, f"sum(avg_over_time({N.WAITING}{_sel(selector)}[{span}]))", end)
     return Observed(
         ttft=read_buckets(source, (N.TTFT,), selector, span, end),
@@ -128,6 +129,7 @@ def measure(source: MetricSource, selector: tuple[str, ...], start: float, end: 
         finished=total(N.SUCCESS),
         generation_tokens=total(N.GENERATION_TOKENS),
         seconds=end - start,
+        prefill=prefill if prefill.count > 0 else None,
     )
 
 

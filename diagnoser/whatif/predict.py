@@ -18,10 +18,12 @@ from typing import Protocol
 from diagnoser.catalog.levers import Lever, LeverError
 from diagnoser.whatif.calibrate import (
     CHECKED,
+    NOISE_Z,
     Calibration,
     Fitting,
     judge,
     relative,
+    seen,
     with_factors,
 )
 from diagnoser.whatif.fit import Fit
@@ -54,15 +56,22 @@ class WhatIf:
     seconds: float = 0.0
 
 
-def band(name: str, residual: float | None, relative: bool, value: float | None) -> float | None:
+def band(
+    name: str,
+    residual: float | None,
+    relative: bool,
+    value: float | None,
+    noise: float | None = None,
+) -> float | None:
     """The ± on a predicted figure: the calibration's residual (``relative``: times the
     figure; else as it is, for a figure measured near zero), and never less than the figure's
-    margin of noise (``calibrate.CHECKED``)."""
+    margin of noise (``calibrate.CHECKED``) nor than the chance a window as long as the
+    measured one leaves (``NOISE_Z`` times ``noise``, the spread of the lever's draws)."""
     margin = CHECKED.get(name)
     if margin is None or residual is None or value is None:
         return None
     spread = abs(residual * value) if relative else abs(residual)
-    return max(spread, margin)
+    return max(spread, margin, NOISE_Z * noise if noise else 0.0)
 
 
 def what_if(
@@ -83,7 +92,7 @@ def what_if(
     today, notes = baseline(fit, setup)
     outcomes = [Outcome(lever) for lever in levers]
     want = fit.measured.figures(*slo)
-    fitting = Fitting(today, setup.gpu, want)
+    fitting = Fitting(today, setup.gpu, seen(fit.measured, slo))
     n = max(1, min(workers or os.cpu_count() or 1, 1 + len(levers)))
     at, fitted = (1.0, 1.0), False
     with _Replays(fit, setup, n) as pool:
@@ -91,7 +100,7 @@ def what_if(
         jobs = _configs(outcomes, today, fit, setup)
         results = [pool.submit(cfg) for _, cfg in jobs[: n - 1]]
         today_obs = _observed(pending)
-        while (step := fitting.next(at, today_obs.figures(*slo))) is not None:
+        while (step := fitting.next(at, seen(today_obs, slo))) is not None:
             for f in results:  # replays at the speed just left behind
                 f.cancel()
             at, fitted = step, True
@@ -102,7 +111,8 @@ def what_if(
             today_obs = _observed(pending)
         if not fitted:
             results += [pool.submit(cfg) for _, cfg in jobs[n - 1 :]]
-        cal = judge(today, setup.gpu, *at, today_obs.figures(*slo), want, fitting.replays)
+        got, noise = today_obs.figures(*slo), today_obs.noise(*slo)
+        cal = judge(today, setup.gpu, *at, got, want, fitting.replays, noise)
         if not cal.ok:
             for f in results:
                 f.cancel()
@@ -114,8 +124,15 @@ def what_if(
                 out.error = result
                 continue
             out.predicted = result.figures(*slo)
+            chance = result.noise(*slo)
             out.band = {
-                m: band(m, cal.residual.get(m), relative(m, want.get(m)), out.predicted.get(m))
+                m: band(
+                    m,
+                    cal.residual.get(m),
+                    relative(m, want.get(m)),
+                    out.predicted.get(m),
+                    chance.get(m),
+                )
                 for m in METRICS
             }
     return WhatIf(

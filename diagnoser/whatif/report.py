@@ -11,7 +11,9 @@ The JSON object::
                         "max_num_batched_tokens", "max_model_len"},
              "model_shape", "gpu"},
      "calibration": {"ok", "reason", "prefill_factor", "decode_factor", "replays" (of today's
-                     configuration: 2 when a factor was fitted), "tolerance",
+                     configuration: more than 1 when a factor was fitted), "tolerance",
+                     "draws" (window-long draws each replay pools), "noise" ({name: the
+                     standard deviation of a figure over the draws, null with one draw}),
                      "measured": FIGURES, "replayed": FIGURES, "residual": {...},
                      "residual_relative": {name: bool}},
      "today": FIGURES, "today_replayed": FIGURES,
@@ -22,8 +24,10 @@ The JSON object::
 FIGURES maps ``ttft_p50``, ``ttft_p95``, ``itl_p50``, ``itl_p95`` (seconds), ``kv_usage``
 (0-1), ``preemptions_per_second``, ``waiting`` (requests), ``requests_per_second``,
 ``tokens_per_second`` (generated) and ``ttft_slo_share``, ``itl_slo_share`` (0-1, the SLO
-attainment) to numbers, null where unknown. A band is the ± on the predicted figure. With
-``calibration.ok`` false, ``levers`` carry no prediction.
+attainment) to numbers, null where unknown; a replay of several draws gives each latency
+quantile as the median of its draws'. A band is the ± on the predicted figure: the
+calibration's residual, and never less than twice the lever's own spread over the draws.
+With ``calibration.ok`` false, ``levers`` carry no prediction.
 """
 
 from __future__ import annotations
@@ -34,8 +38,9 @@ from diagnoser.core.finite import finite
 from diagnoser.core.printable import printable
 from diagnoser.diagnosis.model import iso
 from diagnoser.report.whatif import LABELS, SHOWN, fmt
-from diagnoser.whatif.calibrate import TOLERANCE, relative
+from diagnoser.whatif.calibrate import NOISE_Z, TOLERANCE, relative
 from diagnoser.whatif.predict import WhatIf
+from diagnoser.whatif.replay import draws
 
 
 def to_json(w: WhatIf) -> dict[str, Any]:
@@ -78,6 +83,8 @@ def to_json(w: WhatIf) -> dict[str, Any]:
             "decode_factor": cal.decode_factor,
             "replays": cal.replays,
             "tolerance": TOLERANCE,
+            "draws": draws(fit),
+            "noise": cal.noise,
             "measured": cal.measured,
             "replayed": cal.replayed,
             "residual": cal.residual,
@@ -110,6 +117,8 @@ def text(w: WhatIf) -> str:
     doc = to_json(w)
     fit, cal = w.fit, w.calibration
     f = doc["fit"]
+    n = doc["calibration"]["draws"]
+    each = f", each pooling {n} draws of the window" if n > 1 else ""
     lines = [
         f"what-if for {printable(fit.model)}, {iso(fit.start)} to {iso(fit.end)}",
         f"  workload: {f['arrival_rate']['mean']:.2f} req/s (per {fit.rate_step:g} s: "
@@ -124,15 +133,21 @@ def text(w: WhatIf) -> str:
         f"max_num_batched_tokens {w.today.engine.max_num_batched_tokens}; "
         f"{printable(w.setup.spec.name)} on {w.setup.gpu.name}",
         f"  calibration: prefill x{cal.prefill_factor:.2f}, decode x{cal.decode_factor:.2f} "
-        f"({cal.replays} replay(s))",
+        f"({cal.replays} replay(s){each})",
     ]
-    lines.append(f"    {'':16}{'measured':>12}{'replayed':>12}{'residual':>14}")
+    chance = any(v is not None for v in cal.noise.values())
+    lines.append(
+        f"    {'':16}{'measured':>12}{'replayed':>12}{'residual':>14}"
+        + (f"{'chance ±':>12}" if chance else "")
+    )
     for name, r in cal.residual.items():
         measured = cal.measured[name]
         res = "-" if r is None else (f"{r:+.0%}" if relative(name, measured) else f"{r:+.2g} abs")
+        spread = cal.noise.get(name)
+        by = "-" if spread is None else fmt(name, NOISE_Z * spread)
         lines.append(
             f"    {LABELS[name]:16}{fmt(name, cal.measured[name]):>12}"
-            f"{fmt(name, cal.replayed[name]):>12}{res:>14}"
+            f"{fmt(name, cal.replayed[name]):>12}{res:>14}" + (f"{by:>12}" if chance else "")
         )
     if not cal.ok:
         lines.append(f"  refused: {cal.reason}; nothing is predicted")

@@ -10,7 +10,7 @@ at or below a threshold.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from statistics import NormalDist
 
 import numpy as np
@@ -130,6 +130,7 @@ def fit_lognormal(b: Buckets, length_share: float = 0.0) -> LogNormal:
     return LogNormal(math.exp(best_mu), best_sigma, cap_value, gap)
 
 
+QUANTILES = ("ttft_p50", "ttft_p95", "itl_p50", "itl_p95")
 # The figures a measured window and its replay are compared on, in display order.
 METRICS = (
     "ttft_p50",
@@ -158,8 +159,40 @@ class Observed:
     finished: float  # requests finished over the period
     generation_tokens: float
     seconds: float
+    # Seconds from a request's first scheduling to its first token (vLLM's
+    # request_prefill_time_seconds; None where the server does not export it).
+    prefill: Buckets | None = None
+    # A replay pooled from several draws of the window's workload: each draw apart, whose
+    # spread is how far one window's figures stray by chance (``noise``).
+    parts: tuple[Observed, ...] = field(default=(), repr=False)
+
+    def noise(self, ttft_slo: float, itl_slo: float) -> dict[str, float | None]:
+        """Per figure, the standard deviation over the draws of one window's length (None
+        with fewer than two draws, or where a draw has no value): how far a window as long as
+        the measured one strays from the pooled figure by chance alone."""
+        per = [p._figures(ttft_slo, itl_slo) for p in self.parts]
+        out: dict[str, float | None] = {}
+        for name in METRICS:
+            values = [f[name] for f in per]
+            ok = len(values) >= 2 and all(v is not None for v in values)
+            out[name] = float(np.std(np.array(values, dtype=np.float64), ddof=1)) if ok else None
+        return out
 
     def figures(self, ttft_slo: float, itl_slo: float) -> dict[str, float | None]:
+        """The figures; of pooled draws, each latency quantile is the median of the draws'
+        (a typical window's: the pooled histogram's tail is the unluckiest draws' tail, and
+        a queue that runs away runs furthest in them), the rest the pooled figure."""
+        own = self._figures(ttft_slo, itl_slo)
+        if len(self.parts) < 2:
+            return own
+        per = [p._figures(ttft_slo, itl_slo) for p in self.parts]
+        for name in QUANTILES:
+            values = [f[name] for f in per]
+            if all(v is not None for v in values):
+                own[name] = float(np.median(np.array(values, dtype=np.float64)))
+        return own
+
+    def _figures(self, ttft_slo: float, itl_slo: float) -> dict[str, float | None]:
         s = max(self.seconds, 1e-9)
         return {
             "ttft_p50": quantile(self.ttft, 0.5),
@@ -174,3 +207,43 @@ class Observed:
             "ttft_slo_share": share_at_or_below(self.ttft, ttft_slo),
             "itl_slo_share": share_at_or_below(self.itl, itl_slo),
         }
+
+    def speeds(self) -> dict[str, float | None]:
+        """What the speed factors are fitted to, beside the medians: the mean prefill time
+        and the mean inter-token latency, exact where a median is read inside a bucket (the
+        ITL's 50-75 ms bucket is half as wide as its lower bound)."""
+        prefill = self.prefill.mean if self.prefill is not None else None
+        return {"prefill_mean": prefill, "itl_mean": self.itl.mean}
+
+
+def pooled(parts: list[Observed]) -> Observed:
+    """Draws of one window pooled: histograms and counts added, KV usage and the queue the
+    mean of the draws' means, over the draws' seconds together."""
+    if len(parts) == 1:
+        return parts[0]
+
+    def mean(values: list[float | None]) -> float | None:
+        known = [v for v in values if v is not None]
+        return float(np.mean(known)) if known else None
+
+    def added(hists: list[Buckets]) -> Buckets:
+        return Buckets(
+            hists[0].bounds,
+            np.sum([h.cumulative for h in hists], axis=0),
+            float(sum(h.sum for h in hists)),
+        )
+
+    return Observed(
+        ttft=added([p.ttft for p in parts]),
+        itl=added([p.itl for p in parts]),
+        kv_usage=mean([p.kv_usage for p in parts]),
+        preemptions=sum(p.preemptions for p in parts),
+        waiting=mean([p.waiting for p in parts]),
+        finished=sum(p.finished for p in parts),
+        generation_tokens=sum(p.generation_tokens for p in parts),
+        seconds=sum(p.seconds for p in parts),
+        prefill=added([p.prefill for p in parts if p.prefill is not None])
+        if all(p.prefill is not None for p in parts)
+        else None,
+        parts=tuple(parts),
+    )

@@ -206,6 +206,7 @@ class Compared:
     predicted: dict[str, float | None]
     measured: dict[str, float | None]
     error: str | None = None
+    band: dict[str, float | None] = field(default_factory=dict)  # what-if's ± on each
 
     def gap(self, name: str) -> float | None:
         """Relative error (predicted / measured - 1) of a latency; the factor between them
@@ -217,6 +218,13 @@ class Compared:
             lo, hi = sorted((max(p, PREEMPTION_FLOOR), max(m, PREEMPTION_FLOOR)))
             return hi / lo
         return p / m - 1 if m else None
+
+    def in_band(self, name: str) -> bool | None:
+        """Whether the measured figure lies within the prediction's band (its ±)."""
+        p, m, b = self.predicted.get(name), self.measured.get(name), self.band.get(name)
+        if p is None or m is None or b is None:
+            return None
+        return abs(m - p) <= b
 
     def within(self, name: str) -> bool | None:
         g = self.gap(name)
@@ -267,7 +275,9 @@ def evaluate(
     scope = (matcher("model_name", MODEL_NAME),)
     for t, o in zip(e.trials, result.outcomes, strict=True):
         seen = measure(source, scope, *windows[t.lever.text]).figures(*objectives)
-        out.compared.append(Compared(t.lever.text, o.change, o.predicted, seen, o.error))
+        out.compared.append(
+            Compared(t.lever.text, o.change, o.predicted, seen, o.error, dict(o.band))
+        )
     return out, result
 
 
@@ -377,10 +387,11 @@ def replayed(directory: Path) -> tuple[Result, WhatIf]:
 
 
 def table(results: list[Result]) -> list[str]:
-    """Per lever and figure: measured, predicted, the error, and whether it meets the aim
-    (TTFT and ITL p95 within 25%, preemptions within a factor of 2)."""
+    """Per lever and figure: measured, predicted with its band, the error, whether it meets
+    the aim (TTFT and ITL p95 within 25%, preemptions within a factor of 2), and whether the
+    measured figure lies within the band what-if gave."""
     lines = [f"  {'experiment':<14} {'lever':<28} {'figure':<12} {'measured':>9} "
-             f"{'predicted':>9} {'error':>8}  aim"]  # fmt: skip
+             f"{'predicted':>9} {'±':>9} {'error':>8}  {'aim':<6}  in band"]  # fmt: skip
     for r in results:
         if not r.calibration["ok"]:
             lines.append(f"  {r.name:<14} calibration refused: {r.calibration['reason']}")
@@ -390,13 +401,15 @@ def table(results: list[Result]) -> list[str]:
                 lines.append(f"  {r.name:<14} {c.lever:<28} not predicted: {c.error}")
                 continue
             for name in JUDGED:
-                g, ok = c.gap(name), c.within(name)
+                g, ok, inside = c.gap(name), c.within(name), c.in_band(name)
                 err = "-" if g is None else (
                     f"x{g:.2f}" if name == "preemptions_per_second" else f"{g:+.0%}")  # fmt: skip
+                aim = "-" if ok is None else "met" if ok else "MISSED"
                 lines.append(
                     f"  {r.name:<14} {c.lever:<28} {name.replace('_per_second', '/s'):<12} "
-                    f"{_fig(c.measured.get(name))} {_fig(c.predicted.get(name))} {err:>8}  "
-                    + ("-" if ok is None else "met" if ok else "MISSED")
+                    f"{_fig(c.measured.get(name))} {_fig(c.predicted.get(name))} "
+                    f"{_fig(c.band.get(name))} {err:>8}  {aim:<6}  "
+                    + ("-" if inside is None else "yes" if inside else "NO")
                 )
     return lines
 

@@ -1,0 +1,132 @@
+"""A short window replayed with several draws: pooled figures, their chance spread, and the
+calibration and bands that take it into account; the speed fit's targets (means)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from diagnoser.lab.real import whatif as lab
+from diagnoser.whatif import replay as rp
+from diagnoser.whatif.calibrate import NOISE_Z, TOLERANCE, Fitting, gap, judge
+from diagnoser.whatif.fit import EngineCache, Fit
+from diagnoser.whatif.predict import band
+from diagnoser.whatif.stats import QUANTILES, Buckets, LogNormal, Observed, pooled, quantile
+
+BOUNDS = np.array([0.1, 0.2, 0.5, 1.0, 2.0, 5.0])
+SLO = (1.0, 0.1)
+
+
+def _observed(ttft_counts: list[float], kv: float, preemptions: float) -> Observed:
+    """A window of 100 s whose TTFTs fall in the buckets as counted (the last: over 5 s)."""
+    cum = np.cumsum(np.array(ttft_counts, dtype=np.float64))
+    ttft = Buckets(BOUNDS, cum, float(cum[-1]) * 0.4)
+    itl = Buckets(BOUNDS, np.cumsum([50.0, 40, 10, 0, 0, 0, 0]), 8.0)
+    prefill = Buckets(BOUNDS, np.cumsum([5.0, 5, 0, 0, 0, 0, 0]), 1.5)
+    return Observed(ttft, itl, kv, preemptions, 0.0, 10.0, 500.0, 100.0, prefill)
+
+
+def test_pooled_draws_add_up_and_a_quantile_is_the_median_of_the_draws():
+    calm = _observed([0, 5, 5, 0, 0, 0, 0], 0.3, 0.0)
+    calm2 = _observed([0, 4, 6, 0, 0, 0, 0], 0.4, 1.0)
+    stormy = _observed([0, 0, 2, 2, 2, 2, 2], 0.5, 8.0)  # a queue that ran away in this draw
+    both = pooled([calm, calm2, stormy])
+    assert both.seconds == 300.0 and both.finished == 30.0
+    assert both.ttft.count == 30 and both.preemptions == 9.0
+    assert both.kv_usage == pytest.approx(0.4)
+    assert both.prefill is not None and both.prefill.count == 30
+    figures = both.figures(*SLO)
+    # The TTFT p95 is the median draw's, not the pooled tail (the stormy draw's alone).
+    per = sorted(quantile(p.ttft, 0.95) or 0.0 for p in (calm, calm2, stormy))
+    assert figures["ttft_p95"] == pytest.approx(per[1])
+    assert quantile(both.ttft, 0.95) > 2 * figures["ttft_p95"]
+    # Rates are pooled: 9 preemptions in 300 s.
+    assert figures["preemptions_per_second"] == pytest.approx(0.03)
+    # The chance spread is the draws' standard deviation, for every figure with a value.
+    noise = both.noise(*SLO)
+    assert noise["ttft_p95"] == pytest.approx(float(np.std(per, ddof=1)))
+    assert noise["kv_usage"] == pytest.approx(0.1)
+    assert set(noise) >= set(QUANTILES)
+
+
+def test_one_draw_is_itself_and_has_no_spread():
+    one = _observed([0, 5, 5, 0, 0, 0, 0], 0.3, 0.0)
+    assert pooled([one]) is one
+    assert all(v is None for v in one.noise(*SLO).values())
+
+
+def _fit(finished: float, seconds: float = 300.0) -> Fit:
+    measured = dataclasses.replace(_observed([0, 5, 5, 0, 0, 0, 0], 0.3, 0.0), finished=finished)
+    return Fit(
+        model="tiny-llama", start=0.0, end=seconds, rate_step=60.0,
+        rates=np.full(int(seconds // 60), finished / seconds),
+        prompt=LogNormal(32, 0.3), output=LogNormal(150, 0.3), length_share=0.0,
+        prefix_hit=None, instances=1, engines=1,
+        cache=EngineCache(100, 32, 0.1, "auto", True), measured=measured,
+    )  # fmt: skip
+
+
+def test_a_window_of_few_requests_is_drawn_again_until_enough_are_replayed():
+    assert rp.draws(_fit(200)) == rp.MAX_DRAWS  # 200 requests: 10 draws wanted, 8 at most
+    assert rp.draws(_fit(500)) == 4
+    assert rp.draws(_fit(rp.DRAW_REQUESTS)) == 1
+    assert rp.draws(_fit(0)) == rp.MAX_DRAWS
+
+
+def test_a_short_windows_replay_pools_its_draws_each_from_the_same_warm_up():
+    setup = lab.setup(lab.find("kv-room"))
+    fit = _fit(250)
+    cfg, _ = rp.baseline(fit, setup)
+    got = rp.replay(fit, setup, cfg)
+    assert len(got.parts) == rp.draws(fit) == 8
+    assert got.seconds == pytest.approx(8 * fit.seconds)
+    # The draws differ (other arrivals and lengths), and each is a whole window.
+    finished = [p.finished for p in got.parts]
+    assert len(set(finished)) > 1 and all(150 < f < 350 for f in finished)
+    # Replaying again gives the same draws: two configurations see the same requests.
+    again = rp.replay(fit, setup, cfg)
+    assert [p.finished for p in again.parts] == finished
+
+
+def test_chance_widens_the_calibrations_tolerance_and_no_further():
+    # 2.0 against 3.4 is 70% off: beyond the tolerance, within twice a spread of 1.0.
+    assert gap("ttft_p95", 3.4, 2.0) == (pytest.approx(0.7), False)
+    assert gap("ttft_p95", 3.4, 2.0, noise=1.0) == (pytest.approx(0.7), True)
+    assert gap("ttft_p95", 3.4, 2.0, noise=0.6) == (pytest.approx(0.7), False)
+    assert NOISE_Z == 2.0 and TOLERANCE == 0.30
+
+
+def test_a_refusal_says_how_far_chance_reaches():
+    setup = lab.setup(lab.find("kv-room"))
+    cfg, _ = rp.baseline(_fit(250), setup)
+    figures = {"ttft_p50": 0.2, "ttft_p95": 0.5, "itl_p50": 0.05, "itl_p95": 0.1,
+               "kv_usage": 0.4, "preemptions_per_second": 0.0, "waiting": 0.0}  # fmt: skip
+    got = {**figures, "ttft_p95": 3.0}
+    noise = {name: None for name in figures} | {"ttft_p95": 0.4}
+    cal = judge(cfg, setup.gpu, 1.0, 1.0, got, figures, 1, noise)
+    assert not cal.ok
+    assert "ttft p95 3 against 0.5, chance ±0.8" in (cal.reason or "")
+    assert cal.noise["ttft_p95"] == 0.4
+    ok = judge(cfg, setup.gpu, 1.0, 1.0, {**figures, "ttft_p95": 1.2}, figures, 1, noise)
+    assert ok.ok, ok.reason
+
+
+def test_a_predictions_band_is_never_narrower_than_chance():
+    assert band("ttft_p95", 0.1, True, 10.0) == pytest.approx(1.0)
+    assert band("ttft_p95", 0.1, True, 10.0, noise=2.0) == pytest.approx(4.0)
+    assert band("ttft_p95", 0.1, True, 10.0, noise=0.1) == pytest.approx(1.0)
+
+
+def test_the_speed_fit_follows_the_mean_prefill_time_where_the_server_has_it():
+    setup = lab.setup(lab.find("kv-room"))
+    cfg, _ = rp.baseline(_fit(250), setup)
+    want = {"ttft_p50": 0.2, "prefill_mean": 0.10, "itl_mean": 0.05}
+    fitting = Fitting(cfg, setup.gpu, want)
+    # The TTFT medians agree, but the replay prefills 1.5 times as slowly: prefill is fitted.
+    step = fitting.next((1.0, 1.0), {"ttft_p50": 0.2, "prefill_mean": 0.15, "itl_mean": 0.05})
+    assert step == (1.5, 1.0)
+    # Without the server's prefill time the TTFT median is all there is (here: agreed).
+    alone = Fitting(cfg, setup.gpu, {"ttft_p50": 0.2, "prefill_mean": None, "itl_mean": 0.05})
+    assert alone.next((1.0, 1.0), {"ttft_p50": 0.2, "prefill_mean": 0.15, "itl_mean": 0.05}) is None
