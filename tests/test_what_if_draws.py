@@ -130,3 +130,17 @@ def test_the_speed_fit_follows_the_mean_prefill_time_where_the_server_has_it():
     # Without the server's prefill time the TTFT median is all there is (here: agreed).
     alone = Fitting(cfg, setup.gpu, {"ttft_p50": 0.2, "prefill_mean": None, "itl_mean": 0.05})
     assert alone.next((1.0, 1.0), {"ttft_p50": 0.2, "prefill_mean": 0.15, "itl_mean": 0.05}) is None
+
+
+def test_a_window_on_the_edge_of_overload_says_so():
+    from diagnoser.whatif.predict import _knife_edge
+
+    setup = lab.setup(lab.find("kv-room"))
+    cfg, _ = rp.baseline(_fit(250), setup)
+    figures = {"ttft_p50": 1.0, "ttft_p95": 5.0, "itl_p50": 0.05, "itl_p95": 0.1,
+               "kv_usage": 0.8, "preemptions_per_second": 0.5, "waiting": 3.0}  # fmt: skip
+    calm = judge(cfg, setup.gpu, 1.0, 1.0, figures, figures, 1, {"ttft_p50": 0.2})
+    assert _knife_edge(calm) == []
+    edge = judge(cfg, setup.gpu, 1.0, 1.0, figures, figures, 1, {"ttft_p50": 9.0})
+    (note,) = _knife_edge(edge)
+    assert "±18 s around 1 s" in note and "edge of overload" in note

@@ -143,9 +143,24 @@ def what_if(
         replayed=today_obs.figures(*slo),
         outcomes=outcomes,
         slo=slo,
-        notes=[*fit.notes, *notes],
+        notes=[*fit.notes, *notes, *_knife_edge(cal)],
         seconds=time.monotonic() - t0,
     )
+
+
+def _knife_edge(cal: Calibration) -> list[str]:
+    """A note when chance alone moves today's TTFT median by more than the median itself:
+    some draws of the window queue without bound and others do not, so the load sits on the
+    edge of overload, and the calibration's match and every band say little."""
+    spread, value = cal.noise.get("ttft_p50"), cal.replayed.get("ttft_p50")
+    if spread is None or value is None or NOISE_Z * spread <= value:
+        return []
+    return [
+        f"the replay's draws of this window disagree: chance alone moves the TTFT median by "
+        f"±{NOISE_Z * spread:.3g} s around {value:.3g} s, as a queue runs away in some draws "
+        "and not in others; the load is on the edge of overload, and the calibration and "
+        "every prediction carry that spread (a longer window at a steady load narrows it)"
+    ]
 
 
 def _configs(
