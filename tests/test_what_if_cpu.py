@@ -204,3 +204,17 @@ def test_each_experiments_flags_are_its_levers_applied_to_today():
             else:
                 assert t.load is not None and str(t.load.max_tokens) == new
         assert not math.isnan(e.window) and e.window >= 240
+
+
+def test_dtype_sets_the_weights_width_except_where_they_are_quantized():
+    bf16 = presets.model("llama-2-7b")
+    assert bf16.served_as("float32").dtype_bytes == 4
+    assert bf16.served_as("float32").served_as("bfloat16").dtype_bytes == 2
+    assert bf16.served_as("auto") is bf16
+    fp8 = dataclasses.replace(bf16, dtype_bytes=1)  # an fp8 checkpoint
+    four_bit = dataclasses.replace(bf16, dtype_bytes=0.5)
+    for quantized in (fp8, four_bit):
+        for dtype in ("bfloat16", "float16", "float32"):
+            served = quantized.served_as(dtype)
+            assert served.dtype_bytes == quantized.dtype_bytes  # the weights as quantized
+            assert served.dtype == dtype  # the compute type, and an auto KV cache's

@@ -78,10 +78,13 @@ class ModelSpec:
 
     def served_as(self, dtype: str) -> ModelSpec:
         """The shape served with vLLM's ``--dtype`` (``auto``: as it is): the weights, and a
-        KV cache left at ``auto``, in that type."""
+        KV cache left at ``auto``, in that type. Quantized weights (under 2 bytes: fp8, 4-bit)
+        stay as they are: ``--dtype`` sets what vLLM computes in, not how a checkpoint's
+        weights were quantized."""
         if dtype == "auto":
             return self
-        return replace(self, dtype=dtype, dtype_bytes=4 if dtype == "float32" else 2)
+        width = self.dtype_bytes if self.dtype_bytes < 2 else (4 if dtype == "float32" else 2)
+        return replace(self, dtype=dtype, dtype_bytes=width)
 
     @property
     def mla(self) -> bool:
