@@ -3,8 +3,9 @@
 Each lever's figures are the replay at the lever's configuration, next to today's (measured)
 and to today's replay; its band is the calibration's residual for that figure (relative, or
 absolute for figures near zero), which is how far the replay was from the truth on the one
-configuration where the truth is known. Replays run in parallel processes, two at a time
-on two cores.
+configuration where the truth is known, and never less than what chance does to a window as
+long (the spread of the lever's draws, for a short window). Replays run in parallel
+processes, two at a time on two cores.
 """
 
 from __future__ import annotations
