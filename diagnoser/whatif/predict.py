@@ -141,7 +141,7 @@ def what_if(
         setup=setup,
         today=cal.config,
         calibration=cal,
-        replayed=today_obs.figures(*slo),
+        replayed=got,
         outcomes=outcomes,
         slo=slo,
         notes=[*fit.notes, *notes, *_knife_edge(cal)],

@@ -226,17 +226,13 @@ def _tally(run: object) -> _Tally | None:
             for name in (F.TTFT.name, F.ITL.name, F.PREFILL.name):
                 h = em.h[name]
                 b = Buckets(h.bounds, h.cumulative(), h.sum)
-                hists[name] = _add(hists[name], b) if name in hists else b
+                hists[name] = hists[name].plus(b) if name in hists else b
             pre += em.counters[F.PREEMPTIONS]
             fin += sum(em.finished.values())
             tok += em.counters[F.GENERATION_TOKENS]
     if len(hists) < 3:
         return None
     return _Tally(hists[F.TTFT.name], hists[F.ITL.name], hists[F.PREFILL.name], pre, fin, tok)
-
-
-def _add(a: Buckets, b: Buckets) -> Buckets:
-    return Buckets(a.bounds, a.cumulative + b.cumulative, a.sum + b.sum)
 
 
 class ReplayError(RuntimeError):

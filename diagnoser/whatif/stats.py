@@ -9,6 +9,7 @@ at or below a threshold.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, field
 from statistics import NormalDist
@@ -37,6 +38,9 @@ class Buckets:
 
     def minus(self, before: Buckets) -> Buckets:
         return Buckets(self.bounds, self.cumulative - before.cumulative, self.sum - before.sum)
+
+    def plus(self, other: Buckets) -> Buckets:
+        return Buckets(self.bounds, self.cumulative + other.cumulative, self.sum + other.sum)
 
 
 def quantile(b: Buckets, q: float) -> float | None:
@@ -221,29 +225,21 @@ def pooled(parts: list[Observed]) -> Observed:
     mean of the draws' means, over the draws' seconds together."""
     if len(parts) == 1:
         return parts[0]
+    prefills = [p.prefill for p in parts if p.prefill is not None]
 
     def mean(values: list[float | None]) -> float | None:
         known = [v for v in values if v is not None]
         return float(np.mean(known)) if known else None
 
-    def added(hists: list[Buckets]) -> Buckets:
-        return Buckets(
-            hists[0].bounds,
-            np.sum([h.cumulative for h in hists], axis=0),
-            float(sum(h.sum for h in hists)),
-        )
-
     return Observed(
-        ttft=added([p.ttft for p in parts]),
-        itl=added([p.itl for p in parts]),
+        ttft=functools.reduce(Buckets.plus, [p.ttft for p in parts]),
+        itl=functools.reduce(Buckets.plus, [p.itl for p in parts]),
         kv_usage=mean([p.kv_usage for p in parts]),
         preemptions=sum(p.preemptions for p in parts),
         waiting=mean([p.waiting for p in parts]),
         finished=sum(p.finished for p in parts),
         generation_tokens=sum(p.generation_tokens for p in parts),
         seconds=sum(p.seconds for p in parts),
-        prefill=added([p.prefill for p in parts if p.prefill is not None])
-        if all(p.prefill is not None for p in parts)
-        else None,
+        prefill=functools.reduce(Buckets.plus, prefills) if len(prefills) == len(parts) else None,
         parts=tuple(parts),
     )
