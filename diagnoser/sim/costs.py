@@ -95,7 +95,7 @@ class StepCosts:
         )
 
     def step(
-        self, n_dec: int, context_tokens: float, chunk: int = 0, attn_flops: float = 0.0
+        self, n_dec: int, context_tokens: float, chunk: float = 0, attn_flops: float = 0.0
     ) -> float:
         """One step: ``n_dec`` decoding sequences holding ``context_tokens`` in all, plus a
         prefill chunk of ``chunk`` tokens whose attention costs ``attn_flops``."""

@@ -154,7 +154,7 @@ class Engine:
         return step * (1.0 + self.cfg.draft_overhead)
 
     def mixed_step_time(
-        self, n_dec: int, context_tokens: float, chunk: int, attn_flops_per_step: float
+        self, n_dec: int, context_tokens: float, chunk: float, attn_flops_per_step: float
     ) -> float:
         return self.costs.step(n_dec, context_tokens, chunk, attn_flops_per_step)
 
@@ -308,28 +308,42 @@ class Engine:
         todo = [float(r.to_prefill - r.prefilled) for r in self.prefilling]
         total = sum(todo)
         steps = max(1, math.ceil(total / budget))
-        chunk = int(min(budget, total))
         attn = sum(
             self.attention_flops(r.cached + r.prefilled, r.to_prefill - r.prefilled)
             for r in self.prefilling
         )
-        step_time = self.mixed_step_time(n_dec, self.running.context(), chunk, attn / steps)
+        # Every step but the last fills the budget; the last carries what is left, so a prompt
+        # just over the budget costs one full step and a short one, as vLLM schedules it.
+        ctx = self.running.context()
+        last = total - budget * (steps - 1)
+        full_time = self.mixed_step_time(n_dec, ctx, budget, attn * budget / max(total, 1.0))
+        last_time = self.mixed_step_time(n_dec, ctx, last, attn * last / max(total, 1.0))
         start = self.clock
+        ends = [start + k * full_time for k in range(1, steps)] + [
+            start + (steps - 1) * full_time + last_time
+        ]
         done_at_step = [max(1, math.ceil(c / budget)) for c in itertools.accumulate(todo)]
         decoded = [0.0] * steps
         if n_dec:
-            decoded = self._emit_decode_tokens(steps, step_time).tolist()
-        self.clock = start + steps * step_time
-        self.stats.busy_seconds += steps * step_time
+            decoded = []
+            if steps > 1:
+                decoded = self._emit_decode_tokens(steps - 1, full_time).tolist()
+                self.clock = ends[-2]
+            if len(self.running):  # everyone may have finished in the full steps
+                decoded += self._emit_decode_tokens(1, last_time).tolist()
+            else:
+                decoded.append(0.0)
+        self.clock = ends[-1]
+        self.stats.busy_seconds += ends[-1] - start
         if not self.cfg.mixed_chunk and len(self.running):
-            self.stall += steps * step_time
+            self.stall += ends[-1] - start
             self.stalled = len(self.running)
         # Each step's output message: decode tokens, plus a first (or resumed) token and the
         # prompt of every request whose prefill ends in it.
         outputs, computed, full = decoded, [0.0] * steps, [0.0] * steps
         joined: list[Request] = []
         for req, k in zip(self.prefilling, done_at_step, strict=True):
-            t = start + int(k) * step_time
+            t = ends[k - 1]
             req.prefilled = req.to_prefill
             outputs[k - 1] += 1
             if req.generated == 0:
