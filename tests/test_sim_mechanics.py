@@ -329,25 +329,3 @@ def test_the_scenario_cache_key_covers_every_module_a_simulation_runs():
         if not any(f == c or c in f.parents for c in covered):
             missed.append(str(rel))
     assert not missed, missed
-
-
-def test_a_prompt_just_over_the_budget_costs_a_full_chunk_and_a_short_one():
-    """vLLM fills each step to --max-num-batched-tokens and gives the last chunk what is left:
-    2,100 prompt tokens on a 2,048 budget are one full step and one of 52 tokens, not two full
-    steps; the streams decoding beside it see one long gap and one short one."""
-    cfg = EngineConfig(max_num_batched_tokens=2048)
-    engine = Engine(LLAMA3, H100, cfg)
-    for i in range(4):
-        engine.submit(Request(i, 0.0, 100, 2000, 4096, False, ready=0.0))
-    engine.run_until(1.0)
-    engine.drain()
-    long = Request(99, 1.0, 2100, 10, 4096, False, ready=1.0)
-    engine.submit(long)
-    engine.run_until(1.5)
-    itl = engine.drain().itl
-    n = 4
-    full = engine.mixed_step_time(n, engine.running.context(), 2048 - n, 0.0)
-    assert max(gap for gap, _ in itl) == pytest.approx(full, rel=0.05)
-    # One long gap per stream; the short chunk's step costs about what a decode step does.
-    assert sum(k for gap, k in itl if gap > 0.5 * full) == n, itl
-    assert long.first_token - long.arrival < 1.5 * full

@@ -1,6 +1,7 @@
 """The simulated SGLang scheduler: each prefill batch runs alone, before the decode step, so a
 long prompt stalls every running stream for all of its chunks; admission keeps room for the
-running requests' output (new_token_ratio)."""
+running requests' output (new_token_ratio). And vLLM's, whose chunks share steps with the
+decodes, the last one costing only the tokens it carries."""
 
 from __future__ import annotations
 
@@ -17,15 +18,15 @@ LLAMA3 = model("llama-3.1-8b")
 CHUNK = 8192
 
 
-def _streams_then_a_long_prompt(cfg: EngineConfig) -> tuple[Engine, float]:
-    """Eight streams decoding, then a 24,000-token prompt; returns the engine and when the
-    long prompt's prefill ended (its first token)."""
+def _streams_then_a_long_prompt(cfg: EngineConfig, prompt: int = 24_000) -> tuple[Engine, float]:
+    """Eight streams decoding, then a long prompt (24,000 tokens); returns the engine and when
+    the long prompt's prefill ended (its first token)."""
     engine = Engine(LLAMA3, H100, cfg)
     for i in range(8):
         engine.submit(Request(i, 0.0, 200, 2000, 4096, False, ready=0.0))
     engine.run_until(2.0)
     engine.drain()
-    long = Request(99, 2.0, 24_000, 10, 4096, False, ready=2.0)
+    long = Request(99, 2.0, prompt, 10, 4096, False, ready=2.0)
     engine.submit(long)
     engine.run_until(6.0)
     return engine, long.first_token
@@ -50,6 +51,20 @@ def test_vllm_decodes_in_the_steps_that_carry_the_chunks():
     assert first > 2.0
     # Each step that carries a chunk also gives each stream a token: no gap is the prefill.
     assert max(gap for gap, _ in st.itl) < (first - 2.0) / 2
+
+
+def test_vllm_prices_a_prompt_just_over_the_budget_as_a_full_chunk_and_a_short_one():
+    """vLLM fills each step to --max-num-batched-tokens and gives the last chunk what is left:
+    2,100 prompt tokens on a 2,048 budget are one full step and one of 52 tokens, not two full
+    steps; each stream decoding beside them sees one long gap and one short one."""
+    engine, first = _streams_then_a_long_prompt(EngineConfig(max_num_batched_tokens=2048), 2100)
+    itl = engine.drain().itl
+    n = 8
+    full = engine.mixed_step_time(n, engine.running.context(), 2048 - n, 0.0)
+    assert max(gap for gap, _ in itl) == pytest.approx(full, rel=0.05)
+    # One long gap per stream; the short chunk's step costs about what a decode step does.
+    assert sum(k for gap, k in itl if gap > 0.5 * full) == n, itl
+    assert first - 2.0 < 1.5 * full
 
 
 def test_admission_keeps_room_for_the_running_requests_output():

@@ -323,16 +323,13 @@ class Engine:
             start + (steps - 1) * full_time + last_time
         ]
         done_at_step = [max(1, math.ceil(c / budget)) for c in itertools.accumulate(todo)]
-        decoded = [0.0] * steps
-        if n_dec:
-            decoded = []
-            if steps > 1:
-                decoded = self._emit_decode_tokens(steps - 1, full_time).tolist()
-                self.clock = ends[-2]
-            if len(self.running):  # everyone may have finished in the full steps
-                decoded += self._emit_decode_tokens(1, last_time).tolist()
-            else:
-                decoded.append(0.0)
+        decoded: list[float] = []
+        if n_dec and steps > 1:
+            decoded = self._emit_decode_tokens(steps - 1, full_time).tolist()
+            self.clock = ends[-2]
+        if n_dec and len(self.running):  # everyone may have finished in the full steps
+            decoded += self._emit_decode_tokens(1, last_time).tolist()
+        decoded += [0.0] * (steps - len(decoded))
         self.clock = ends[-1]
         self.stats.busy_seconds += ends[-1] - start
         if not self.cfg.mixed_chunk and len(self.running):
