@@ -144,3 +144,43 @@ def test_a_window_on_the_edge_of_overload_says_so():
     edge = judge(cfg, setup.gpu, 1.0, 1.0, figures, figures, 1, {"ttft_p50": 9.0})
     (note,) = _knife_edge(edge)
     assert "±18 s around 1 s" in note and "edge of overload" in note
+
+
+# vLLM's ITL bounds from a decode step's time to a prefill's.
+ITL_BOUNDS = np.array([0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0])
+
+
+def _tokens(slow_share: float) -> Observed:
+    """10,000 tokens of decode steps (50-75 ms), ``slow_share`` of them behind a prefill step
+    (0.5-0.75 s), as the lab's server gave them under KV pressure."""
+    slow = 10_000 * slow_share
+    itl = Buckets(ITL_BOUNDS, np.cumsum([0, 0, 10_000 - slow, 0, 0, 0, 0, 0, 0, slow, 0, 0.0]))
+    ttft = Buckets(BOUNDS, np.cumsum([10.0, 20, 40, 20, 10, 0, 0]))
+    return Observed(ttft, itl, 0.5, 0.0, 0.0, 250.0, 10_000.0, 360.0)
+
+
+def test_a_quantile_on_a_knee_says_how_far_a_point_of_slow_tokens_moves_it():
+    from diagnoser.report.whatif import knee_lines
+    from diagnoser.whatif.predict import SHARE, knees
+
+    # The replay's 4.8% of slow tokens read ITL p95 off a decode step; the server's 5.4% off a
+    # prefill step: seven times as long, for 0.6 points of the tokens.
+    replayed, server = _tokens(0.048), _tokens(0.054)
+    p, truth = replayed.figures(*SLO)["itl_p95"], server.figures(*SLO)["itl_p95"]
+    assert p is not None and truth is not None
+    assert p <= 0.075 and truth >= 0.5
+    lo, hi = replayed.either_side(SHARE)["itl_p95"]
+    assert lo <= p and hi >= truth
+    predicted, bands = replayed.figures(*SLO), {"itl_p95": 0.01, "ttft_p95": 0.1}
+    on = knees(predicted, bands, replayed.either_side(SHARE))
+    assert on["itl_p95"] == (lo, hi)
+    # The TTFTs spread evenly over their buckets, and one slow token in a hundred: no knee.
+    calm = _tokens(0.01)
+    assert knees(calm.figures(*SLO), bands, calm.either_side(SHARE)) == {}
+    # Said in words; and a measured figure between the knee's values is within what was said.
+    (line,) = knee_lines({"itl_p95": [lo, hi]}, "num_gpu_blocks:x0.3")
+    assert line.startswith("ITL p95 of num_gpu_blocks:x0.3 sits on a knee: ")
+    c = lab.Compared("x", "", {"itl_p95": p}, {"itl_p95": truth}, None, {"itl_p95": 0.01})
+    assert c.in_band("itl_p95") is False
+    c.knee = {"itl_p95": [lo, hi]}
+    assert c.in_band("itl_p95") is True

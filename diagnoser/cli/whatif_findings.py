@@ -101,6 +101,7 @@ def _for_finding(
                     "change": None,
                     "predicted": None,
                     "band": None,
+                    "knee": None,
                     "error": error,
                 }
                 for lever in levers

@@ -73,6 +73,19 @@ def with_band(name: str, v: float | None, band: float | None) -> str:
     return fmt(name, v)
 
 
+def knee_lines(knee: dict[str, Any] | None, lever: str = "") -> list[str]:
+    """A line per latency quantile on a knee (a lever's ``knee``): the figure may lie anywhere
+    between its values a point of the observations either side."""
+    out = []
+    for name, (lo, hi) in (knee or {}).items():
+        of = f" of {lever}" if lever else ""
+        out.append(
+            f"{LABELS.get(name, name)}{of} sits on a knee: {fmt(name, lo)} to {fmt(name, hi)} "
+            "as one point more or fewer of the observations are slow"
+        )
+    return out
+
+
 def finding_lines(doc: dict[str, Any], indent: str = "   ") -> list[str]:
     """A finding's what-if (its ``what_if`` object) as a table of its levers under today."""
     if doc.get("error"):
@@ -106,4 +119,9 @@ def finding_lines(doc: dict[str, Any], indent: str = "   ") -> list[str]:
     notes = "* restarts the engine; ± is what the calibration left (its residual)"
     if changes:
         notes += "; " + ", ".join(changes)
-    return out + wrap(notes, row)
+    out += wrap(notes, row)
+    for lever in levers:
+        if lever.get("predicted"):
+            for line in knee_lines(lever.get("knee"), printable(lever["lever"])):
+                out += wrap(line, row)
+    return out

@@ -18,7 +18,7 @@ The JSON object::
                      "residual_relative": {name: bool}},
      "today": FIGURES, "today_replayed": FIGURES,
      "levers": [{"lever", "restart", "change", "predicted": FIGURES, "band": {...},
-                 "error"}],
+                 "knee": {name: [low, high]} or null, "error"}],
      "slo": {"ttft_seconds", "itl_seconds"}, "notes": [str], "seconds": float}
 
 FIGURES maps ``ttft_p50``, ``ttft_p95``, ``itl_p50``, ``itl_p95`` (seconds), ``kv_usage``
@@ -27,6 +27,9 @@ FIGURES maps ``ttft_p50``, ``ttft_p95``, ``itl_p50``, ``itl_p95`` (seconds), ``k
 attainment) to numbers, null where unknown; a replay of several draws gives each latency
 quantile as the median of its draws'. A band is the ± on the predicted figure: the
 calibration's residual, and never less than twice the lever's own spread over the draws.
+A lever's ``knee`` names the latency quantiles that sit on a knee of their distribution: the
+quantile one point of the observations below and above (p94 and p96 for a p95), where that
+reaches past the band and a quarter of the figure; the figure may be anywhere between.
 With ``calibration.ok`` false, ``levers`` carry no prediction.
 """
 
@@ -37,7 +40,7 @@ from typing import Any
 from diagnoser.core.finite import finite
 from diagnoser.core.printable import printable
 from diagnoser.diagnosis.model import iso
-from diagnoser.report.whatif import LABELS, SHOWN, fmt
+from diagnoser.report.whatif import LABELS, SHOWN, fmt, knee_lines
 from diagnoser.whatif.calibrate import NOISE_Z, TOLERANCE, relative
 from diagnoser.whatif.predict import WhatIf
 from diagnoser.whatif.replay import draws
@@ -101,6 +104,7 @@ def to_json(w: WhatIf) -> dict[str, Any]:
                 "change": o.change or None,
                 "predicted": o.predicted or None,
                 "band": o.band or None,
+                "knee": {k: list(v) for k, v in o.knee.items()} or None,
                 "error": o.error,
             }
             for o in w.outcomes
@@ -167,6 +171,7 @@ def text(w: WhatIf) -> str:
                     f"{fmt(name, o.predicted.get(name)):>12}"
                     f"{fmt(name, pm) if pm is not None else '-':>10}"
                 )
+            lines += [f"  {line}" for line in knee_lines(o.knee)]
     for note in w.notes:
         lines.append(f"note: {printable(note)}")
     lines.append(f"({w.seconds:.1f} s)")

@@ -134,7 +134,14 @@ def fit_lognormal(b: Buckets, length_share: float = 0.0) -> LogNormal:
     return LogNormal(math.exp(best_mu), best_sigma, cap_value, gap)
 
 
-QUANTILES = ("ttft_p50", "ttft_p95", "itl_p50", "itl_p95")
+# Each latency quantile: the histogram it is read from, and where.
+QUANTILE_OF = {
+    "ttft_p50": ("ttft", 0.5),
+    "ttft_p95": ("ttft", 0.95),
+    "itl_p50": ("itl", 0.5),
+    "itl_p95": ("itl", 0.95),
+}
+QUANTILES = tuple(QUANTILE_OF)
 # The figures a measured window and its replay are compared on, in display order.
 METRICS = (
     "ttft_p50",
@@ -169,6 +176,19 @@ class Observed:
     # A replay pooled from several draws of the window's workload: each draw apart, whose
     # spread is how far one window's figures stray by chance (``noise``).
     parts: tuple[Observed, ...] = field(default=(), repr=False)
+
+    def either_side(self, share: float) -> dict[str, tuple[float, float]]:
+        """Per latency quantile, the quantiles ``share`` below and above it (p94 and p96 for
+        p95 at 0.01). Far apart, they say the figure sits on a knee of its distribution: ITL
+        p95 where about 5% of the tokens wait behind a prefill step lies between a decode
+        step's time and a prefill's, and a share one point off reads the other side."""
+        out: dict[str, tuple[float, float]] = {}
+        for name, (hist, q) in QUANTILE_OF.items():
+            b: Buckets = getattr(self, hist)
+            lo, hi = quantile(b, max(0.0, q - share)), quantile(b, min(1.0, q + share))
+            if lo is not None and hi is not None:
+                out[name] = (lo, hi)
+        return out
 
     def noise(self, ttft_slo: float, itl_slo: float) -> dict[str, float | None]:
         """Per figure, the standard deviation over the draws of one window's length (None

@@ -207,6 +207,7 @@ class Compared:
     measured: dict[str, float | None]
     error: str | None = None
     band: dict[str, float | None] = field(default_factory=dict)  # what-if's ± on each
+    knee: dict[str, list[float]] = field(default_factory=dict)  # quantiles on a knee
 
     def gap(self, name: str) -> float | None:
         """Relative error (predicted / measured - 1) of a latency; the factor between them
@@ -220,11 +221,13 @@ class Compared:
         return p / m - 1 if m else None
 
     def in_band(self, name: str) -> bool | None:
-        """Whether the measured figure lies within the prediction's band (its ±)."""
+        """Whether the measured figure lies within the prediction's band (its ±), or
+        between the values of a quantile on a knee."""
         p, m, b = self.predicted.get(name), self.measured.get(name), self.band.get(name)
         if p is None or m is None or b is None:
             return None
-        return abs(m - p) <= b
+        lo, hi = self.knee.get(name, (p, p))
+        return abs(m - p) <= b or lo <= m <= hi
 
     def within(self, name: str) -> bool | None:
         g = self.gap(name)
@@ -276,7 +279,15 @@ def evaluate(
     for t, o in zip(e.trials, result.outcomes, strict=True):
         seen = measure(source, scope, *windows[t.lever.text]).figures(*objectives)
         out.compared.append(
-            Compared(t.lever.text, o.change, o.predicted, seen, o.error, dict(o.band))
+            Compared(
+                t.lever.text,
+                o.change,
+                o.predicted,
+                seen,
+                o.error,
+                dict(o.band),
+                {k: list(v) for k, v in o.knee.items()},
+            )
         )
     return out, result
 
@@ -389,7 +400,7 @@ def replayed(directory: Path) -> tuple[Result, WhatIf]:
 def table(results: list[Result]) -> list[str]:
     """Per lever and figure: measured, predicted with its band, the error, whether it meets
     the aim (TTFT and ITL p95 within 25%, preemptions within a factor of 2), and whether the
-    measured figure lies within the band what-if gave."""
+    measured figure lies within the band what-if gave (or between a knee's values)."""
     lines = [f"  {'experiment':<14} {'lever':<28} {'figure':<12} {'measured':>9} "
              f"{'predicted':>9} {'±':>9} {'error':>8}  {'aim':<6}  in band"]  # fmt: skip
     for r in results:
@@ -402,6 +413,8 @@ def table(results: list[Result]) -> list[str]:
                 continue
             for name in JUDGED:
                 g, ok, inside = c.gap(name), c.within(name), c.in_band(name)
+                knee = c.knee.get(name)
+                on_knee = f" (knee {knee[0]:.4g}-{knee[1]:.4g})" if knee else ""
                 err = "-" if g is None else (
                     f"x{g:.2f}" if name == "preemptions_per_second" else f"{g:+.0%}")  # fmt: skip
                 aim = "-" if ok is None else "met" if ok else "MISSED"
@@ -410,6 +423,7 @@ def table(results: list[Result]) -> list[str]:
                     f"{_fig(c.measured.get(name))} {_fig(c.predicted.get(name))} "
                     f"{_fig(c.band.get(name))} {err:>8}  {aim:<6}  "
                     + ("-" if inside is None else "yes" if inside else "NO")
+                    + on_knee
                 )
     return lines
 
