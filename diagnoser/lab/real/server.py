@@ -49,13 +49,16 @@ class VllmServer:
         args: list[str],
         log: Path,
         cpus: tuple[int, ...] = (),
+        trace: Path | None = None,
     ):
         """``cpus``: the cores this server may run on (all, when empty). Replicas on one
         machine need cores of their own, as GPUs of their own: engines that share cores share
-        one speed, and a server given few requests runs them as slowly as a busy one."""
+        one speed, and a server given few requests runs them as slowly as a busy one.
+        ``trace``: write every engine step to ``<trace>.<pid>`` (``steptrace``)."""
         self.venv, self.model_dir, self.port, self.args = venv.absolute(), model_dir, port, args
         self.log = log
         self.cpus = cpus
+        self.trace = trace
         self.proc: subprocess.Popen[bytes] | None = None
         self.frozen: list[int] = []
 
@@ -77,6 +80,9 @@ class VllmServer:
         t0 = time.monotonic()
         env = {**os.environ, "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"}
         env.pop("PYTHONPATH", None)
+        if self.trace is not None:  # the step hook, loaded as the processes' sitecustomize
+            env["PYTHONPATH"] = str(Path(__file__).resolve().parent / "stephook")
+            env["SERVEDIAG_STEP_TRACE"] = str(self.trace.absolute())
         if self.cpus:  # the engine's threads bound to them too (vLLM's CPU build binds its own)
             env["VLLM_CPU_OMP_THREADS_BIND"] = ",".join(str(c) for c in self.cpus)
         with self.log.open("ab") as fh:
