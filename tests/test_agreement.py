@@ -17,7 +17,7 @@ import pytest
 from diagnoser.core.source import PrometheusSource
 from diagnoser.diagnosis import Window, diagnose
 from diagnoser.diagnosis.model import Diagnosis
-from diagnoser.lab.alerts import backfill_rules, firing
+from diagnoser.lab.alerts import backfill_rules, firing, needed
 from diagnoser.lab.promserver import Prometheus
 from diagnoser.sim import library
 from diagnoser.webhook.payload import FiringAlert
@@ -25,6 +25,8 @@ from diagnoser.webhook.receiver import Webhook, matchers_for, scope_of
 
 ROOT = Path(__file__).resolve().parent.parent
 RULES = ROOT / "rules"
+# The recording rules the alerts read (diagnose reads none): only these are backfilled.
+READ = needed(RULES / "recording.rules.yaml", RULES / "alerts.rules.yaml")
 
 
 @pytest.mark.promtool
@@ -38,7 +40,8 @@ def test_every_alert_that_fires_is_diagnosed_and_ranked_first(
     shutil.copytree(prepared.data_dir, data)
     window = Window.plan(sc.labels.window, prepared.end)
     with Prometheus(data) as prom:
-        backfill_rules(prom, RULES / "recording.rules.yaml", window.first - 3600, window.end)
+        recording = RULES / "recording.rules.yaml"
+        backfill_rules(prom, recording, window.first - 3600, window.end, only=READ)
         fired = firing(prom, RULES / "alerts.rules.yaml", window.start, window.end)
         if sc.labels.healthy:
             assert not fired, f"{name}: a healthy scenario fired {[f.alert for f in fired]}"
@@ -72,3 +75,21 @@ def test_every_alert_that_fires_is_diagnosed_and_ranked_first(
             ordered = result.for_alert(f.labels["playbook"])
             explained = ordered[rank - 1].explained_by == ordered[0].playbook.id
             assert rank == 1 or (rank == 2 and explained), (name, f.alert, record["top_finding"])
+
+
+def test_only_the_recording_rules_the_alerts_read_are_backfilled(tmp_path):
+    rec, alerts = tmp_path / "recording.yaml", tmp_path / "alerts.yaml"
+    rec.write_text(
+        "groups:\n- name: g\n  rules:\n"
+        "  - {record: 'm:x:rate5m', expr: 'rate(x[5m])'}\n"
+        "  - {record: 'm:x:rate5m_max', expr: 'max(m:x:rate5m)'}\n"
+        "  - {record: 'm:y:ratio', expr: 'm:x:rate5m / 2'}\n"
+        "  - {record: 'm:z:rate5m', expr: 'rate(z[5m])'}\n"
+    )
+    alerts.write_text(
+        "groups:\n- name: a\n  rules:\n  - {alert: A, expr: 'm:y:ratio > 1 and on() up'}\n"
+    )
+    # Through m:y:ratio to m:x:rate5m; not the longer name that starts like it, nor m:z.
+    assert needed(rec, alerts) == {"m:y:ratio", "m:x:rate5m"}
+    generated = RULES.joinpath("recording.rules.yaml").read_text().count("- record: ")
+    assert 0 < len(READ) < generated

@@ -8,6 +8,7 @@ at the first evaluation at which its expression has held, without a gap, for its
 
 from __future__ import annotations
 
+import re
 import shutil
 import tempfile
 from dataclasses import dataclass
@@ -28,11 +29,36 @@ class Fired:
     at: float  # when it started firing
 
 
+def needed(rule_file: Path, by: Path) -> set[str]:
+    """The recording rules of ``rule_file`` that the expressions of ``by`` read, directly
+    or through other recording rules."""
+
+    def exprs(path: Path) -> list[dict[str, Any]]:
+        doc: dict[str, Any] = yaml.safe_load(path.read_text(encoding="utf-8"))
+        return [rule for group in doc["groups"] for rule in group["rules"]]
+
+    recorded = {r["record"]: r["expr"] for r in exprs(rule_file) if "record" in r}
+    name = re.compile(r"(?<![\w:])[A-Za-z_:][\w:]*(?![\w:])")
+    out: set[str] = set()
+    todo = [str(r["expr"]) for r in exprs(by)]
+    while todo:
+        for word in name.findall(todo.pop()):
+            if word in recorded and word not in out:
+                out.add(word)
+                todo.append(str(recorded[word]))
+    return out
+
+
 def backfill_rules(
-    prom: Prometheus, rule_file: Path, start: float, end: float, interval: float = 30.0
+    prom: Prometheus,
+    rule_file: Path,
+    start: float,
+    end: float,
+    interval: float = 30.0,
+    only: set[str] | None = None,
 ) -> None:
-    """Backfill ``rule_file``'s recording rules into ``prom``'s TSDB over ``[start, end]``;
-    restart ``prom`` to read them.
+    """Backfill ``rule_file``'s recording rules (those named in ``only``, when given) into
+    ``prom``'s TSDB over ``[start, end]``; restart ``prom`` to read them.
 
     What ``promtool tsdb create-blocks-from rules`` does, in one pass: each rule's expression
     is asked of ``prom`` as a range query (evaluated every ``interval`` from ``start``, every
@@ -50,6 +76,8 @@ def backfill_rules(
                     if "record" not in rule:
                         continue
                     name = rule["record"]
+                    if only is not None and name not in only:
+                        continue
                     series = prom.query_range(rule["expr"], start, end, interval)
                     if not series:
                         continue
