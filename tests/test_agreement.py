@@ -25,8 +25,9 @@ from diagnoser.webhook.receiver import Webhook, matchers_for, scope_of
 
 ROOT = Path(__file__).resolve().parent.parent
 RULES = ROOT / "rules"
+RECORDING, ALERTS = RULES / "recording.rules.yaml", RULES / "alerts.rules.yaml"
 # The recording rules the alerts read (diagnose reads none): only these are backfilled.
-READ = needed(RULES / "recording.rules.yaml", RULES / "alerts.rules.yaml")
+READ = needed(RECORDING, ALERTS)
 
 
 @pytest.mark.promtool
@@ -40,9 +41,8 @@ def test_every_alert_that_fires_is_diagnosed_and_ranked_first(
     shutil.copytree(prepared.data_dir, data)
     window = Window.plan(sc.labels.window, prepared.end)
     with Prometheus(data) as prom:
-        recording = RULES / "recording.rules.yaml"
-        backfill_rules(prom, recording, window.first - 3600, window.end, only=READ)
-        fired = firing(prom, RULES / "alerts.rules.yaml", window.start, window.end)
+        backfill_rules(prom, RECORDING, window.first - 3600, window.end, only=READ)
+        fired = firing(prom, ALERTS, window.start, window.end)
         if sc.labels.healthy:
             assert not fired, f"{name}: a healthy scenario fired {[f.alert for f in fired]}"
             return
@@ -91,5 +91,5 @@ def test_only_the_recording_rules_the_alerts_read_are_backfilled(tmp_path):
     )
     # Through m:y:ratio to m:x:rate5m; not the longer name that starts like it, nor m:z.
     assert needed(rec, alerts) == {"m:y:ratio", "m:x:rate5m"}
-    generated = RULES.joinpath("recording.rules.yaml").read_text().count("- record: ")
+    generated = RECORDING.read_text().count("- record: ")
     assert 0 < len(READ) < generated

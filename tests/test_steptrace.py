@@ -118,11 +118,14 @@ def test_the_summary_counts_the_tokens_that_waited_behind_a_prefill():
     assert steptrace.lines(steptrace.summarise(steps, skip=60)) == ["no steps traced"]
 
 
-def test_a_file_that_is_not_a_trace_is_one_line_and_exit_2(tmp_path, capsys):
+@pytest.mark.parametrize(
+    "line, lacks", [(json.dumps({"t0": 1}), "kv"), ("5", "JSON object"), ("{", "JSON object")]
+)
+def test_a_file_that_is_not_a_trace_is_one_line_and_exit_2(tmp_path, capsys, line, lacks):
     bad = tmp_path / "steps.1"
-    bad.write_text(json.dumps({"t0": 1}) + "\n")
+    bad.write_text(line + "\n")
     with pytest.raises(SystemExit) as exc:
         steptrace.main(["--read", str(bad)])
     assert exc.value.code == 2
     err = capsys.readouterr().err.strip()
-    assert err == f"steptrace: {bad}:1: not a step of a trace (no kv)"
+    assert err == f"steptrace: {bad}:1: not a step of a trace (no {lacks})"

@@ -29,18 +29,19 @@ class Fired:
     at: float  # when it started firing
 
 
+def _rules(path: Path) -> list[dict[str, Any]]:
+    """Every rule of a Prometheus rule file, its groups in order."""
+    doc: dict[str, Any] = yaml.safe_load(path.read_text(encoding="utf-8"))
+    return [rule for group in doc["groups"] for rule in group["rules"]]
+
+
 def needed(rule_file: Path, by: Path) -> set[str]:
     """The recording rules of ``rule_file`` that the expressions of ``by`` read, directly
     or through other recording rules."""
-
-    def exprs(path: Path) -> list[dict[str, Any]]:
-        doc: dict[str, Any] = yaml.safe_load(path.read_text(encoding="utf-8"))
-        return [rule for group in doc["groups"] for rule in group["rules"]]
-
-    recorded = {r["record"]: r["expr"] for r in exprs(rule_file) if "record" in r}
+    recorded = {r["record"]: r["expr"] for r in _rules(rule_file) if "record" in r}
     name = re.compile(r"(?<![\w:])[A-Za-z_:][\w:]*(?![\w:])")
     out: set[str] = set()
-    todo = [str(r["expr"]) for r in exprs(by)]
+    todo = [str(r["expr"]) for r in _rules(by)]
     while todo:
         for word in name.findall(todo.pop()):
             if word in recorded and word not in out:
@@ -67,27 +68,23 @@ def backfill_rules(
     create-blocks-from openmetrics``. promtool's own command writes blocks rule by rule and
     took forty seconds for the 140 rules over three hours that these queries answer in
     three."""
-    doc: dict[str, Any] = yaml.safe_load(rule_file.read_text(encoding="utf-8"))
     with tempfile.TemporaryDirectory(prefix="servediag-rules-") as tmp:
         om = Path(tmp) / "rules.om"
         with om.open("w", encoding="utf-8") as fh:
-            for group in doc["groups"]:
-                for rule in group["rules"]:
-                    if "record" not in rule:
-                        continue
-                    name = rule["record"]
-                    if only is not None and name not in only:
-                        continue
-                    series = prom.query_range(rule["expr"], start, end, interval)
-                    if not series:
-                        continue
-                    fh.write(f"# TYPE {name} gauge\n")
-                    for s in series:
-                        labels = {**s["metric"], **rule.get("labels", {})}
-                        labels.pop("__name__", None)
-                        head = f"{name}{labelstr(tuple(sorted(labels.items())))}"
-                        for t, v in s["values"]:
-                            fh.write(f"{head} {_value(v)} {float(t):.3f}\n")
+            for rule in _rules(rule_file):
+                name = rule.get("record")
+                if name is None or (only is not None and name not in only):
+                    continue
+                series = prom.query_range(rule["expr"], start, end, interval)
+                if not series:
+                    continue
+                fh.write(f"# TYPE {name} gauge\n")
+                for s in series:
+                    labels = {**s["metric"], **rule.get("labels", {})}
+                    labels.pop("__name__", None)
+                    head = f"{name}{labelstr(tuple(sorted(labels.items())))}"
+                    for t, v in s["values"]:
+                        fh.write(f"{head} {_value(v)} {float(t):.3f}\n")
             fh.write("# EOF\n")
         blocks = Path(tmp) / "blocks"
         backfill(om, blocks)
@@ -107,19 +104,17 @@ def firing(
     prom: Prometheus, alerts_file: Path, start: float, end: float, step: float = 30.0
 ) -> list[Fired]:
     """Every alert of ``alerts_file`` that fires within ``[start, end]``, with when."""
-    doc: dict[str, Any] = yaml.safe_load(alerts_file.read_text(encoding="utf-8"))
     out: list[Fired] = []
-    for group in doc["groups"]:
-        for rule in group["rules"]:
-            if "alert" not in rule:
-                continue
-            hold = parse_duration(rule.get("for", "0s"))
-            for series in prom.query_range(rule["expr"], start, end, step):
-                times = [float(t) for t, _ in series["values"]]
-                at = _first_fire(times, hold, step)
-                if at is not None:
-                    labels = {**series["metric"], **rule.get("labels", {})}
-                    out.append(Fired(rule["alert"], labels, at))
+    for rule in _rules(alerts_file):
+        if "alert" not in rule:
+            continue
+        hold = parse_duration(rule.get("for", "0s"))
+        for series in prom.query_range(rule["expr"], start, end, step):
+            times = [float(t) for t, _ in series["values"]]
+            at = _first_fire(times, hold, step)
+            if at is not None:
+                labels = {**series["metric"], **rule.get("labels", {})}
+                out.append(Fired(rule["alert"], labels, at))
     return sorted(out, key=lambda f: (f.at, f.alert))
 
 

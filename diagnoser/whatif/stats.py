@@ -219,10 +219,7 @@ class Observed:
     def _figures(self, ttft_slo: float, itl_slo: float) -> dict[str, float | None]:
         s = max(self.seconds, 1e-9)
         return {
-            "ttft_p50": quantile(self.ttft, 0.5),
-            "ttft_p95": quantile(self.ttft, 0.95),
-            "itl_p50": quantile(self.itl, 0.5),
-            "itl_p95": quantile(self.itl, 0.95),
+            **{name: quantile(getattr(self, h), q) for name, (h, q) in QUANTILE_OF.items()},
             "kv_usage": self.kv_usage,
             "preemptions_per_second": self.preemptions / s,
             "waiting": self.waiting,

@@ -50,10 +50,10 @@ def read(paths: list[Path]) -> list[dict[str, Any]]:
                     continue
                 try:
                     step = json.loads(line)
-                    missing = KEYS - set(step)
                 except json.JSONDecodeError:
-                    step, missing = None, {"JSON"}
-                if missing or not isinstance(step, dict):
+                    step = None
+                missing = KEYS - set(step) if isinstance(step, dict) else {"JSON object"}
+                if missing:
                     raise ValueError(f"{path}:{n}: not a step of a trace (no {min(missing)})")
                 steps.append(step)
     return sorted(steps, key=lambda s: s["t0"])
