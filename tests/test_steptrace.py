@@ -129,3 +129,11 @@ def test_a_file_that_is_not_a_trace_is_one_line_and_exit_2(tmp_path, capsys, lin
     assert exc.value.code == 2
     err = capsys.readouterr().err.strip()
     assert err == f"steptrace: {bad}:1: not a step of a trace (no {lacks})"
+
+
+def test_without_vllms_cpu_build_the_run_is_one_line_and_exit_2(tmp_path, capsys):
+    with pytest.raises(SystemExit) as exc:
+        steptrace.main(["chunk-room", "--venv", str(tmp_path / "none"), "--seconds", "1"])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert err == f"steptrace: no vLLM CPU build in {tmp_path / 'none'} (make real installs it)"

@@ -177,6 +177,7 @@ def run(name: str, lever: str | None, seconds: float, out: Path, venv: Path) -> 
 def main(argv: list[str] | None = None) -> None:
     import argparse
 
+    from diagnoser.lab.real import venv as lab_venv
     from diagnoser.lab.real.run import interrupted_cleanly
     from diagnoser.lab.real.venv import LabError
 
@@ -193,6 +194,8 @@ def main(argv: list[str] | None = None) -> None:
         if a.read:
             files = a.read
         elif a.name:
+            if not lab_venv.installed(a.venv):
+                raise LabError(f"no vLLM CPU build in {a.venv} (make real installs it)")
             out = a.out or Path(tempfile.mkdtemp(prefix="servediag-steps-")) / "steps"
             with interrupted_cleanly():
                 files = run(a.name, a.lever, a.seconds, out, a.venv)
