@@ -353,3 +353,31 @@ def test_a_pinned_server_runs_on_its_cores_and_binds_its_engine_threads_there(tm
     bind, allowed = seen.read_text().splitlines()
     assert bind == str(core)
     assert allowed.split()[-1] == str(core)
+
+
+@pytest.mark.parametrize(
+    ("meminfo", "share"),
+    [
+        ("Node 0 MemTotal:        8742728 kB\nNode 0 MemFree: 8265516 kB\n", 0.36),
+        ("Node 0 MemTotal:       65536000 kB\n", 0.1),
+        ("Node 0 MemFree: 1 kB\n", 0.1),
+        (None, 0.1),
+    ],
+)
+def test_the_workers_memory_is_a_tenth_of_the_node_and_enough_on_a_small_one(
+    tmp_path, meminfo, share
+):
+    """vLLM's CPU build gives the KV cache the node's share less what the worker already holds;
+    on an 8 GiB node a tenth would be less than the worker's weights, and vLLM would refuse."""
+    from diagnoser.lab.real.server import RESERVED, base_args, memory_share
+
+    path = tmp_path / "meminfo"
+    if meminfo is not None:
+        path.write_text(meminfo)
+    got = memory_share(path)
+    assert got == share
+    if meminfo and "MemTotal" in meminfo:
+        total = int(meminfo.split("MemTotal:")[1].split()[0]) * 1024
+        assert got * total >= min(RESERVED, 0.9 * total)
+    args = base_args()
+    assert args[args.index("--gpu-memory-utilization") + 1] == f"{memory_share():g}"

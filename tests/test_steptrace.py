@@ -14,6 +14,7 @@ import pytest
 
 from diagnoser.lab.real import steptrace
 from diagnoser.lab.real.server import VllmServer
+from diagnoser.sim import costs
 
 HOOK = Path(steptrace.__file__).resolve().parent / "stephook"
 
@@ -137,3 +138,36 @@ def test_without_vllms_cpu_build_the_run_is_one_line_and_exit_2(tmp_path, capsys
     assert exc.value.code == 2
     err = capsys.readouterr().err.strip()
     assert err == f"steptrace: no vLLM CPU build in {tmp_path / 'none'} (make real installs it)"
+
+
+def test_each_step_is_priced_as_the_simulators_engine_would_charge_it(tmp_path, capsys):
+    """A decode step at twice its modelled time reads 2.0; a prefill chunk is charged its
+    linear layers and its attention after the tokens already computed; ``--read`` with an
+    experiment prints the table."""
+    built, spec = steptrace.experiment_costs("chunk-room")
+    decode = built.step(2, 160 + 110)
+    chunk = built.step(0, 0, 200, costs.attention_flops(spec, 0, 200))
+    steps = [
+        _step(0.0, 2 * decode, [["a", 1, 160, 150, 10], ["b", 1, 110, 100, 10]]),
+        _step(1.0, chunk, [["c", 200, 200, 300, 0]]),
+        _step(2.0, 0.5, []),  # nothing scheduled: no step to price
+    ]
+    table = steptrace.price(steps, built, spec)
+    assert set(table) == {"decode", "prefill"}
+    assert table["decode"]["ratio"] == pytest.approx(2.0)
+    assert table["prefill"]["ratio"] == pytest.approx(1.0)
+    assert table["prefill"]["modelled"] == pytest.approx(chunk)
+    # The calibration's factors price the steps at the fitted speeds: at half the decode
+    # speed, a decode step costs more (its reads and host costs twice over), a chunk as much.
+    slower, _ = steptrace.experiment_costs("chunk-room", 1.0, 0.5)
+    again = steptrace.price(steps, slower, spec)
+    assert again["decode"]["ratio"] == pytest.approx(2 * decode / slower.step(2, 270))
+    assert 1.0 < again["decode"]["ratio"] < 1.2
+    assert again["prefill"]["ratio"] == pytest.approx(
+        chunk / slower.step(0, 0, 200, costs.attention_flops(spec, 0, 200))
+    )
+    trace = tmp_path / "steps.1"
+    trace.write_text("".join(json.dumps(s) + "\n" for s in steps))
+    steptrace.main(["chunk-room", "--read", str(trace), "--skip", "0"])
+    out = capsys.readouterr().out
+    assert "priced by the simulator's cost model" in out and "median ratio 2.00" in out

@@ -25,7 +25,7 @@ from diagnoser.lab.real import model, record
 from diagnoser.lab.real import venv as lab_venv
 from diagnoser.lab.real.incident import Incident, Phase
 from diagnoser.lab.real.load import Load
-from diagnoser.lab.real.server import BASE_ARGS, MODEL_NAME, START_TIMEOUT, VllmServer
+from diagnoser.lab.real.server import MODEL_NAME, START_TIMEOUT, VllmServer, base_args
 from diagnoser.lab.real.venv import LabError
 from diagnoser.lab.replay import Recording
 from diagnoser.site import Site
@@ -389,7 +389,7 @@ def _provenance(
         "health": incident.health,
         "vllm": lab_venv.version(venv),
         "servediag_commit": _commit(),
-        "vllm_args": [*BASE_ARGS, *incident.server],
+        "vllm_args": [*base_args(), *incident.server],
         "model": {k: model.CONFIG[k] for k in ("hidden_size", "num_hidden_layers", "vocab_size")},
         "scrape_interval": SCRAPE,
         "phases": r.times,

@@ -9,7 +9,9 @@ lab kills it (a crash), freezes its engine core (``SIGSTOP``: a hang) and restar
 from __future__ import annotations
 
 import contextlib
+import math
 import os
+import re
 import signal
 import subprocess
 import time
@@ -26,14 +28,42 @@ from diagnoser.lab.real.venv import LabError, python
 MODEL_NAME = "tiny-llama"
 DTYPE = "float32"  # the lab serves the model's weights and KV cache in float32
 # The lab's server: float32 on the CPU, no compilation (start-up in under a minute on two
-# cores), a KV cache of a tenth of the NUMA node's memory unless an incident sets blocks.
+# cores), the memory the worker may take (--gpu-memory-utilization, a share of the NUMA node's
+# on the CPU build, which leaves the KV cache what the worker's own use does not take) a tenth
+# of the node's, and at least RESERVED, unless an incident sets blocks.
 BASE_ARGS = (
     "--load-format", "dummy",
     "--dtype", DTYPE,
     "--enforce-eager",
-    "--gpu-memory-utilization", "0.1",
     "--served-model-name", MODEL_NAME,
 )  # fmt: skip
+MEMORY_SHARE = 0.1
+# The worker holds the 296 M-parameter model's float32 weights and torch's own in about 1.9
+# GiB before its KV cache; a share of a small node (8 GiB: 0.83 GiB) would leave the cache
+# less than nothing, and vLLM refuses to start.
+RESERVED = 3 * 2**30
+NODE_MEMINFO = Path("/sys/devices/system/node/node0/meminfo")
+
+
+def memory_share(meminfo: Path = NODE_MEMINFO) -> float:
+    """--gpu-memory-utilization for the lab's server on this machine: ``MEMORY_SHARE`` of the
+    first NUMA node's memory, raised so the worker gets ``RESERVED`` bytes on a small node."""
+    try:
+        text = meminfo.read_text(encoding="utf-8")
+    except OSError:
+        return MEMORY_SHARE
+    found = re.search(r"MemTotal:\s+(\d+) kB", text)
+    if not found:
+        return MEMORY_SHARE
+    total = int(found.group(1)) * 1024
+    return min(0.9, max(MEMORY_SHARE, math.ceil(100 * RESERVED / total) / 100))
+
+
+def base_args() -> list[str]:
+    """The flags every lab server starts with (an incident's or a lever's follow them)."""
+    return [*BASE_ARGS, "--gpu-memory-utilization", f"{memory_share():g}"]
+
+
 START_TIMEOUT = 300.0
 
 
@@ -71,7 +101,7 @@ class VllmServer:
             str(python(self.venv)), "-m", "vllm.entrypoints.openai.api_server",
             "--model", str(self.model_dir),
             "--host", "127.0.0.1", "--port", str(self.port),
-            *BASE_ARGS, *self.args,
+            *base_args(), *self.args,
         ]  # fmt: skip
 
     def start(self, timeout: float = START_TIMEOUT) -> float:

@@ -14,6 +14,11 @@ mean running and waiting requests and KV usage; and the gaps between a request's
 vLLM's ITL histogram counts), with the share of them slower than twice the median decode-only
 step: the tokens that waited behind a prefill or a recompute, or were preempted. Where ITL p95
 sits is decided by whether that share is over 5%.
+
+Given an experiment, the steps are also priced by the simulator's cost model (``price``: what
+its engine would charge for the same requests, at the preset's speeds or the calibration's
+``--factors``), by kind, so a kind of step the model misprices stands out from the machine's
+overall speed, which the calibration fits.
 """
 
 from __future__ import annotations
@@ -30,12 +35,16 @@ from typing import Any
 import numpy as np
 
 from diagnoser.errors import UserError
+from diagnoser.hardware.presets import ModelSpec
 from diagnoser.lab.promserver import free_port
 from diagnoser.lab.real import model
 from diagnoser.lab.real import whatif as lab
 from diagnoser.lab.real.load import Load
 from diagnoser.lab.real.run import MAX_MODEL_LEN
 from diagnoser.lab.real.server import MODEL_NAME, VllmServer
+from diagnoser.sim import costs
+from diagnoser.sim.engine_config import EngineConfig
+from diagnoser.whatif.replay import kv_dtype_bytes
 
 KEYS = {"t0", "t1", "reqs", "new", "resumed", "preempted", "running", "waiting", "kv"}
 
@@ -121,6 +130,78 @@ def summarise(steps: list[dict[str, Any]], skip: float = 0.0) -> dict[str, Any]:
     }
 
 
+def price(
+    steps: list[dict[str, Any]], step_costs: costs.StepCosts, spec: ModelSpec, skip: float = 0.0
+) -> dict[str, dict[str, float]]:
+    """Each traced step after ``skip`` seconds priced by the simulator's cost model (what its
+    engine would charge for the same requests: decodes with their context, chunks with their
+    attention), by kind: steps, seconds measured and modelled, and the median ratio of the
+    measured to the modelled step. A step's measured time runs from its scheduling to its
+    output's processing; the simulator's step includes the gap to the next step too."""
+    if not steps:
+        return {}
+    begin = steps[0]["t0"] + skip
+    out: dict[str, list[tuple[float, float]]] = defaultdict(list)
+    for s in steps:
+        if s["t0"] < begin or not s["reqs"]:
+            continue
+        n_dec, context, chunk, attn = 0, 0, 0, 0.0
+        kinds = set()
+        for req in s["reqs"]:
+            _, n, computed, _, _ = req
+            kind = _kind(req)
+            kinds.add(kind)
+            if kind == "decode":
+                n_dec, context = n_dec + 1, context + computed
+            else:
+                chunk += n
+                attn += costs.attention_flops(spec, computed - n, n)
+        label = "+".join(k for k in ("prefill", "recompute", "decode") if k in kinds)
+        out[label].append((s["t1"] - s["t0"], step_costs.step(n_dec, context, chunk, attn)))
+    table = {}
+    for label, pairs in sorted(out.items()):
+        real, model_ = np.array(pairs).T
+        table[label] = {
+            "steps": float(len(pairs)),
+            "measured": float(real.sum()),
+            "modelled": float(model_.sum()),
+            "ratio": float(np.median(real / model_)),
+        }
+    return table
+
+
+def experiment_costs(
+    name: str, prefill: float = 1.0, decode: float = 1.0
+) -> tuple[costs.StepCosts, ModelSpec]:
+    """The step costs the replay gives the experiment's server: the model's shape on vLLM's
+    CPU build at the preset's speeds times ``prefill`` and ``decode`` (the calibration's
+    factors, as ``calibrate.with_factors`` applies them)."""
+    setup = lab.setup(lab.find(name))
+    engine = EngineConfig()
+    overhead, per_seq = engine.step_costs(setup.gpu)
+    built = costs.StepCosts.build(
+        setup.spec,
+        setup.gpu,
+        mfu=engine.mfu * prefill,
+        mbu=engine.mbu * decode,
+        overhead=overhead / decode,
+        per_sequence=per_seq / decode,
+        kv_dtype_bytes=kv_dtype_bytes("auto", setup.spec),
+        overlap=not setup.gpu.host_bound,
+    )
+    return built, setup.spec
+
+
+def price_lines(table: dict[str, dict[str, float]]) -> list[str]:
+    out = ["  priced by the simulator's cost model (measured / modelled):"]
+    for label, k in table.items():
+        out.append(
+            f"  {label:<26} {k['steps']:>6.0f} steps {k['measured']:>7.1f} s measured "
+            f"{k['modelled']:>7.1f} s modelled  median ratio {k['ratio']:.2f}"
+        )
+    return out
+
+
 def lines(summary: dict[str, Any]) -> list[str]:
     if not summary["steps"]:
         return ["no steps traced"]
@@ -171,7 +252,8 @@ def run(name: str, lever: str | None, seconds: float, out: Path, venv: Path) -> 
                 traffic.stop()
         finally:
             server.stop()
-    return sorted(out.parent.glob(f"{out.name}.*"))
+    pids = out.parent.glob(f"{out.name}.*")  # <out>.<pid>: nothing else beside them
+    return sorted(f for f in pids if f.suffix[1:].isdigit())
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -188,6 +270,13 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--skip", type=float, default=120.0, help="warm-up left out (default 120)")
     p.add_argument("--out", type=Path, help="trace file prefix (default: a temporary one)")
     p.add_argument("--read", type=Path, nargs="+", help="summarise these trace files")
+    p.add_argument(
+        "--factors",
+        type=float,
+        nargs=2,
+        metavar=("PREFILL", "DECODE"),
+        help="price the steps at these speed factors (default 1 1: the preset's)",
+    )
     p.add_argument("--venv", type=Path, default=Path(".venv-vllm"))
     a = p.parse_args(argv)
     try:
@@ -202,7 +291,11 @@ def main(argv: list[str] | None = None) -> None:
             print(f"trace: {', '.join(str(f) for f in files)}")
         else:
             p.error("name an experiment, or --read trace files")
-        print("\n".join(lines(summarise(read(files), a.skip))))
+        steps = read(files)
+        print("\n".join(lines(summarise(steps, a.skip))))
+        if a.name:
+            built, spec = experiment_costs(a.name, *(a.factors or (1.0, 1.0)))
+            print("\n".join(price_lines(price(steps, built, spec, a.skip))))
     except (UserError, LabError, OSError, ValueError, KeyError) as exc:
         print(f"steptrace: {exc}", file=sys.stderr)
         raise SystemExit(2) from None

@@ -46,7 +46,7 @@ from diagnoser.lab.real import venv as lab_venv
 from diagnoser.lab.real.incident import Incident, IncidentError, Phase, _args, _duration, _load_spec
 from diagnoser.lab.real.load import LoadSpec
 from diagnoser.lab.real.run import MAX_MODEL_LEN, Run, utc
-from diagnoser.lab.real.server import BASE_ARGS, DTYPE, MODEL_NAME
+from diagnoser.lab.real.server import DTYPE, MODEL_NAME, base_args
 from diagnoser.lab.replay import Recording, Replay
 from diagnoser.site import Site
 from diagnoser.whatif.fit import fit_window, measure
@@ -330,7 +330,7 @@ def run(e: Experiment, venv: Path, out: Path | None, say: Callable[[str], None])
             prov = {
                 "experiment": e.name,
                 "vllm": lab_venv.version(venv),
-                "vllm_args": [*BASE_ARGS, *e.server],
+                "vllm_args": [*base_args(), *e.server],
                 "model": {**model.CONFIG, **e.shape},
                 "phases": r.times,
                 "windows": {k: list(v) for k, v in spans.items()},
