@@ -171,6 +171,14 @@ def _baseline(value: str) -> float | None:
     "lever (as servediag what-if; the model's shape, GPU and scheduler limits from --preset "
     "or --model-config, --gpu, --max-num-seqs, ...). Text, json and markdown.",
 )
+@click.option(
+    "--recorded-rules",
+    "recorded_rules",
+    is_flag=True,
+    help="Read each signal from the site's recording rules (servediag generate's) where they "
+    "cover the window and the scope: one series per model, not every instance's buckets; "
+    "much faster on a large fleet. The rest is read as without it.",
+)
 @setup_options
 @catalog_option
 @config_option
@@ -189,6 +197,7 @@ def diagnose_cmd(
     output: Path | None,
     explain: str | None,
     what_if: bool,
+    recorded_rules: bool,
     setup: SetupOptions,
     catalog_dirs: tuple[Path, ...],
     config_path: Path | None,
@@ -212,6 +221,7 @@ def diagnose_cmd(
       diagnose --since 2h --until 2026-11-29T03:00:00Z --prometheus-url http://thanos:10902
       diagnose --explain kv-cache-pressure --config my-site.yaml
       diagnose --since 1h --what-if --preset llama-3.1-8b --gpu H100-80GB
+      diagnose --since 24h --recorded-rules     # a large fleet whose site deploys the rules
     """
     import time
 
@@ -231,7 +241,14 @@ def diagnose_cmd(
     site = load_site(config_path, catalog_dirs)
     if explain is not None:
         playbook(site.catalog, explain)
-    result = diagnose(prometheus, site, Window.plan(since, end, offset), scope, lookback=lookback)
+    result = diagnose(
+        prometheus,
+        site,
+        Window.plan(since, end, offset),
+        scope,
+        lookback=lookback,
+        recorded_rules=recorded_rules,
+    )
     if explain is not None:
         from diagnoser.core.printable import inert
         from diagnoser.report.explain import explain as explain_text

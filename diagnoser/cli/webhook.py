@@ -58,6 +58,13 @@ from diagnoser.cli.params import DURATION, HOST_PORT, Duration
     help="Reference period, as for diagnose: 'before' or a duration such as 1d.",
 )
 @click.option(
+    "--recorded-rules",
+    "recorded_rules",
+    is_flag=True,
+    help="As for diagnose: read each signal from the site's recording rules where they cover "
+    "the window (the alerts read them, so a site that routes them has them).",
+)
+@click.option(
     "--step",
     type=DURATION,
     default=None,
@@ -116,6 +123,7 @@ def webhook_cmd(
     since: float,
     lookback: float,
     baseline: str,
+    recorded_rules: bool,
     step: float | None,
     slack_url: str | None,
     dedupe_window: float,
@@ -182,6 +190,7 @@ def webhook_cmd(
         dedupe_window=dedupe_s,
         lookback=lookback,
         workers=workers,
+        recorded_rules=recorded_rules,
         max_pending=queue_size,
     )
     stop = SignalStop()

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
@@ -23,6 +23,7 @@ from diagnoser.core.family import family
 from diagnoser.core.promql import agg, selector
 from diagnoser.core.signals import Signal, Vocabulary
 from diagnoser.core.source import MetricSource, OverLimit, Series
+from diagnoser.diagnosis import recorded
 from diagnoser.diagnosis.match import ScopeData
 from diagnoser.diagnosis.targets import Served, Target, by_model, served
 from diagnoser.diagnosis.window import Window
@@ -129,16 +130,21 @@ def fetch(
     matchers: Sequence[str] = (),
     workers: int = 8,
     lookback: float = 0.0,
+    records: Mapping[str, str] | None = None,
 ) -> Fetched:
-    """``lookback``: how far back (from the window's end) a target's model is remembered."""
+    """``lookback``: how far back (from the window's end) a target's model is remembered.
+    ``records``: the recording rule each signal is read from instead (``recorded.plan``)."""
     queried = [s for s in signals if not s.attributed]
+    records = records or {}
 
-    def one(sig: Signal) -> tuple[Signal, list[Series], float]:
+    def one(sig: Signal, own: bool = True) -> tuple[Signal, list[Series], float]:
+        """``own``: the signal is the vocabulary's, whose record ``records`` names (not an
+        SLO attainment at a model's own thresholds)."""
         t0 = time.perf_counter()
+        record = records.get(sig.name) if own else None
+        expr = recorded.query(record, matchers) if record else query(site, sig, window, matchers)
         try:
-            series = source.query_range(
-                query(site, sig, window, matchers), window.first, window.end, window.step
-            )
+            series = source.query_range(expr, window.first, window.end, window.step)
         except OverLimit as exc:  # which query, so that on-call knows what to narrow
             named = f"{sig.name} ({sig.families[0]})" if sig.families else sig.name
             raise exc.about(named) from None
@@ -163,7 +169,7 @@ def fetch(
     def at_threshold(
         item: tuple[tuple[float, float], Signal],
     ) -> tuple[Signal, list[Series], float]:
-        return one(item[1])
+        return one(item[1], own=False)
 
     with ThreadPoolExecutor(max_workers=workers) as pool:
         mapped = pool.submit(owners)

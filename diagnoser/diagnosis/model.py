@@ -88,6 +88,9 @@ class Diagnosis:
     scopes: list[Scope] = field(default_factory=list)
     queries: int = 0
     query_seconds: float = 0.0
+    # --recorded-rules: the signals read from the site's recording rules, or why none was.
+    recorded: int = 0
+    not_recorded: str | None = None
     data: dict[tuple[tuple[str, str], ...], ScopeData] = field(default_factory=dict)
     # Each model's state, in the order of ``scopes``.
     health: list[Health] = field(default_factory=list)
@@ -353,6 +356,8 @@ def _to_json(d: Diagnosis) -> dict[str, Any]:
         "stats": {
             "queries": d.queries,
             "query_seconds": round(d.query_seconds, 3),
+            "recorded_signals": d.recorded,
+            "not_recorded": d.not_recorded,
             "traffic_floor_rps": d.site.config.traffic_floor_rps,
             "warnings": d.warnings,
         },

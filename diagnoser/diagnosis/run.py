@@ -13,6 +13,7 @@ import numpy as np
 
 from diagnoser.catalog import Playbook
 from diagnoser.core.source import MetricSource, in_time, one_operation, warnings_of
+from diagnoser.diagnosis import recorded
 from diagnoser.diagnosis.fetch import Fetched, fetch, needed_signals, server_buckets
 from diagnoser.diagnosis.health import Health, assess, flag
 from diagnoser.diagnosis.lookback import fetch_lookback, reassess
@@ -39,8 +40,11 @@ def diagnose(
     matchers: Sequence[str] = (),
     workers: int = 8,
     lookback: float = DEFAULT_LOOKBACK,
+    recorded_rules: bool = False,
 ) -> Diagnosis:
     """``lookback``: how far before the window's end to look for an onset (0: not at all).
+    ``recorded_rules``: read each signal from the site's recording rule where one covers the
+    window (``recorded``).
     Every query shares one deadline (a Prometheus source's ``timeout``), and so does the
     analysis of what they answered: past it, ``SourceError``.
 
@@ -48,7 +52,7 @@ def diagnose(
     summed, and NaN stays NaN through arithmetic. Every judgement reads such a result as no
     value (``finite``), so numpy's warnings about them are not printed."""
     with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
-        return _diagnose(source, site, window, matchers, workers, lookback)
+        return _diagnose(source, site, window, matchers, workers, lookback, recorded_rules)
 
 
 def _diagnose(
@@ -58,16 +62,26 @@ def _diagnose(
     matchers: Sequence[str],
     workers: int,
     lookback: float,
+    recorded_rules: bool,
 ) -> Diagnosis:
     source = one_operation(source)
+    rules_site = site
     site = site.with_buckets(server_buckets(source, site, window, matchers))
     catalog = site.catalog
     model_level = [pb for pb in catalog.detectable() if not _target_level(pb, site)]
-    fetched = fetch(
-        source, site, needed_signals(site), window, matchers, workers, max(lookback, 0.0)
-    )
+    signals = needed_signals(site)
+    plan = None
+    if recorded_rules:
+        plan = recorded.plan(source, site, rules_site, signals, window, matchers)
+    records = plan.records if plan else {}
+    fetched = fetch(source, site, signals, window, matchers, workers, max(lookback, 0.0), records)
     result = Diagnosis(
-        window, site, queries=fetched.queries + 1, query_seconds=fetched.query_seconds
+        window,
+        site,
+        queries=fetched.queries + 1 + (plan.queries if plan else 0),
+        query_seconds=fetched.query_seconds,
+        recorded=len(records),
+        not_recorded=plan.reason if plan else None,
     )
     span, base = window.span, window.baseline
     matches: list[Match] = []

@@ -148,5 +148,10 @@ def text(d: Diagnosis, colour: bool = False) -> str:
             ),
             "",
         )
-    out.append(f"{d.queries} queries, {d.query_seconds:.1f} s in Prometheus")
+    read = f"{d.queries} queries, {d.query_seconds:.1f} s in Prometheus"
+    if d.recorded:
+        read += f"; {d.recorded} signals read from the site's recording rules"
+    elif d.not_recorded:
+        read += f"; no recording rule read: {d.not_recorded}"
+    out.append(read)
     return "\n".join(out) + "\n"

@@ -106,6 +106,7 @@ class Webhook:
         dedupe_window: float = 3600.0,
         lookback: float = 86400.0,
         workers: int = 2,
+        recorded_rules: bool = False,
         max_pending: int = 100,
         clock: Callable[[], float] = time.monotonic,
         now: Callable[[], float] = time.time,
@@ -116,6 +117,7 @@ class Webhook:
         self.forwarder = forwarder
         self.dedupe_window = dedupe_window
         self.lookback = lookback
+        self.recorded_rules = recorded_rules
         self.clock, self.now = clock, now
         self.playbooks = {pb.id for pb in site.catalog.detectable()}
         # When each alert was last accepted, oldest first (pruned past the dedupe window).
@@ -289,7 +291,12 @@ class Webhook:
             try:
                 window = plan_window(self.since, self.now(), self.baseline_offset, self.step)
                 result = diagnose(
-                    self.source, self.site, window, matchers_for(scope), lookback=self.lookback
+                    self.source,
+                    self.site,
+                    window,
+                    matchers_for(scope),
+                    lookback=self.lookback,
+                    recorded_rules=self.recorded_rules,
                 )
                 self.counters.add("diagnoses", "ok")
             except SourceError as exc:
