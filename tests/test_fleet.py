@@ -6,6 +6,8 @@ import json
 import re
 from pathlib import Path
 
+import pytest
+
 from diagnoser.lab import fleet
 
 LABELS = re.compile(r'(\w+)="([^"]*)"')
@@ -69,3 +71,26 @@ def test_each_model_is_backfilled_into_its_own_blocks(tmp_path, monkeypatch):
     # A fleet's key follows its shape but not its number of models (they share blocks).
     assert fleet.Shape(models=8).model_key() == fleet.Shape(models=16).model_key()
     assert fleet.Shape(instances=8).model_key() != fleet.Shape().model_key()
+
+
+@pytest.mark.promtool
+def test_the_fleet_bench_reads_the_recording_rules_evaluated_over_the_fleet(tmp_path, monkeypatch):
+    """The rules' blocks are made once beside the fleet; a Prometheus on both runs diagnose
+    with --recorded-rules, which reads the records and says what the raw series say."""
+    from diagnoser.lab import fleetbench
+
+    monkeypatch.setenv("SERVEDIAG_CACHE", str(tmp_path))
+    f = fleet.cached(fleet.Shape(models=1, instances=2, duration="2h"), say=lambda _l: None)
+    data, seconds = fleetbench.rules_data(f, say=lambda _l: None)
+    assert seconds is not None and list(data.glob("*/meta.json"))
+    assert fleetbench.rules_data(f, say=lambda _l: None) == (data, None)  # kept
+    with fleetbench.prometheus(f.tsdb) as raw:
+        plain = raw.measure(f.end, "30m", (), "whole fleet")
+    with fleetbench.prometheus(f.tsdb, data) as store:
+        assert store.name == "prometheus+rules" and store.flags == ("--recorded-rules",)
+        ruled = store.measure(f.end, "30m", (), "whole fleet")
+    assert plain.status == ruled.status == 0, (plain.error, ruled.error)
+    assert plain.recorded == 0 and ruled.recorded >= 40
+    assert ruled.samples < plain.samples
+    assert not fleetbench.differences([plain], [ruled])
+    assert "signals recorded" in fleetbench.row(ruled)

@@ -60,7 +60,29 @@ def backfill_rules(
     stale: bool = False,
 ) -> None:
     """Backfill ``rule_file``'s recording rules (those named in ``only``, when given) into
-    ``prom``'s TSDB over ``[start, end]``; restart ``prom`` to read them.
+    ``prom``'s TSDB over ``[start, end]`` (``rule_blocks``); restart ``prom`` to read them."""
+    with tempfile.TemporaryDirectory(prefix="servediag-rules-") as tmp:
+        blocks = Path(tmp) / "blocks"
+        rule_blocks(prom, rule_file, start, end, blocks, interval, only, stale)
+        prom.close()
+        for block in blocks.iterdir():
+            if block.is_dir():
+                shutil.move(str(block), str(prom.data_dir / block.name))
+    prom.start()
+
+
+def rule_blocks(
+    prom: Prometheus,
+    rule_file: Path,
+    start: float,
+    end: float,
+    out: Path,
+    interval: float = 30.0,
+    only: set[str] | None = None,
+    stale: bool = False,
+) -> None:
+    """TSDB blocks in ``out`` holding ``rule_file``'s recording rules (those named in
+    ``only``, when given) evaluated on ``prom``'s series over ``[start, end]``.
 
     What ``promtool tsdb create-blocks-from rules`` does, in one pass: each rule's expression
     is asked of ``prom`` as a range query (evaluated every ``interval`` from ``start``, every
@@ -95,13 +117,7 @@ def backfill_rules(
                     for t, v in values:
                         fh.write(f"{head} {v} {t:.3f}\n")
             fh.write("# EOF\n")
-        blocks = Path(tmp) / "blocks"
-        backfill(om, blocks)
-        prom.close()
-        for block in blocks.iterdir():
-            if block.is_dir():
-                shutil.move(str(block), str(prom.data_dir / block.name))
-    prom.start()
+        backfill(om, out)
 
 
 def _with_gaps(

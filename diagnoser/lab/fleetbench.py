@@ -20,15 +20,15 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from diagnoser.core.durations import parse_seconds
 from diagnoser.lab import fleet
-from diagnoser.lab.promserver import Prometheus, PrometheusError, binary, free_port
+from diagnoser.lab.promserver import Prometheus
 
 SINCES = ("1h", "24h")
 TIMEOUT = "600"
@@ -54,6 +54,7 @@ class Run:
     heaviest: list[tuple[float, float, str]] = field(default_factory=list)
     verdicts: dict[str, str] = field(default_factory=dict)
     error: str = ""
+    recorded: int = 0  # signals read from the site's recording rules
 
 
 def cpu_seconds(pid: int) -> float:
@@ -62,10 +63,12 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / TICKS
 
 
-def diagnose(url: str, end: float, since: str, scope: Sequence[str]) -> tuple[Run, dict[str, Any]]:
+def diagnose(
+    url: str, end: float, since: str, scope: Sequence[str], extra: Sequence[str] = ()
+) -> tuple[Run, dict[str, Any]]:
     """``servediag diagnose`` as its own process; the run (store figures left at 0) and its
     JSON report."""
-    cmd = [sys.executable, "-m", "diagnoser", "diagnose", "--prometheus-url", url]
+    cmd = [sys.executable, "-m", "diagnoser", "diagnose", "--prometheus-url", url, *extra]
     cmd += ["--since", since, "--until", f"{end:.0f}", "--format", "json", "--timeout", TIMEOUT]
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         t0 = time.perf_counter()
@@ -93,6 +96,7 @@ def diagnose(url: str, end: float, since: str, scope: Sequence[str]) -> tuple[Ru
         return run, {}
     doc = json.loads(text)
     run.queries = int(doc["stats"]["queries"])
+    run.recorded = int(doc["stats"].get("recorded_signals") or 0)
     run.findings = [f"{f['id']} {f.get('scope')}" for f in doc["findings"]]
     run.verdicts = {json.dumps(h["scope"], sort_keys=True): h["verdict"] for h in doc["health"]}
     return run, doc
@@ -104,13 +108,14 @@ class Store:
     name = ""
     url = ""
     pid = 0
+    flags: tuple[str, ...] = ()  # diagnose's own, for every run on this store
 
     def samples(self) -> float:
         raise NotImplementedError
 
     def measure(self, end: float, since: str, scope: Sequence[str], label: str) -> Run:
         before, cpu = self.samples(), cpu_seconds(self.pid)
-        run, _ = diagnose(self.url, end, since, scope)
+        run, _ = diagnose(self.url, end, since, scope, self.flags)
         run.store, run.scope = self.name, label
         run.store_cpu = cpu_seconds(self.pid) - cpu
         run.samples = self.samples() - before
@@ -120,8 +125,10 @@ class Store:
 class PromStore(Store):
     name = "prometheus"
 
-    def __init__(self, prom: Prometheus, log: Path):
+    def __init__(self, prom: Prometheus, log: Path, flags: tuple[str, ...] = ()):
         self.prom, self.log = prom, log
+        if flags:
+            self.name, self.flags = "prometheus+rules", flags
         self.url = prom.url
         assert prom.proc is not None
         self.pid = prom.proc.pid
@@ -155,127 +162,52 @@ def _samples(entry: dict[str, Any]) -> float:
 
 
 @contextmanager
-def prometheus(tsdb: Path) -> Iterator[PromStore]:
+def prometheus(tsdb: Path, rules: Path | None = None) -> Iterator[PromStore]:
     """A Prometheus on a copy of the fleet (its blocks linked, not copied: it writes only its
-    head and WAL beside them), logging every query with its statistics."""
+    head and WAL beside them), logging every query with its statistics; with ``rules``, the
+    blocks of the site's recording rules too, and diagnose told to read them."""
     with tempfile.TemporaryDirectory(prefix="servediag-fleet-") as tmp:
         data = Path(tmp) / "data"
         data.mkdir()
-        for block in tsdb.iterdir():
-            if (block / "meta.json").exists() and "." not in block.name:
-                shutil.copytree(block, data / block.name, copy_function=os.link)
+        for source in (tsdb, rules):
+            for block in source.iterdir() if source else ():
+                if (block / "meta.json").exists() and "." not in block.name:
+                    shutil.copytree(block, data / block.name, copy_function=os.link)
         log = Path(tmp) / "queries.jsonl"
         config = {"global": {"query_log_file": str(log)}}
         with Prometheus(data, config=config, startup_timeout=300) as prom:
-            yield PromStore(prom, log)
+            yield PromStore(prom, log, ("--recorded-rules",) if rules else ())
 
 
-class VMStore(Store):
-    name = "victoriametrics"
-
-    def __init__(self, url: str, pid: int):
-        self.url, self.pid = url, pid
-
-    def metric(self, name: str) -> float:
-        with urllib.request.urlopen(f"{self.url}/metrics", timeout=30) as resp:
-            for raw in resp.read().decode().splitlines():
-                if raw.startswith(f"{name} "):
-                    return float(raw.split()[1])
-        return 0.0
-
-    def samples(self) -> float:
-        return self.metric("vm_rows_read_per_query_sum")
+# The site's rules as a Prometheus evaluates them by default (evaluation_interval: 1m).
+RULE_INTERVAL = 60.0
 
 
-def _vm_command(data: Path, port: int) -> list[str]:
-    return [
-        binary("victoria-metrics", package="victoria-metrics"),
-        f"-storageDataPath={data}",
-        f"-httpListenAddr=127.0.0.1:{port}",
-        "-retentionPeriod=100y",
-        "-search.disableCache",  # each run reads the data, as a first question would
-        "-search.latencyOffset=0s",
-    ]
+def rules_data(f: fleet.Fleet, say: Callable[[str], None] = print) -> tuple[Path, float | None]:
+    """Blocks of the default site's recording rules (``servediag generate``'s) evaluated over
+    the fleet every minute, beside its TSDB (once): what a site that deploys them holds. The
+    directory, and the seconds it took (None: it was there)."""
+    from diagnoser.lab.alerts import rule_blocks
+    from diagnoser.outputs import rules
+    from diagnoser.site import Site
 
-
-@contextmanager
-def _vm_server(data: Path) -> Iterator[VMStore]:
-    port = free_port()
-    with (data.parent / f"{data.name}.log").open("wb") as log:
-        proc = subprocess.Popen(_vm_command(data, port), stdout=log, stderr=subprocess.STDOUT)
-        store = VMStore(f"http://127.0.0.1:{port}", proc.pid)
-        try:
-            deadline = time.monotonic() + 300
-            while True:
-                try:
-                    urllib.request.urlopen(f"{store.url}/health", timeout=1).read()
-                    break
-                except OSError:
-                    if time.monotonic() > deadline or proc.poll() is not None:
-                        raise PrometheusError("victoria-metrics did not start") from None
-                    time.sleep(0.2)
-            yield store
-        finally:
-            proc.terminate()
-            try:
-                proc.wait(60)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-
-
-def _vmctl(tsdb: Path, url: str) -> None:
-    """``vmctl prometheus`` reads the fleet's blocks into VictoriaMetrics: the same samples.
-    It draws a progress bar and stops when it has no terminal, so it gets a pseudo-one."""
-    import pty
-
-    cmd = [binary("vmctl", package="victoria-metrics"), "prometheus", "-s"]
-    cmd += [f"--prom-snapshot={tsdb}", f"--vm-addr={url}", "--prom-concurrency=2"]
-    master, slave = pty.openpty()
-    proc = subprocess.Popen(cmd, stdin=slave, stdout=slave, stderr=slave, close_fds=True)
-    os.close(slave)
-    tail = b""
-    while True:
-        try:
-            chunk = os.read(master, 65536)
-        except OSError:  # the terminal closes when vmctl exits
-            break
-        if not chunk:
-            break
-        tail = (tail + chunk)[-2000:]
-    os.close(master)
-    if proc.wait() != 0 or b"Import finished" not in tail:
-        raise PrometheusError(f"vmctl failed: {tail.decode(errors='replace')[-300:]}")
-
-
-def vm_data(f: fleet.Fleet, say: Callable[[str], None] = print) -> tuple[Path, float | None]:
-    """The fleet imported into a VictoriaMetrics data directory beside its TSDB (once); the
-    directory and the seconds the import took (None: it was there)."""
     home = f.tsdb.parent
-    done = home / "vm.json"
+    done, data = home / "rules.json", home / "rules"
     if done.exists():
-        return home / "vm", None
-    data = home / "vm"
+        return data, None
     shutil.rmtree(data, ignore_errors=True)
-    say(f"importing the fleet into VictoriaMetrics ({data}) with vmctl")
+    say(f"evaluating the recording rules over the fleet into {data}")
     t0 = time.monotonic()
-    with _vm_server(data) as vm:
-        _vmctl(f.tsdb, vm.url)
-        urllib.request.urlopen(f"{vm.url}/internal/force_flush", timeout=300).read()
-    seconds = time.monotonic() - t0
-    done.write_text(json.dumps({"seconds": seconds}))
-    return data, seconds
-
-
-@contextmanager
-def victoria(data: Path) -> Iterator[VMStore]:
-    """A VictoriaMetrics on a copy of the imported fleet (it merges and writes into its
-    directory)."""
-    with tempfile.TemporaryDirectory(prefix="servediag-fleet-vm-") as tmp:
-        copy = Path(tmp) / "vm"
-        shutil.copytree(data, copy, ignore=shutil.ignore_patterns("flock.lock"))
-        with _vm_server(copy) as vm:
-            yield vm
+    seconds = parse_seconds(f.shape.duration)
+    with tempfile.TemporaryDirectory(prefix="servediag-fleet-rules-") as tmp:
+        rule_file = Path(tmp) / rules.RECORDING_FILE
+        rule_file.write_text(rules.render_files(Site.default())[rules.RECORDING_FILE])
+        with prometheus(f.tsdb) as store:
+            start = f.end - seconds + RULE_INTERVAL
+            rule_blocks(store.prom, rule_file, start, f.end, data, RULE_INTERVAL, stale=True)
+    took = time.monotonic() - t0
+    done.write_text(json.dumps({"seconds": took}))
+    return data, took
 
 
 def cases() -> list[tuple[str, tuple[str, ...]]]:
@@ -314,7 +246,7 @@ def row(r: Run) -> str:
     return (
         f"  {r.store:<16}{r.scope:<18}{r.since:>5}{r.wall:>7.2f} s{r.cpu:>6.1f} s"
         f"{r.rss_mb:>7.0f} MB{r.queries:>9}{r.samples / 1e6:>12.1f} M{r.store_cpu:>9.1f} s"
-        f"  {len(r.findings)}"
+        f"  {len(r.findings)}" + (f"  ({r.recorded} signals recorded)" if r.recorded else "")
     )
 
 
@@ -332,8 +264,10 @@ def heaviest(runs: Sequence[Run], say: Callable[[str], None] = print) -> None:
             )
 
 
-def differences(prom: Sequence[Run], vm: Sequence[Run]) -> list[str]:
-    """Where the two stores' answers differ: findings, or a scope's health verdict."""
+def differences(
+    prom: Sequence[Run], vm: Sequence[Run], one: str = "Prometheus", other: str = "VictoriaMetrics"
+) -> list[str]:
+    """Where two sets of runs' answers differ: findings, or a scope's health verdict."""
     out = []
     for a, b in zip(prom, vm, strict=True):
         what = f"{a.scope}, --since {a.since}"
@@ -344,7 +278,7 @@ def differences(prom: Sequence[Run], vm: Sequence[Run]) -> list[str]:
         }
         changed |= {s: (None, v) for s, v in b.verdicts.items() if s not in a.verdicts}
         for scope, (pv, vv) in sorted(changed.items())[:5]:
-            out.append(f"{what}: {scope} {pv} in Prometheus, {vv} in VictoriaMetrics")
+            out.append(f"{what}: {scope} {pv} in {one}, {vv} in {other}")
         if len(changed) > 5:
             out.append(f"{what}: and {len(changed) - 5} more scopes' verdicts differ")
     return out
@@ -378,7 +312,13 @@ def growth(
         )
 
 
-def bench(shape: fleet.Shape, compare: fleet.Shape | None, vm: bool, runs: int = 1) -> None:
+def bench(
+    shape: fleet.Shape,
+    compare: fleet.Shape | None,
+    vm: bool,
+    runs: int = 1,
+    recorded: bool = True,
+) -> None:
     f = fleet.cached(shape)
     describe(f)
     print(HEAD)
@@ -387,7 +327,25 @@ def bench(shape: fleet.Shape, compare: fleet.Shape | None, vm: bool, runs: int =
     for r in on_prom:
         print(row(r))
     heaviest(on_prom)
+    if recorded:
+        data, seconds = rules_data(f)
+        if seconds is not None:
+            print(f"  the recording rules evaluated over the fleet in {seconds:.0f} s ({data})")
+        with prometheus(f.tsdb, data) as prom:
+            on_rules = measure(prom, f, runs)
+        for r in on_rules:
+            print(row(r))
+        heaviest(on_rules)
+        found = differences(on_prom, on_rules, "Prometheus", "with the rules")
+        print(
+            "  diagnose with and without the recording rules: "
+            + ("the same findings and health verdicts" if not found else "they differ:")
+        )
+        for line in found:
+            print(f"    {line}")
     if vm:
+        from diagnoser.lab.fleetvm import victoria, vm_data
+
         data, seconds = vm_data(f)
         if seconds is not None:
             print(f"  imported into VictoriaMetrics in {seconds:.0f} s ({data})")
@@ -395,7 +353,7 @@ def bench(shape: fleet.Shape, compare: fleet.Shape | None, vm: bool, runs: int =
             on_vm = measure(store, f, runs)
         for r in on_vm:
             print(row(r))
-        found = differences(on_prom, on_vm)
+        found = differences(on_prom, on_vm, "Prometheus", "VictoriaMetrics")
         print(
             "  Prometheus and VictoriaMetrics: "
             + ("the same findings and health verdicts" if not found else "they differ:")
@@ -429,12 +387,17 @@ def main(argv: Sequence[str] | None = None) -> None:
         "how the time grows with the data; 0: not",
     )
     p.add_argument("--no-victoriametrics", action="store_true")
+    p.add_argument(
+        "--no-recorded-rules",
+        action="store_true",
+        help="skip the runs with the site's recording rules evaluated over the fleet",
+    )
     p.add_argument("--runs", type=int, default=1, help="runs per case (the median is shown)")
     a = p.parse_args(argv)
     shape = fleet.Shape(models=a.models, instances=a.instances, duration=a.duration)
     other = a.models // 2 if a.compare_models is None else a.compare_models
     compare = fleet.Shape(**{**shape.__dict__, "models": other}) if other else None
-    bench(shape, compare, not a.no_victoriametrics, a.runs)
+    bench(shape, compare, not a.no_victoriametrics, a.runs, not a.no_recorded_rules)
 
 
 if __name__ == "__main__":
