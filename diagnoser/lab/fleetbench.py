@@ -14,6 +14,7 @@ counts a sample once for every step whose range covers it, VictoriaMetrics once 
 from __future__ import annotations
 
 import json
+import multiprocessing
 import os
 import shutil
 import subprocess
@@ -21,6 +22,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ProcessPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -186,11 +188,9 @@ RULE_INTERVAL = 60.0
 def rules_data(f: fleet.Fleet, say: Callable[[str], None] = print) -> tuple[Path, float | None]:
     """Blocks of the default site's recording rules (``servediag generate``'s) evaluated over
     the fleet every minute, beside its TSDB (once): what a site that deploys them holds. The
-    directory, and the seconds it took (None: it was there)."""
-    from diagnoser.lab.alerts import rule_blocks
-    from diagnoser.outputs import rules
-    from diagnoser.site import Site
-
+    directory, and the seconds it took (None: it was there). The evaluation runs in a process
+    of its own: what it reads would otherwise stay in this one, and every ``diagnose`` forked
+    from it would start that large (its peak RSS with it)."""
     home = f.tsdb.parent
     done, data = home / "rules.json", home / "rules"
     if done.exists():
@@ -198,16 +198,25 @@ def rules_data(f: fleet.Fleet, say: Callable[[str], None] = print) -> tuple[Path
     shutil.rmtree(data, ignore_errors=True)
     say(f"evaluating the recording rules over the fleet into {data}")
     t0 = time.monotonic()
-    seconds = parse_seconds(f.shape.duration)
-    with tempfile.TemporaryDirectory(prefix="servediag-fleet-rules-") as tmp:
-        rule_file = Path(tmp) / rules.RECORDING_FILE
-        rule_file.write_text(rules.render_files(Site.default())[rules.RECORDING_FILE])
-        with prometheus(f.tsdb) as store:
-            start = f.end - seconds + RULE_INTERVAL
-            rule_blocks(store.prom, rule_file, start, f.end, data, RULE_INTERVAL, stale=True)
+    start = f.end - parse_seconds(f.shape.duration) + RULE_INTERVAL
+    spawn = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(1, mp_context=spawn) as pool:
+        pool.submit(_evaluate_rules, f.tsdb, start, f.end, data).result()
     took = time.monotonic() - t0
     done.write_text(json.dumps({"seconds": took}))
     return data, took
+
+
+def _evaluate_rules(tsdb: Path, start: float, end: float, out: Path) -> None:
+    from diagnoser.lab.alerts import rule_blocks
+    from diagnoser.outputs import rules
+    from diagnoser.site import Site
+
+    with tempfile.TemporaryDirectory(prefix="servediag-fleet-rules-") as tmp:
+        rule_file = Path(tmp) / rules.RECORDING_FILE
+        rule_file.write_text(rules.render_files(Site.default())[rules.RECORDING_FILE])
+        with prometheus(tsdb) as store:
+            rule_blocks(store.prom, rule_file, start, end, out, RULE_INTERVAL, stale=True)
 
 
 def cases() -> list[tuple[str, tuple[str, ...]]]:
@@ -235,16 +244,16 @@ def measure(store: Store, f: fleet.Fleet, runs: int = 1) -> list[Run]:
 
 
 HEAD = (
-    f"  {'store':<16}{'scope':<18}{'since':>5}{'wall':>9}{'CPU':>8}{'peak RSS':>10}"
+    f"  {'store':<18}{'scope':<18}{'since':>5}{'wall':>9}{'CPU':>8}{'peak RSS':>10}"
     f"{'queries':>9}{'samples read':>14}{'store CPU':>11}  findings"
 )
 
 
 def row(r: Run) -> str:
     if r.status != 0:
-        return f"  {r.store:<16}{r.scope:<18}{r.since:>5}  exit {r.status}: {r.error}"
+        return f"  {r.store:<18}{r.scope:<18}{r.since:>5}  exit {r.status}: {r.error}"
     return (
-        f"  {r.store:<16}{r.scope:<18}{r.since:>5}{r.wall:>7.2f} s{r.cpu:>6.1f} s"
+        f"  {r.store:<18}{r.scope:<18}{r.since:>5}{r.wall:>7.2f} s{r.cpu:>6.1f} s"
         f"{r.rss_mb:>7.0f} MB{r.queries:>9}{r.samples / 1e6:>12.1f} M{r.store_cpu:>9.1f} s"
         f"  {len(r.findings)}" + (f"  ({r.recorded} signals recorded)" if r.recorded else "")
     )
