@@ -1,11 +1,12 @@
 """Reading the site's recording rules in place of the servers' own series (``--recorded-rules``).
 
 ``servediag generate`` writes a recording rule for every model-level signal
-(``model_name:vllm_ttft_seconds:p95_rate5m``: the signal's expression at 5-minute rates,
-evaluated by Prometheus every interval). Where a site deploys them, they hold one series per
-model (and group) where the expression reads every instance's buckets: on a fleet of hundreds
-of instances, a day of the recorded p95 is a few thousand points per model, not the buckets of
-every instance, each read again for every step whose rate covers it.
+(``model_name:vllm_time_to_first_token_seconds:p95_rate5m``: the signal's expression at
+5-minute rates, evaluated by Prometheus every interval). Where a site deploys them, they
+hold one series per model (and group) where the expression reads every instance's buckets:
+on a fleet of hundreds of instances, a day of the recorded p95 is a few thousand points per
+model, not the buckets of every instance, each read again for every step whose rate covers
+it.
 
 A signal is read from its rule only where that gives what the expression would:
 
@@ -52,7 +53,7 @@ class Plan:
 
     records: dict[str, str] = field(default_factory=dict)
     reason: str | None = None
-    queries: int = 0  # the instant queries asking which records the store holds
+    queries: int = 0  # the queries asking which records the store holds, and since when
 
 
 def level_of(site: Site) -> str:
