@@ -75,15 +75,19 @@ def test_each_model_is_backfilled_into_its_own_blocks(tmp_path, monkeypatch):
 
 @pytest.mark.promtool
 def test_the_fleet_bench_reads_the_recording_rules_evaluated_over_the_fleet(tmp_path, monkeypatch):
-    """The rules' blocks are made once beside the fleet; a Prometheus on both runs diagnose
-    with --recorded-rules, which reads the records and says what the raw series say."""
-    from diagnoser.lab import fleetbench
+    """The rules' blocks are made once beside the fleet; a Prometheus on both, and a
+    VictoriaMetrics that imported both, run diagnose with --recorded-rules, which reads the
+    records and says what the raw series say."""
+    from diagnoser.lab import fleetbench, fleetvm
+
+    def quiet(_line: str) -> None:
+        pass
 
     monkeypatch.setenv("SERVEDIAG_CACHE", str(tmp_path))
-    f = fleet.cached(fleet.Shape(models=1, instances=2, duration="2h"), say=lambda _l: None)
-    data, seconds = fleetbench.rules_data(f, say=lambda _l: None)
+    f = fleet.cached(fleet.Shape(models=1, instances=2, duration="2h"), say=quiet)
+    data, seconds = fleetbench.rules_data(f, say=quiet)
     assert seconds is not None and list(data.glob("*/meta.json"))
-    assert fleetbench.rules_data(f, say=lambda _l: None) == (data, None)  # kept
+    assert fleetbench.rules_data(f, say=quiet) == (data, None)  # kept
     with fleetbench.prometheus(f.tsdb) as raw:
         plain = raw.measure(f.end, "30m", (), "whole fleet")
     with fleetbench.prometheus(f.tsdb, data) as store:
@@ -94,3 +98,10 @@ def test_the_fleet_bench_reads_the_recording_rules_evaluated_over_the_fleet(tmp_
     assert ruled.samples < plain.samples
     assert not fleetbench.differences([plain], [ruled])
     assert "signals recorded" in fleetbench.row(ruled)
+    vm, took = fleetvm.vm_data(f, say=quiet, rules=data)
+    assert took is not None and fleetvm.vm_data(f, say=quiet, rules=data) == (vm, None)
+    with fleetvm.victoria(vm, ("--recorded-rules",)) as store:
+        assert store.name == "victoriametrics+rules"
+        on_vm = store.measure(f.end, "30m", (), "whole fleet")
+    assert on_vm.status == 0 and on_vm.recorded == ruled.recorded, on_vm.error
+    assert not fleetbench.differences([plain], [on_vm])

@@ -355,7 +355,8 @@ def bench(
     if vm:
         from diagnoser.lab.fleetvm import victoria, vm_data
 
-        data, seconds = vm_data(f)
+        rules = rules_data(f)[0] if recorded else None
+        data, seconds = vm_data(f, rules=rules)
         if seconds is not None:
             print(f"  imported into VictoriaMetrics in {seconds:.0f} s ({data})")
         with victoria(data) as store:
@@ -369,6 +370,18 @@ def bench(
         )
         for line in found:
             print(f"    {line}")
+        if rules is not None:
+            with victoria(data, ("--recorded-rules",)) as store:
+                vm_rules = measure(store, f, runs)
+            for r in vm_rules:
+                print(row(r))
+            found = differences(on_vm, vm_rules, "VictoriaMetrics", "with the rules")
+            print(
+                "  VictoriaMetrics with and without the recording rules: "
+                + ("the same findings and health verdicts" if not found else "they differ:")
+            )
+            for line in found:
+                print(f"    {line}")
     if compare is not None:
         g = fleet.cached(compare)
         describe(g)

@@ -97,31 +97,42 @@ def _vmctl(tsdb: Path, url: str) -> None:
         raise PrometheusError(f"vmctl failed: {tail.decode(errors='replace')[-300:]}")
 
 
-def vm_data(f: fleet.Fleet, say: Callable[[str], None] = print) -> tuple[Path, float | None]:
-    """The fleet imported into a VictoriaMetrics data directory beside its TSDB (once); the
-    directory and the seconds the import took (None: it was there)."""
+def vm_data(
+    f: fleet.Fleet, say: Callable[[str], None] = print, rules: Path | None = None
+) -> tuple[Path, float | None]:
+    """The fleet imported into a VictoriaMetrics data directory beside its TSDB (once), and
+    with ``rules``, the recording rules' blocks too (once more); the directory and the seconds
+    the import took (None: it was there)."""
     home = f.tsdb.parent
-    done = home / "vm.json"
-    if done.exists():
-        return home / "vm", None
     data = home / "vm"
-    shutil.rmtree(data, ignore_errors=True)
-    say(f"importing the fleet into VictoriaMetrics ({data}) with vmctl")
+    todo = [(home / "vm.json", f.tsdb, "the fleet")]
+    if rules is not None:
+        todo.append((home / "vm-rules.json", rules, "the recording rules"))
+    if all(done.exists() for done, _, _ in todo):
+        return data, None
+    if not todo[0][0].exists():
+        shutil.rmtree(data, ignore_errors=True)
     t0 = time.monotonic()
     with _vm_server(data) as vm:
-        _vmctl(f.tsdb, vm.url)
-        urllib.request.urlopen(f"{vm.url}/internal/force_flush", timeout=300).read()
-    seconds = time.monotonic() - t0
-    done.write_text(json.dumps({"seconds": seconds}))
-    return data, seconds
+        for done, blocks, what in todo:
+            if done.exists():
+                continue
+            say(f"importing {what} into VictoriaMetrics ({data}) with vmctl")
+            t1 = time.monotonic()
+            _vmctl(blocks, vm.url)
+            urllib.request.urlopen(f"{vm.url}/internal/force_flush", timeout=300).read()
+            done.write_text(json.dumps({"seconds": time.monotonic() - t1}))
+    return data, time.monotonic() - t0
 
 
 @contextmanager
-def victoria(data: Path) -> Iterator[VMStore]:
+def victoria(data: Path, flags: tuple[str, ...] = ()) -> Iterator[VMStore]:
     """A VictoriaMetrics on a copy of the imported fleet (it merges and writes into its
-    directory)."""
+    directory); ``flags``: diagnose's own for every run on it."""
     with tempfile.TemporaryDirectory(prefix="servediag-fleet-vm-") as tmp:
         copy = Path(tmp) / "vm"
         shutil.copytree(data, copy, ignore=shutil.ignore_patterns("flock.lock"))
         with _vm_server(copy) as vm:
+            if flags:
+                vm.name, vm.flags = "victoriametrics+rules", flags
             yield vm
