@@ -281,13 +281,15 @@ def differences(
     for a, b in zip(prom, vm, strict=True):
         what = f"{a.scope}, --since {a.since}"
         if a.findings != b.findings:
-            out.append(f"{what}: findings {a.findings or 'none'} vs {b.findings or 'none'}")
+            out.append(
+                f"{what}: findings {a.findings or 'none'} ({one}), {b.findings or 'none'} ({other})"
+            )
         changed: dict[str, tuple[str | None, str | None]] = {
             s: (v, b.verdicts.get(s)) for s, v in a.verdicts.items() if b.verdicts.get(s) != v
         }
         changed |= {s: (None, v) for s, v in b.verdicts.items() if s not in a.verdicts}
         for scope, (pv, vv) in sorted(changed.items())[:5]:
-            out.append(f"{what}: {scope} {pv} in {one}, {vv} in {other}")
+            out.append(f"{what}: {scope} {pv} ({one}), {vv} ({other})")
         if len(changed) > 5:
             out.append(f"{what}: and {len(changed) - 5} more scopes' verdicts differ")
     return out
@@ -333,65 +335,56 @@ def bench(
     print(HEAD)
     with prometheus(f.tsdb) as prom:
         on_prom = measure(prom, f, runs)
-    for r in on_prom:
-        print(row(r))
+    _show(on_prom)
     heaviest(on_prom)
+    rules = None
     if recorded:
-        data, seconds = rules_data(f)
+        rules, seconds = rules_data(f)
         if seconds is not None:
-            print(f"  the recording rules evaluated over the fleet in {seconds:.0f} s ({data})")
-        with prometheus(f.tsdb, data) as prom:
+            print(f"  the recording rules evaluated over the fleet in {seconds:.0f} s ({rules})")
+        with prometheus(f.tsdb, rules) as prom:
             on_rules = measure(prom, f, runs)
-        for r in on_rules:
-            print(row(r))
+        _show(on_rules)
         heaviest(on_rules)
-        found = differences(on_prom, on_rules, "Prometheus", "with the rules")
-        print(
-            "  diagnose with and without the recording rules: "
-            + ("the same findings and health verdicts" if not found else "they differ:")
-        )
-        for line in found:
-            print(f"    {line}")
+        _agree(on_prom, on_rules, "Prometheus without the rules", "with them")
     if vm:
         from diagnoser.lab.fleetvm import victoria, vm_data
 
-        rules = rules_data(f)[0] if recorded else None
         data, seconds = vm_data(f, rules=rules)
         if seconds is not None:
             print(f"  imported into VictoriaMetrics in {seconds:.0f} s ({data})")
         with victoria(data) as store:
             on_vm = measure(store, f, runs)
-        for r in on_vm:
-            print(row(r))
-        found = differences(on_prom, on_vm, "Prometheus", "VictoriaMetrics")
-        print(
-            "  Prometheus and VictoriaMetrics: "
-            + ("the same findings and health verdicts" if not found else "they differ:")
-        )
-        for line in found:
-            print(f"    {line}")
+        _show(on_vm)
+        _agree(on_prom, on_vm, "Prometheus", "VictoriaMetrics")
         if rules is not None:
             with victoria(data, ("--recorded-rules",)) as store:
                 vm_rules = measure(store, f, runs)
-            for r in vm_rules:
-                print(row(r))
-            found = differences(on_vm, vm_rules, "VictoriaMetrics", "with the rules")
-            print(
-                "  VictoriaMetrics with and without the recording rules: "
-                + ("the same findings and health verdicts" if not found else "they differ:")
-            )
-            for line in found:
-                print(f"    {line}")
+            _show(vm_rules)
+            _agree(on_vm, vm_rules, "VictoriaMetrics without the rules", "with them")
     if compare is not None:
         g = fleet.cached(compare)
         describe(g)
         with prometheus(g.tsdb) as prom:
             other = measure(prom, g, runs)
-        for r in other:
-            print(row(r))
+        _show(other)
         small, big = (other, on_prom) if g.samples < f.samples else (on_prom, other)
         print("growth with the data (Prometheus):")
         growth(small, big, max(f.samples, g.samples) / min(f.samples, g.samples))
+
+
+def _show(runs: Sequence[Run]) -> None:
+    for r in runs:
+        print(row(r))
+
+
+def _agree(a: Sequence[Run], b: Sequence[Run], one: str, other: str) -> None:
+    """Whether two sets of runs found the same: one line, and the differences under it."""
+    found = differences(a, b, one, other)
+    same = "the same findings and health verdicts" if not found else "they differ:"
+    print(f"  {one} and {other}: {same}")
+    for line in found:
+        print(f"    {line}")
 
 
 def main(argv: Sequence[str] | None = None) -> None:
