@@ -274,11 +274,14 @@ def heaviest(runs: Sequence[Run], say: Callable[[str], None] = print) -> None:
 
 
 def differences(
-    prom: Sequence[Run], vm: Sequence[Run], one: str = "Prometheus", other: str = "VictoriaMetrics"
+    first: Sequence[Run],
+    second: Sequence[Run],
+    one: str = "Prometheus",
+    other: str = "VictoriaMetrics",
 ) -> list[str]:
     """Where two sets of runs' answers differ: findings, or a scope's health verdict."""
     out = []
-    for a, b in zip(prom, vm, strict=True):
+    for a, b in zip(first, second, strict=True):
         what = f"{a.scope}, --since {a.since}"
         if a.findings != b.findings:
             out.append(
