@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 
 from diagnoser.core.durations import parse_seconds
 from diagnoser.core.signals import Signal
-from diagnoser.core.source import MetricSource
+from diagnoser.core.source import MetricSource, OverLimit
 from diagnoser.diagnosis.window import Window
 from diagnoser.site import Site
 
@@ -54,6 +54,7 @@ class Plan:
     records: dict[str, str] = field(default_factory=dict)
     reason: str | None = None
     queries: int = 0  # the queries asking which records the store holds, and since when
+    seconds: float = 0.0  # their time
 
 
 def level_of(site: Site) -> str:
@@ -85,6 +86,23 @@ def plan(
     """Which of ``signals`` to read from their recording rules (see the module's docstring).
     ``rules_site``: the site as ``servediag generate`` renders it (``site`` may read some
     thresholds at the bounds the servers were found to have)."""
+    t0 = time.perf_counter()
+    try:
+        out = _plan(source, site, rules_site, signals, window, matchers)
+    except OverLimit as exc:  # which query, so that on-call knows what to narrow
+        raise exc.about("the recording rules' series (--recorded-rules)") from None
+    out.seconds = time.perf_counter() - t0
+    return out
+
+
+def _plan(
+    source: MetricSource,
+    site: Site,
+    rules_site: Site,
+    signals: Sequence[Signal],
+    window: Window,
+    matchers: Sequence[str] = (),
+) -> Plan:
     if parse_seconds(window.rate_window) < parse_seconds(RULE_WINDOW):
         return Plan(reason=f"the window's rates ({window.rate_window}) are under the rules' 5m")
     outside = labels_of(matchers) - set(site.config.by)

@@ -79,7 +79,7 @@ def _diagnose(
         window,
         site,
         queries=fetched.queries + 1 + (plan.queries if plan else 0),
-        query_seconds=fetched.query_seconds,
+        query_seconds=fetched.query_seconds + (plan.seconds if plan else 0.0),
         recorded=len(records),
         not_recorded=plan.reason if plan else None,
     )
