@@ -244,16 +244,16 @@ def measure(store: Store, f: fleet.Fleet, runs: int = 1) -> list[Run]:
 
 
 HEAD = (
-    f"  {'store':<18}{'scope':<18}{'since':>5}{'wall':>9}{'CPU':>8}{'peak RSS':>10}"
+    f"  {'store':<22}{'scope':<18}{'since':>5}{'wall':>9}{'CPU':>8}{'peak RSS':>10}"
     f"{'queries':>9}{'samples read':>14}{'store CPU':>11}  findings"
 )
 
 
 def row(r: Run) -> str:
     if r.status != 0:
-        return f"  {r.store:<18}{r.scope:<18}{r.since:>5}  exit {r.status}: {r.error}"
+        return f"  {r.store:<22}{r.scope:<18}{r.since:>5}  exit {r.status}: {r.error}"
     return (
-        f"  {r.store:<18}{r.scope:<18}{r.since:>5}{r.wall:>7.2f} s{r.cpu:>6.1f} s"
+        f"  {r.store:<22}{r.scope:<18}{r.since:>5}{r.wall:>7.2f} s{r.cpu:>6.1f} s"
         f"{r.rss_mb:>7.0f} MB{r.queries:>9}{r.samples / 1e6:>12.1f} M{r.store_cpu:>9.1f} s"
         f"  {len(r.findings)}" + (f"  ({r.recorded} signals recorded)" if r.recorded else "")
     )
