@@ -6,10 +6,10 @@ rules hold at each step exactly what the expression gives there, so the diagnosi
 same, finding for finding and number for number. Off that grid (rules evaluated at other
 seconds, as a live Prometheus does), each step reads the rule's value of up to an interval
 before: the same cause comes first and every model gets the same verdict, while a finding on
-the edge of its thresholds may come or go, as it does when the window moves by seconds. Where the recorded series
-cannot stand in (a matcher on a label they do not keep, a window read at rates under five
-minutes, rules deployed since the baseline began), nothing is read from them, and the report
-says why.
+the edge of its thresholds may come or go, as it does when the window moves by seconds.
+Where the recorded series cannot stand in (a matcher on a label they do not keep, a window
+read at rates under five minutes, rules deployed since the baseline began), nothing is read
+from them, and the report says why.
 """
 
 from __future__ import annotations
