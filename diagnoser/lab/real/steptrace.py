@@ -77,6 +77,12 @@ def _kind(req: list[Any]) -> str:
     return "decode" if n == 1 and computed == prompt + output else "recompute"
 
 
+def _label(reqs: list[list[Any]]) -> str:
+    """What a step carried: ``decode``, ``prefill+decode``, ... (``empty``: nothing)."""
+    kinds = {_kind(r) for r in reqs}
+    return "+".join(k for k in ("prefill", "recompute", "decode") if k in kinds) or "empty"
+
+
 def summarise(steps: list[dict[str, Any]], skip: float = 0.0) -> dict[str, Any]:
     """What the steps after the first ``skip`` seconds did (see the module's docstring)."""
     if not steps:
@@ -89,8 +95,7 @@ def summarise(steps: list[dict[str, Any]], skip: float = 0.0) -> dict[str, Any]:
     last: dict[str, float] = {}
     gaps: list[float] = []
     for s in chosen:
-        kinds = {_kind(r) for r in s["reqs"]}
-        label = "+".join(k for k in ("prefill", "recompute", "decode") if k in kinds) or "empty"
+        label = _label(s["reqs"])
         times[label].append(s["t1"] - s["t0"])
         for rid, _, computed, prompt, output in s["reqs"]:
             if computed < prompt + output:
@@ -146,18 +151,16 @@ def price(
         if s["t0"] < begin or not s["reqs"]:
             continue
         n_dec, context, chunk, attn = 0, 0, 0, 0.0
-        kinds = set()
         for req in s["reqs"]:
             _, n, computed, _, _ = req
-            kind = _kind(req)
-            kinds.add(kind)
-            if kind == "decode":
+            if _kind(req) == "decode":
                 n_dec, context = n_dec + 1, context + computed
             else:
                 chunk += n
                 attn += costs.attention_flops(spec, computed - n, n)
-        label = "+".join(k for k in ("prefill", "recompute", "decode") if k in kinds)
-        out[label].append((s["t1"] - s["t0"], step_costs.step(n_dec, context, chunk, attn)))
+        out[_label(s["reqs"])].append(
+            (s["t1"] - s["t0"], step_costs.step(n_dec, context, chunk, attn))
+        )
     table = {}
     for label, pairs in sorted(out.items()):
         real, model_ = np.array(pairs).T
