@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from diagnoser.core.source import PrometheusSource
+from diagnoser.core.source import OverLimit, PrometheusSource
 from diagnoser.diagnosis import Window, diagnose
 from diagnoser.diagnosis.model import Diagnosis
 from diagnoser.lab.alerts import backfill_rules
@@ -119,3 +119,25 @@ def test_where_the_records_cannot_stand_in_nothing_is_read_from_them(
         text = run("diagnose", "--prometheus-url", prom.url, "--recorded-rules", *args)
     assert text.exit_code == 0, text.output
     assert "no recording rule read: the recorded series have no instance label" in text.output
+
+
+class _Refusing:
+    """A store that refuses every query as over its sample limit."""
+
+    def query(self, expr: str, at: float) -> list:
+        raise OverLimit("http://store", "query", "query processing would load too many samples")
+
+    def query_range(self, expr: str, start: float, end: float, step: float) -> list:
+        return self.query(expr, start)
+
+
+def test_a_store_that_refuses_the_rules_probe_is_named_in_one_line(site):
+    from diagnoser.diagnosis import recorded
+    from diagnoser.diagnosis.fetch import needed_signals
+
+    window = Window.plan(3600, 1_800_000_000)
+    with pytest.raises(OverLimit) as exc:
+        recorded.plan(_Refusing(), site, site, needed_signals(site), window)
+    said = str(exc.value)
+    assert "the query for the recording rules' series (--recorded-rules)" in said
+    assert "\n" not in said and "narrow the diagnosis" in said

@@ -30,10 +30,12 @@ each holds.
 
 from __future__ import annotations
 
+import functools
 import re
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import ParamSpec
 
 from diagnoser.core.durations import parse_seconds
 from diagnoser.core.signals import Signal
@@ -44,6 +46,7 @@ from diagnoser.site import Site
 RULE_WINDOW = "5m"
 # The signal whose recorded series says since when the rules have been evaluated.
 COVERAGE = "request_rate"
+P = ParamSpec("P")
 _LABEL = re.compile(r"\s*([A-Za-z_][A-Za-z0-9_]*)\s*(=~|!~|!=|=)")
 
 
@@ -75,6 +78,23 @@ def labels_of(matchers: Sequence[str]) -> set[str]:
     return out
 
 
+def _timed(fn: Callable[P, Plan]) -> Callable[P, Plan]:
+    """``fn``'s plan with the seconds its queries took; a sample limit they meet names them."""
+
+    @functools.wraps(fn)
+    def timed(*args: P.args, **kwargs: P.kwargs) -> Plan:
+        t0 = time.perf_counter()
+        try:
+            out = fn(*args, **kwargs)
+        except OverLimit as exc:  # which query, so that on-call knows what to narrow
+            raise exc.about("the recording rules' series (--recorded-rules)") from None
+        out.seconds = time.perf_counter() - t0
+        return out
+
+    return timed
+
+
+@_timed
 def plan(
     source: MetricSource,
     site: Site,
@@ -86,23 +106,6 @@ def plan(
     """Which of ``signals`` to read from their recording rules (see the module's docstring).
     ``rules_site``: the site as ``servediag generate`` renders it (``site`` may read some
     thresholds at the bounds the servers were found to have)."""
-    t0 = time.perf_counter()
-    try:
-        out = _plan(source, site, rules_site, signals, window, matchers)
-    except OverLimit as exc:  # which query, so that on-call knows what to narrow
-        raise exc.about("the recording rules' series (--recorded-rules)") from None
-    out.seconds = time.perf_counter() - t0
-    return out
-
-
-def _plan(
-    source: MetricSource,
-    site: Site,
-    rules_site: Site,
-    signals: Sequence[Signal],
-    window: Window,
-    matchers: Sequence[str] = (),
-) -> Plan:
     if parse_seconds(window.rate_window) < parse_seconds(RULE_WINDOW):
         return Plan(reason=f"the window's rates ({window.rate_window}) are under the rules' 5m")
     outside = labels_of(matchers) - set(site.config.by)
