@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import re
+import time
 from datetime import datetime
 
 _PART = re.compile(r"([0-9]+(?:\.[0-9]+)?)(ms|s|m|h|d)")
@@ -72,3 +73,10 @@ def format_duration(seconds: float) -> str:
     if days or hours:
         parts = parts[:2]
     return " ".join(parts) or "0 s"
+
+
+def iso(t: float | None) -> str | None:
+    """Unix seconds as RFC 3339 in UTC (``2026-12-03T20:32:30Z``); None stays None."""
+    if t is None:
+        return None
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t))

@@ -65,7 +65,7 @@ class Scope:
 
     def target_matchers(self) -> tuple[str, ...]:
         """Matchers that also apply to API-server series (no model or engine labels)."""
-        return tuple(m for m in self.matchers if _matcher_label(m) not in ENGINE_ONLY_LABELS)
+        return tuple(m for m in self.matchers if matcher_label(m) not in ENGINE_ONLY_LABELS)
 
     def group_labels(self) -> tuple[str, ...]:
         """The site's group labels in the aggregation (e.g. cluster): target labels that
@@ -78,7 +78,7 @@ class Scope:
         The probe is scraped as a target of its own (its own job and instance, no engine,
         often outside the cluster), so only the model selects its series.
         """
-        return tuple(m for m in self.matchers if _matcher_label(m) == "model_name")
+        return tuple(m for m in self.matchers if matcher_label(m) == "model_name")
 
 
 Expr = Callable[[Scope], str]
@@ -92,7 +92,8 @@ def _labels(*labels: str) -> str:
 _LABEL = re.compile(r"\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*(?:=~|!~|!=|=)")
 
 
-def _matcher_label(m: str) -> str:
+def matcher_label(m: str) -> str:
+    """The label a matcher selects on (``model_name="x"``: model_name)."""
     found = _LABEL.match(m)
     if not found:
         raise ValueError(f"not a label matcher: {m!r}")

@@ -23,7 +23,6 @@ from diagnoser.core.family import family
 from diagnoser.core.promql import agg, selector
 from diagnoser.core.signals import Signal, Vocabulary
 from diagnoser.core.source import MetricSource, OverLimit, Series
-from diagnoser.diagnosis import recorded
 from diagnoser.diagnosis.match import ScopeData
 from diagnoser.diagnosis.targets import Served, Target, by_model, served
 from diagnoser.diagnosis.window import Window
@@ -142,7 +141,7 @@ def fetch(
         SLO attainment at a model's own thresholds)."""
         t0 = time.perf_counter()
         record = records.get(sig.name) if own else None
-        expr = recorded.query(record, matchers) if record else query(site, sig, window, matchers)
+        expr = selector(record, tuple(matchers)) if record else query(site, sig, window, matchers)
         try:
             series = source.query_range(expr, window.first, window.end, window.step)
         except OverLimit as exc:  # which query, so that on-call knows what to narrow

@@ -3,12 +3,12 @@ reads. ``to_json`` is the JSON contract other tools rely on (see the README)."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from diagnoser.core import families_sglang
+from diagnoser.core.durations import iso as iso
 from diagnoser.core.finite import finite
 from diagnoser.diagnosis.health import Health, Sli
 from diagnoser.diagnosis.lookback import Reach
@@ -212,12 +212,6 @@ class Diagnosis:
             return sorted(p for p in found if p != families_sglang.PROVIDED_BY)
         found = {p for s in m.missing for p in vocab[s].provided_by()}
         return sorted(p for p in found if p != "vLLM (all V1 versions)")
-
-
-def iso(t: float | None) -> str | None:
-    if t is None:
-        return None
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t))
 
 
 def evidence_json(r: ConditionResult) -> dict[str, Any]:

@@ -31,13 +31,13 @@ each holds.
 from __future__ import annotations
 
 import functools
-import re
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import ParamSpec
 
-from diagnoser.core.durations import parse_seconds
+from diagnoser.core.durations import iso, parse_seconds
+from diagnoser.core.promql import matcher_label, selector
 from diagnoser.core.signals import Signal
 from diagnoser.core.source import MetricSource, OverLimit
 from diagnoser.diagnosis.window import Window
@@ -47,7 +47,6 @@ RULE_WINDOW = "5m"
 # The signal whose recorded series says since when the rules have been evaluated.
 COVERAGE = "request_rate"
 P = ParamSpec("P")
-_LABEL = re.compile(r"\s*([A-Za-z_][A-Za-z0-9_]*)\s*(=~|!~|!=|=)")
 
 
 @dataclass
@@ -67,15 +66,6 @@ def level_of(site: Site) -> str:
 def probe(site: Site) -> str:
     """One instant query for the names of the model-level records the store holds."""
     return f'group by (__name__) ({{__name__=~"{level_of(site)}:.+"}})'
-
-
-def labels_of(matchers: Sequence[str]) -> set[str]:
-    """The labels ``matchers`` select on (``model_name="x"``: model_name)."""
-    out = set()
-    for m in matchers:
-        found = _LABEL.match(m)
-        out.add(found.group(1) if found else m)
-    return out
 
 
 def _timed(fn: Callable[P, Plan]) -> Callable[P, Plan]:
@@ -108,7 +98,7 @@ def plan(
     thresholds at the bounds the servers were found to have)."""
     if parse_seconds(window.rate_window) < parse_seconds(RULE_WINDOW):
         return Plan(reason=f"the window's rates ({window.rate_window}) are under the rules' 5m")
-    outside = labels_of(matchers) - set(site.config.by)
+    outside = {matcher_label(m) for m in matchers} - set(site.config.by)
     if outside:
         return Plan(reason=f"the recorded series have no {', '.join(sorted(outside))} label")
     held = {s.labels.get("__name__", "") for s in source.query(probe(site), window.end)}
@@ -117,7 +107,7 @@ def plan(
     name = sig.record_name(site.config.by, RULE_WINDOW)
     if name in held:
         queries += 2
-        began = _first(source, f"count({query(name, matchers)})", window)
+        began = _first(source, f"count({selector(name, tuple(matchers))})", window)
         served = _first(
             source,
             f"count({sig.render(site.scope(sig, window=window.rate_window, matchers=matchers))})",
@@ -125,11 +115,11 @@ def plan(
         )
         if served is not None and (began is None or began > served + 2 * window.step):
             reason = (
-                f"the recording rules' series begin at {_iso(began)}, after the servers' at "
-                f"{_iso(served)}"
+                f"the recording rules' series begin at {iso(began)}, after the servers' at "
+                f"{iso(served)}"
                 if began is not None
                 else f"the recording rules' series are not in the window, the servers' are "
-                f"from {_iso(served)}"
+                f"from {iso(served)}"
             )
             return Plan(reason=reason, queries=queries)
     records: dict[str, str] = {}
@@ -137,7 +127,7 @@ def plan(
         if sig.target_level or sig.attributed:
             continue
         name = sig.record_name(site.config.by, RULE_WINDOW)
-        if name not in (held or set()):
+        if name not in held:
             continue
         ours = sig.render(site.scope(sig, window=RULE_WINDOW))
         if ours != sig.render(rules_site.scope(sig, window=RULE_WINDOW)):
@@ -156,12 +146,3 @@ def _first(source: MetricSource, expr: str, window: Window) -> float | None:
         if s.t.size
     ]
     return min(times) if times else None
-
-
-def query(record: str, matchers: Sequence[str] = ()) -> str:
-    """The recorded series of ``record`` (``matchers`` on the model grouping's labels)."""
-    return f"{record}{{{', '.join(matchers)}}}" if matchers else record
-
-
-def _iso(t: float) -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t))
