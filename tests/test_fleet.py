@@ -100,7 +100,7 @@ def test_the_fleet_bench_reads_the_recording_rules_evaluated_over_the_fleet(tmp_
     assert "signals recorded" in fleetbench.row(ruled)
     vm, took = fleetvm.vm_data(f, say=quiet, rules=data)
     assert took is not None and fleetvm.vm_data(f, say=quiet, rules=data) == (vm, None)
-    with fleetvm.victoria(vm, ("--recorded-rules",)) as store:
+    with fleetvm.victoria(vm, recorded_rules=True) as store:
         assert store.name == "victoriametrics+rules"
         on_vm = store.measure(f.end, "30m", (), "whole fleet")
     assert on_vm.status == 0 and on_vm.recorded == ruled.recorded, on_vm.error

@@ -107,10 +107,19 @@ def diagnose(
 class Store:
     """A server holding the fleet: its URL, its process, and the samples it has read."""
 
-    name = ""
+    kind = ""
     url = ""
     pid = 0
-    flags: tuple[str, ...] = ()  # diagnose's own, for every run on this store
+    recorded_rules = False  # diagnose reads the site's recording rules on this store
+
+    @property
+    def name(self) -> str:
+        return f"{self.kind}+rules" if self.recorded_rules else self.kind
+
+    @property
+    def flags(self) -> tuple[str, ...]:
+        """diagnose's own, for every run on this store."""
+        return ("--recorded-rules",) if self.recorded_rules else ()
 
     def samples(self) -> float:
         raise NotImplementedError
@@ -125,12 +134,11 @@ class Store:
 
 
 class PromStore(Store):
-    name = "prometheus"
+    kind = "prometheus"
 
-    def __init__(self, prom: Prometheus, log: Path, flags: tuple[str, ...] = ()):
+    def __init__(self, prom: Prometheus, log: Path, recorded_rules: bool = False):
         self.prom, self.log = prom, log
-        if flags:
-            self.name, self.flags = "prometheus+rules", flags
+        self.recorded_rules = recorded_rules
         self.url = prom.url
         assert prom.proc is not None
         self.pid = prom.proc.pid
@@ -178,7 +186,7 @@ def prometheus(tsdb: Path, rules: Path | None = None) -> Iterator[PromStore]:
         log = Path(tmp) / "queries.jsonl"
         config = {"global": {"query_log_file": str(log)}}
         with Prometheus(data, config=config, startup_timeout=300) as prom:
-            yield PromStore(prom, log, ("--recorded-rules",) if rules else ())
+            yield PromStore(prom, log, recorded_rules=rules is not None)
 
 
 # The site's rules as a Prometheus evaluates them by default (evaluation_interval: 1m).
@@ -361,7 +369,7 @@ def bench(
         _show(on_vm)
         _agree(on_prom, on_vm, "Prometheus", "VictoriaMetrics")
         if rules is not None:
-            with victoria(data, ("--recorded-rules",)) as store:
+            with victoria(data, recorded_rules=True) as store:
                 vm_rules = measure(store, f, runs)
             _show(vm_rules)
             _agree(on_vm, vm_rules, "VictoriaMetrics without the rules", "with them")

@@ -20,7 +20,7 @@ from diagnoser.lab.promserver import PrometheusError, binary, free_port
 
 
 class VMStore(Store):
-    name = "victoriametrics"
+    kind = "victoriametrics"
 
     def __init__(self, url: str, pid: int):
         self.url, self.pid = url, pid
@@ -126,13 +126,12 @@ def vm_data(
 
 
 @contextmanager
-def victoria(data: Path, flags: tuple[str, ...] = ()) -> Iterator[VMStore]:
+def victoria(data: Path, recorded_rules: bool = False) -> Iterator[VMStore]:
     """A VictoriaMetrics on a copy of the imported fleet (it merges and writes into its
-    directory); ``flags``: diagnose's own for every run on it."""
+    directory); ``recorded_rules``: diagnose reads the recording rules imported with it."""
     with tempfile.TemporaryDirectory(prefix="servediag-fleet-vm-") as tmp:
         copy = Path(tmp) / "vm"
         shutil.copytree(data, copy, ignore=shutil.ignore_patterns("flock.lock"))
         with _vm_server(copy) as vm:
-            if flags:
-                vm.name, vm.flags = "victoriametrics+rules", flags
+            vm.recorded_rules = recorded_rules
             yield vm
