@@ -43,8 +43,9 @@ from diagnoser.lab.real.load import Load
 from diagnoser.lab.real.run import MAX_MODEL_LEN
 from diagnoser.lab.real.server import MODEL_NAME, VllmServer
 from diagnoser.sim import costs
-from diagnoser.sim.engine_config import EngineConfig
-from diagnoser.whatif.replay import kv_dtype_bytes
+from diagnoser.sim.engine import Engine, EngineConfig
+from diagnoser.whatif.calibrate import with_factors
+from diagnoser.whatif.replay import Config, kv_dtype_bytes
 
 KEYS = {"t0", "t1", "reqs", "new", "resumed", "preempted", "running", "waiting", "kv"}
 
@@ -178,21 +179,11 @@ def experiment_costs(
 ) -> tuple[costs.StepCosts, ModelSpec]:
     """The step costs the replay gives the experiment's server: the model's shape on vLLM's
     CPU build at the preset's speeds times ``prefill`` and ``decode`` (the calibration's
-    factors, as ``calibrate.with_factors`` applies them)."""
+    factors, applied by ``calibrate.with_factors``), as the simulator's engine builds them."""
     setup = lab.setup(lab.find(name))
-    engine = EngineConfig()
-    overhead, per_seq = engine.step_costs(setup.gpu)
-    built = costs.StepCosts.build(
-        setup.spec,
-        setup.gpu,
-        mfu=engine.mfu * prefill,
-        mbu=engine.mbu * decode,
-        overhead=overhead / decode,
-        per_sequence=per_seq / decode,
-        kv_dtype_bytes=kv_dtype_bytes("auto", setup.spec),
-        overlap=not setup.gpu.host_bound,
-    )
-    return built, setup.spec
+    today = Config(EngineConfig(kv_cache_dtype_bytes=kv_dtype_bytes("auto", setup.spec)), 1, 1)
+    engine = with_factors(today, prefill, decode, setup.gpu).engine
+    return Engine(setup.spec, setup.gpu, engine).costs, setup.spec
 
 
 def price_lines(table: dict[str, dict[str, float]]) -> list[str]:
