@@ -171,3 +171,15 @@ def test_each_step_is_priced_as_the_simulators_engine_would_charge_it(tmp_path, 
     steptrace.main(["chunk-room", "--read", str(trace), "--skip", "0"])
     out = capsys.readouterr().out
     assert "priced by the simulator's cost model" in out and "median ratio 2.00" in out
+
+
+def test_pricing_by_an_unknown_experiment_is_one_line_before_any_summary(tmp_path, capsys):
+    trace = tmp_path / "steps.1"
+    trace.write_text(json.dumps(_step(0.0, 0.05, [["a", 1, 11, 10, 1]])) + "\n")
+    with pytest.raises(SystemExit) as exc:
+        steptrace.main(["nope-room", "--read", str(trace)])
+    assert exc.value.code == 2
+    got = capsys.readouterr()
+    assert got.out == ""
+    assert got.err.startswith("steptrace: nope-room: no such what-if experiment")
+    assert len(got.err.strip().splitlines()) == 1

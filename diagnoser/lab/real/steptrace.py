@@ -285,11 +285,11 @@ def main(argv: list[str] | None = None) -> None:
             print(f"trace: {', '.join(str(f) for f in files)}")
         else:
             p.error("name an experiment, or --read trace files")
+        priced = experiment_costs(a.name, *(a.factors or (1.0, 1.0))) if a.name else None
         steps = read(files)
         print("\n".join(lines(summarise(steps, a.skip))))
-        if a.name:
-            built, spec = experiment_costs(a.name, *(a.factors or (1.0, 1.0)))
-            print("\n".join(price_lines(price(steps, built, spec, a.skip))))
+        if priced is not None:
+            print("\n".join(price_lines(price(steps, *priced, a.skip))))
     except (UserError, LabError, OSError, ValueError, KeyError) as exc:
         print(f"steptrace: {exc}", file=sys.stderr)
         raise SystemExit(2) from None
