@@ -23,8 +23,17 @@ if TYPE_CHECKING:
     from diagnoser.core.source import SourceError
     from diagnoser.diagnosis.model import Diagnosis
     from diagnoser.errors import UserError
+    from diagnoser.whatif.setup import SetupOptions
 
-__all__ = ["Diagnosis", "SourceError", "UserError", "connect", "diagnose", "kv_budget"]
+__all__ = [
+    "Diagnosis",
+    "SetupOptions",
+    "SourceError",
+    "UserError",
+    "connect",
+    "diagnose",
+    "kv_budget",
+]
 
 _WHERE = {
     "diagnose": "diagnoser.api",
@@ -33,6 +42,7 @@ _WHERE = {
     "Diagnosis": "diagnoser.diagnosis.model",
     "SourceError": "diagnoser.core.source",
     "UserError": "diagnoser.errors",
+    "SetupOptions": "diagnoser.whatif.setup",
 }
 
 

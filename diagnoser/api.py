@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from diagnoser.diagnosis.model import Diagnosis
     from diagnoser.kvbudget.budget import Budget
     from diagnoser.kvbudget.live import Live
+    from diagnoser.whatif.setup import SetupOptions
 
 Seconds = float | int | str
 When = float | int | str | datetime | None
@@ -119,9 +120,11 @@ def diagnose(
     catalog: PathLike | Sequence[PathLike] | None = None,
     lookback: Seconds = "24h",
     *,
-    match: Sequence[str] = (),
+    match: str | Sequence[str] = (),
     baseline: Seconds | None = None,
     timeout: float = 60.0,
+    recorded_rules: bool = False,
+    what_if: bool | SetupOptions = False,
 ) -> Diagnosis:
     """Diagnose ``since`` up to ``until`` (default now), as ``servediag diagnose`` does.
 
@@ -129,39 +132,47 @@ def diagnose(
     ``config`` is a site config file and ``catalog`` directories of your own playbooks;
     ``lookback`` how far back to date an onset (``0`` for not at all); ``baseline`` a shift
     such as ``"1d"`` to compare with the same hours a day before (default: the period just
-    before the window). Returns a ``Diagnosis``: ``findings`` likely cause first,
-    ``health`` per model, ``to_frame()`` and ``findings_frame()`` for pandas, ``to_json()``
-    for the JSON contract. Raises ``SourceError`` when the source fails, ``UserError`` for a
-    bad config or catalog, ``ValueError`` for a bad argument.
+    before the window). ``recorded_rules`` reads each signal from the site's recording rules
+    where they cover the window (``diagnose --recorded-rules``). ``what_if`` puts under each
+    finding whose fix has levers what each lever would buy (``diagnose --what-if``): ``True``
+    finds the model's shape from a preset of its served name and the GPU from DCGM, or give
+    a ``diagnoser.SetupOptions(preset=..., gpu_name=..., max_num_seqs=...)``; the
+    predictions are in ``Diagnosis.what_if`` and its JSON. Returns a ``Diagnosis``:
+    ``findings`` likely cause first, ``health`` per model, ``to_frame()`` and
+    ``findings_frame()`` for pandas, ``to_json()`` for the JSON contract. Raises
+    ``SourceError`` when the source fails, ``UserError`` for a bad config or catalog,
+    ``ValueError`` for a bad argument.
     """
-    import time
-
-    from diagnoser.diagnosis import Window
-    from diagnoser.diagnosis import diagnose as run
+    from diagnoser.request import Request, Scope, run
+    from diagnoser.whatif.setup import SetupOptions
 
     span = seconds(since, "since")
     back = seconds(lookback, "lookback") if lookback not in (0, "0") else 0.0
     offset = seconds(baseline, "baseline") if baseline is not None else None
     end = timestamp(until, "until")
-    end = time.time() if end is None else end
     if not math.isfinite(timeout) or timeout <= 0:
         raise ValueError(f"timeout: {timeout!r} is not a positive number of seconds")
-    scope = _scope(model, match)
-    site = _site(config, catalog)
-    return run(connect(source, timeout), site, Window.plan(span, end, offset), scope, lookback=back)
-
-
-def _scope(model: str | None, match: Sequence[str]) -> tuple[str, ...]:
-    """The label matchers, escaped as the command line's are (a value selects, never
-    widens); a malformed matcher raises ``ValueError``."""
-    from diagnoser.core.promql import MATCHER, matcher
-
-    out = [matcher("model_name", model)] if model else []
-    for m in (match,) if isinstance(match, str) else match:
-        if not isinstance(m, str) or not MATCHER.fullmatch(m.strip()):
-            raise ValueError(f'match: {m!r} is not a label matcher like job="vllm"')
-        out.append(m.strip())
-    return tuple(out)
+    if what_if is True:
+        setup: SetupOptions | None = SetupOptions()
+    elif what_if is False:
+        setup = None
+    elif isinstance(what_if, SetupOptions):
+        setup = what_if
+    else:
+        raise TypeError(f"what_if must be a bool or a SetupOptions; got {type(what_if).__name__}")
+    scope = Scope(model=model, match=(match,) if isinstance(match, str) else tuple(match))
+    request = Request(
+        connect(source, timeout),
+        _site(config, catalog),
+        span,
+        until=end,
+        baseline=offset,
+        scope=scope,
+        lookback=back,
+        recorded_rules=bool(recorded_rules),
+        what_if=setup,
+    )
+    return run(request)
 
 
 def kv_budget(

@@ -19,9 +19,10 @@ from diagnoser.diagnosis import Window, diagnose
 from diagnoser.diagnosis.model import Diagnosis
 from diagnoser.lab.alerts import backfill_rules, firing, needed
 from diagnoser.lab.promserver import Prometheus
+from diagnoser.request import Scope
 from diagnoser.sim import library
 from diagnoser.webhook.payload import FiringAlert
-from diagnoser.webhook.receiver import Webhook, matchers_for, scope_of
+from diagnoser.webhook.receiver import Webhook, scope_of
 
 ROOT = Path(__file__).resolve().parent.parent
 RULES = ROOT / "rules"
@@ -54,7 +55,10 @@ def test_every_alert_that_fires_is_diagnosed_and_ranked_first(
             key = tuple(sorted(scope.items()))
             if key not in diagnosed:
                 diagnosed[key] = diagnose(
-                    PrometheusSource(prom.url), site, window, matchers_for(scope)
+                    PrometheusSource(prom.url),
+                    site,
+                    window,
+                    Scope(labels=tuple(scope.items())).matchers(),
                 )
             result = diagnosed[key]
             ids = [m.playbook.id for m in result.findings]

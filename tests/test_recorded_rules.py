@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+import diagnoser
 from diagnoser.core.source import OverLimit, PrometheusSource
 from diagnoser.diagnosis import Window, diagnose
 from diagnoser.diagnosis.model import Diagnosis
@@ -58,6 +59,9 @@ def test_the_recorded_rules_give_the_same_diagnosis(name, scenario_library, site
         source = PrometheusSource(prom.url)
         raw = diagnose(source, site, window)
         recorded = diagnose(source, site, window, recorded_rules=True)
+        api = diagnoser.diagnose(
+            prom.url, since=window.end - window.start, until=window.end, recorded_rules=True
+        )
     assert raw.recorded == 0 and raw.not_recorded is None
     # Every model-level signal the scenario's servers give: 52 of the 64 for a vLLM without
     # the probe, LoRA, a KV connector or speculative decoding (their rules record nothing).
@@ -65,6 +69,9 @@ def test_the_recorded_rules_give_the_same_diagnosis(name, scenario_library, site
     assert recorded.queries == raw.queries + 3
     assert _said(recorded) == _said(raw)
     assert "signals read from the site's recording rules" in render(recorded, "text")
+    # The Python API asks for the same reading.
+    assert api.recorded == recorded.recorded
+    assert _said(api) == _said(recorded)
 
 
 @pytest.mark.promtool

@@ -272,10 +272,11 @@ def test_explain_prints_label_values_inert(prom):
 
 
 def test_a_scope_value_is_quoted_by_the_one_promql_helper():
-    from diagnoser.cli.diagnose import matchers
+    from diagnoser.request import Scope
     from diagnoser.site.slo import Matcher
 
-    assert matchers('x"} or vector(1) or {a="', "i\\", "j\nk", ()) == (
+    scope = Scope(model='x"} or vector(1) or {a="', instance="i\\", job="j\nk")
+    assert scope.matchers() == (
         'model_name="x\\"} or vector(1) or {a=\\""',
         'instance="i\\\\"',
         'job="j\\nk"',

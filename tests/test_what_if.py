@@ -16,7 +16,6 @@ import pytest
 from clitest import one_line, run
 
 from diagnoser.catalog.levers import KNOBS, LeverError, parse_lever
-from diagnoser.cli.whatif import vllm_defaults
 from diagnoser.core.source import PrometheusSource, Series
 from diagnoser.hardware import presets
 from diagnoser.lab import harness
@@ -28,6 +27,7 @@ from diagnoser.whatif.fit import MIN_REQUESTS, FitError, fit_window, measure
 from diagnoser.whatif.levers import turn
 from diagnoser.whatif.predict import band, what_if
 from diagnoser.whatif.replay import Setup, baseline, replay
+from diagnoser.whatif.setup import vllm_defaults
 from diagnoser.whatif.stats import Buckets, fit_lognormal, quantile
 
 HERE = Path(__file__).resolve().parent

@@ -13,7 +13,6 @@ import numpy as np
 import pytest
 
 from diagnoser.catalog.levers import LeverError, parse_lever
-from diagnoser.cli.whatif import vllm_defaults
 from diagnoser.hardware import presets
 from diagnoser.lab.real import stepcosts
 from diagnoser.lab.real import whatif as lab
@@ -22,6 +21,7 @@ from diagnoser.whatif.calibrate import CLOSE_ENOUGH, MAX_REPLAYS, Fitting
 from diagnoser.whatif.fit import EngineCache, Fit
 from diagnoser.whatif.levers import turn
 from diagnoser.whatif.replay import Config, baseline, kv_dtype_bytes
+from diagnoser.whatif.setup import vllm_defaults
 from diagnoser.whatif.stats import LogNormal
 
 HERE = Path(__file__).resolve().parent

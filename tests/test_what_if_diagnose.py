@@ -126,3 +126,30 @@ def test_a_what_if_that_cannot_be_made_is_said_on_its_finding_and_diagnose_stand
 def test_what_if_is_refused_where_it_is_not_shown(server):
     one_line(_diagnose(server, "--what-if", "--format", "csv"), 2, "--what-if")
     one_line(_diagnose(server, "--what-if", "--explain", "oversized-batch"), 2, "--what-if")
+
+
+def test_the_python_api_asks_for_the_same_what_if_as_the_command_line(server, predicted):
+    import diagnoser
+    from diagnoser.whatif.setup import SetupOptions
+
+    url, end = server
+    setup = SetupOptions(
+        preset="llama-2-7b",
+        gpu_name="H100-80GB",
+        max_num_seqs=256,
+        max_num_batched_tokens=2048,
+        max_model_len=4096,
+    )
+    d = diagnoser.diagnose(url, since=SC.labels.window, until=end, what_if=setup)
+    doc = d.to_json()
+    assert [f["id"] for f in doc["findings"]] == [f["id"] for f in predicted["findings"]]
+    api, cli = doc["findings"][0]["what_if"], dict(predicted["findings"][0]["what_if"])
+    assert api.pop("seconds") > 0 and cli.pop("seconds") > 0  # how long each took
+    assert api == cli
+    # Without it, a finding carries no what-if at all (the JSON contract unchanged).
+    assert (
+        "what_if"
+        not in diagnoser.diagnose(url, since=SC.labels.window, until=end).to_json()["findings"][0]
+    )
+    with pytest.raises(TypeError, match="what_if must be a bool or a SetupOptions"):
+        diagnoser.diagnose(url, since=SC.labels.window, until=end, what_if="yes")  # type: ignore[arg-type]

@@ -18,41 +18,19 @@ from diagnoser.cli.options import (
     playbook,
     source_options,
 )
-from diagnoser.cli.params import DURATION, TIMESTAMP, Duration
-from diagnoser.cli.whatif import SetupOptions, setup_options
+from diagnoser.cli.shared import reading_options, setup_options, since_option, until_option
+from diagnoser.request import Scope, ScopeError
+from diagnoser.whatif.setup import SetupOptions
 
 
-def matchers(
+def scope(
     model: str | None, instance: str | None, job: str | None, match: tuple[str, ...]
-) -> tuple[str, ...]:
-    """The scope's label matchers; values are escaped, so they select and never widen."""
-    from diagnoser.core.promql import MATCHER, matcher
-
-    for option, value in (("--model", model), ("--instance", instance), ("--job", job)):
-        if value and not _is_text(value):
-            fail(f"{option}: the value is not valid UTF-8 text")
-    out = [
-        matcher(label, value)
-        for label, value in (("model_name", model), ("instance", instance), ("job", job))
-        if value
-    ]
-    for m in match:
-        if not _is_text(m):
-            fail("--match: the value is not valid UTF-8 text")
-        if not MATCHER.fullmatch(m.strip()):
-            fail(f'--match {m!r} is not a label matcher like job="vllm" or pod=~"vllm-.*"')
-        out.append(m.strip())
-    return tuple(out)
-
-
-def _is_text(value: str) -> bool:
-    """Whether a command-line value is text (bytes that are not UTF-8 reach Python as lone
-    surrogates, which no query can carry)."""
+) -> Scope:
+    """The scope the options name, or exit 2 naming the option that is malformed."""
     try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
+        return Scope(model=model, instance=instance, job=job, match=match)
+    except ScopeError as exc:
+        fail(f"--{exc}")
 
 
 def _writable(output: Path) -> None:
@@ -83,51 +61,10 @@ def _note_future(until: float, now: float) -> None:
         )
 
 
-def _baseline(value: str) -> float | None:
-    if value == "before":
-        return None
-    try:
-        return Duration().convert(value, None, None)
-    except click.BadParameter as exc:
-        raise click.BadParameter(exc.message, param_hint="'--baseline'") from None
-
-
 @click.command("diagnose")
-@click.option(
-    "--since",
-    "since",
-    type=DURATION,
-    default="1h",
-    show_default=True,
-    metavar="DURATION",
-    help="Diagnose this much time up to --until (e.g. 30m, 1h, 6h).",
-)
-@click.option(
-    "--until",
-    "until",
-    type=TIMESTAMP,
-    default=None,
-    metavar="TIME",
-    help="End of the window: RFC 3339 or Unix seconds (default: now).",
-)
-@click.option(
-    "--lookback",
-    "lookback",
-    type=Duration(zero=True),
-    default="24h",
-    show_default=True,
-    metavar="DURATION",
-    help="When a model is unhealthy and the window explains nothing, look this far back for "
-    "when it began (0 turns it off).",
-)
-@click.option(
-    "--baseline",
-    "baseline",
-    default="before",
-    show_default=True,
-    help="Reference period: 'before' (as long as the window, just before it) or a "
-    "duration such as 1d (the same hours that long ago).",
-)
+@since_option("Diagnose this much time up to --until (e.g. 30m, 1h, 6h).")
+@until_option
+@reading_options
 @source_options("http://localhost:9090", "Prometheus-compatible API (also PROMETHEUS_URL).")
 @click.option("--model", default=None, help="Only this model_name.")
 @click.option("--instance", default=None, help="Only this instance.")
@@ -171,14 +108,6 @@ def _baseline(value: str) -> float | None:
     "lever (as servediag what-if; the model's shape, GPU and scheduler limits from --preset "
     "or --model-config, --gpu, --max-num-seqs, ...). Text, json and markdown.",
 )
-@click.option(
-    "--recorded-rules",
-    "recorded_rules",
-    is_flag=True,
-    help="Read each signal from the site's recording rules (servediag generate's) where they "
-    "cover the window and the scope: one series per model, not every instance's buckets; "
-    "much faster on a large fleet. The rest is read as without it.",
-)
 @setup_options
 @catalog_option
 @config_option
@@ -187,7 +116,7 @@ def diagnose_cmd(
     since: float,
     until: float | None,
     lookback: float,
-    baseline: str,
+    baseline: float | None,
     source: SourceOptions,
     model: str | None,
     instance: str | None,
@@ -226,14 +155,13 @@ def diagnose_cmd(
     import time
 
     from diagnoser import report
-    from diagnoser.diagnosis import Window, diagnose
+    from diagnoser.request import Request, run
 
     if what_if and (explain is not None or fmt not in ("text", "json", "markdown")):
         fail("--what-if: its predictions are shown in the text, json and markdown reports")
-    offset = _baseline(baseline)
     now = time.time()
     end = until if until is not None else now
-    scope = matchers(model, instance, job, match)
+    within = scope(model, instance, job, match)
     if output is not None:
         _writable(output)
     _note_future(end, now)
@@ -241,24 +169,24 @@ def diagnose_cmd(
     site = load_site(config_path, catalog_dirs)
     if explain is not None:
         playbook(site.catalog, explain)
-    result = diagnose(
+    request = Request(
         prometheus,
         site,
-        Window.plan(since, end, offset),
-        scope,
+        since,
+        until=end,
+        baseline=baseline,
+        scope=within,
         lookback=lookback,
         recorded_rules=recorded_rules,
+        what_if=setup if what_if else None,
     )
+    result = run(request)
     if explain is not None:
         from diagnoser.core.printable import inert
         from diagnoser.report.explain import explain as explain_text
 
         click.echo(inert(explain_text(result, explain)), nl=False)
         return
-    if what_if:
-        from diagnoser.cli.whatif_findings import attach
-
-        attach(result, prometheus, site, setup)
     colour = output is None and sys.stdout.isatty() and os.environ.get("NO_COLOR") is None
     rendered = report.render(result, fmt, colour=colour)
     if output is None:

@@ -17,21 +17,15 @@ from diagnoser.cli.options import (
 )
 from diagnoser.cli.params import TIMESTAMP, FiniteRange
 from diagnoser.hardware.hfconfig import LARGEST
-from diagnoser.hardware.presets import DEFAULT_GPU, KV_CACHE_DTYPES, MODEL_ALIASES, SERVED_DTYPES
+from diagnoser.hardware.presets import (
+    DEFAULT_GPU,
+    KV_CACHE_DTYPES,
+    MODEL_ALIASES,
+    SERVED_DTYPES,
+    preset_like,
+)
 
 MOST_GB = 1e6  # a petabyte: more than any GPU's memory or any model's weights
-
-
-def preset_like(name: str, memory_bytes: float) -> tuple[str, float | None]:
-    """The GPU preset DCGM's ``modelName`` and memory describe (its family in the name, its
-    memory within 2%), else the default preset's speeds with DCGM's memory in GB."""
-    from diagnoser.hardware.presets import GPUS
-
-    for key, spec in GPUS.items():
-        family = key.split("-")[0]
-        if family in name and abs(spec.memory_bytes - memory_bytes) <= 0.02 * spec.memory_bytes:
-            return key, None
-    return DEFAULT_GPU, memory_bytes / 1e9
 
 
 @click.command("kv-budget")

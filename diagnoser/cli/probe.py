@@ -8,7 +8,8 @@ from pathlib import Path
 import click
 
 from diagnoser.cli.options import EXIT_SOURCE, fail, handles_errors
-from diagnoser.cli.params import HEADER, HOST_PORT, Duration
+from diagnoser.cli.params import HEADER, Duration
+from diagnoser.cli.shared import listen_option
 from diagnoser.core.printable import inert, printable
 
 DURATION = Duration(longest=86400)
@@ -89,14 +90,10 @@ def _positive_int(option: str, value: str, most: int) -> int:
     help="The served model's tokenizer.json, for exact prompt lengths (needs the "
     "tokenizers package); without it, a documented approximation.",
 )
-@click.option(
-    "--listen",
-    type=HOST_PORT,
-    default="127.0.0.1:9464",
-    show_default=True,
-    metavar="HOST:PORT",
-    help="Serve the probe's /metrics here (loopback by default: 0.0.0.0:9464 for a "
-    "Prometheus on another host).",
+@listen_option(
+    "127.0.0.1:9464",
+    "Serve the probe's /metrics here (loopback by default: 0.0.0.0:9464 for a Prometheus on "
+    "another host).",
 )
 @click.option(
     "--target-label",

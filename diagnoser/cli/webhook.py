@@ -14,7 +14,6 @@ from typing import Any
 
 import click
 
-from diagnoser.cli.diagnose import _baseline
 from diagnoser.cli.options import (
     SourceOptions,
     catalog_option,
@@ -24,46 +23,16 @@ from diagnoser.cli.options import (
     load_site,
     source_options,
 )
-from diagnoser.cli.params import DURATION, HOST_PORT, Duration
+from diagnoser.cli.params import DURATION, Duration
+from diagnoser.cli.shared import listen_option, reading_options, since_option
 
 
 @click.command("webhook")
-@click.option(
-    "--listen",
-    type=HOST_PORT,
-    required=True,
-    metavar="HOST:PORT",
-    help="Address to serve on; point Alertmanager's webhook_configs at http://HOST:PORT/alerts.",
+@listen_option(
+    None, "Address to serve on; point Alertmanager's webhook_configs at http://HOST:PORT/alerts."
 )
-@click.option(
-    "--since",
-    type=DURATION,
-    default="1h",
-    show_default=True,
-    metavar="DURATION",
-    help="How far back each diagnosis looks, up to the moment the alert arrives.",
-)
-@click.option(
-    "--lookback",
-    type=Duration(zero=True),
-    default="24h",
-    show_default=True,
-    metavar="DURATION",
-    help="As for diagnose: how far back to look for when an unexplained incident began.",
-)
-@click.option(
-    "--baseline",
-    default="before",
-    show_default=True,
-    help="Reference period, as for diagnose: 'before' or a duration such as 1d.",
-)
-@click.option(
-    "--recorded-rules",
-    "recorded_rules",
-    is_flag=True,
-    help="As for diagnose: read each signal from the site's recording rules where they cover "
-    "the window (the alerts read them, so a site that routes them has them).",
-)
+@since_option("How far back each diagnosis looks, up to the moment the alert arrives.")
+@reading_options
 @click.option(
     "--step",
     type=DURATION,
@@ -122,7 +91,7 @@ def webhook_cmd(
     listen: tuple[str, int],
     since: float,
     lookback: float,
-    baseline: str,
+    baseline: float | None,
     recorded_rules: bool,
     step: float | None,
     slack_url: str | None,
@@ -161,7 +130,7 @@ def webhook_cmd(
 
     host, port = listen
     since_s, step_s, dedupe_s = since, step, dedupe_window
-    offset = _baseline(baseline)
+    offset = baseline
     if step_s is not None and 2 * since_s / step_s > MAX_POINTS:
         fail(f"--step {step_s:g}s is too fine for --since {since_s:g}s: use at least {MIN_STEP:g}s")
     site = load_site(config_path, catalog_dirs)

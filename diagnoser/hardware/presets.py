@@ -245,3 +245,13 @@ def kv_capacity_tokens(
     )
     per_token = spec.kv_bytes_per_token(kv_dtype_bytes, tensor_parallel)
     return max(0, int(budget // per_token))
+
+
+def preset_like(name: str, memory_bytes: float) -> tuple[str, float | None]:
+    """The GPU preset DCGM's ``modelName`` and memory describe (its family in the name, its
+    memory within 2%), else the default preset's speeds with DCGM's memory in GB."""
+    for key, spec in GPUS.items():
+        family = key.split("-")[0]
+        if family in name and abs(spec.memory_bytes - memory_bytes) <= 0.02 * spec.memory_bytes:
+            return key, None
+    return DEFAULT_GPU, memory_bytes / 1e9

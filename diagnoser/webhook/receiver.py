@@ -27,12 +27,12 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
-from diagnoser.core.promql import matcher
 from diagnoser.core.source import MetricSource, SourceError
-from diagnoser.diagnosis import Diagnosis, Window, diagnose, to_json
+from diagnoser.diagnosis import Diagnosis, to_json
+from diagnoser.request import Request, Scope, run
 from diagnoser.site import Site, SiteConfig
 from diagnoser.webhook.dispatch import Dispatcher, Job
 from diagnoser.webhook.payload import FiringAlert, Notification
@@ -46,18 +46,6 @@ def scope_of(alert: FiringAlert, cfg: SiteConfig) -> dict[str, str]:
     names neither (it cannot be diagnosed)."""
     keys = [*cfg.by] if "model_name" in alert.labels else ["job", "instance"]
     return {k: alert.labels[k] for k in keys if k in alert.labels}
-
-
-def matchers_for(scope: dict[str, str]) -> tuple[str, ...]:
-    return tuple(matcher(k, v) for k, v in scope.items())
-
-
-def plan_window(
-    since: float, end: float, baseline_offset: float | None = None, step: float | None = None
-) -> Window:
-    """``Window.plan``; with ``step``, that resolution and rates over four steps."""
-    window = Window.plan(since, end, baseline_offset)
-    return window if step is None else window.with_step(step)
 
 
 class Forwarder(Protocol):
@@ -113,11 +101,18 @@ class Webhook:
     ):
         self.source, self.site, self.emit = source, site, emit
         self.cfg = site.config
-        self.since, self.baseline_offset, self.step = since, baseline_offset, step
+        # Every alert's diagnosis: this, scoped to the alert and ending when it is diagnosed.
+        self.request = Request(
+            source,
+            site,
+            since,
+            baseline=baseline_offset,
+            lookback=lookback,
+            step=step,
+            recorded_rules=recorded_rules,
+        )
         self.forwarder = forwarder
         self.dedupe_window = dedupe_window
-        self.lookback = lookback
-        self.recorded_rules = recorded_rules
         self.clock, self.now = clock, now
         self.playbooks = {pb.id for pb in site.catalog.detectable()}
         # When each alert was last accepted, oldest first (pruned past the dedupe window).
@@ -289,15 +284,8 @@ class Webhook:
             result, error = None, None
             t0 = time.monotonic()
             try:
-                window = plan_window(self.since, self.now(), self.baseline_offset, self.step)
-                result = diagnose(
-                    self.source,
-                    self.site,
-                    window,
-                    matchers_for(scope),
-                    lookback=self.lookback,
-                    recorded_rules=self.recorded_rules,
-                )
+                within = Scope(labels=tuple(scope.items()))
+                result = run(replace(self.request, until=self.now(), scope=within))
                 self.counters.add("diagnoses", "ok")
             except SourceError as exc:
                 error = str(exc)
@@ -341,7 +329,7 @@ class Webhook:
             "top_finding": ids[0] if ids else None,
             "playbook_rank": ids.index(playbook) + 1 if playbook in ids else None,
             "explained_by": _explained_by(result, playbook, ids),
-            "since_seconds": self.since,
+            "since_seconds": self.request.since,
             "diagnosis": to_json(result) if result else None,
             "error": error,
             "outcome": "failed" if error else "diagnosed",

@@ -128,10 +128,10 @@ def price(doc: dict[str, Any] | None = None, device: str = "CPU") -> list[Priced
     """Each measurement next to what the simulator prices it at on ``device``: a prompt's
     TTFT as the API server's cost of a request and the prefill steps (chunks of vLLM's CPU
     default, 2,048 tokens); a batch's ITL as one decode step over its context."""
-    from diagnoser.cli.whatif import vllm_defaults
     from diagnoser.hardware.presets import ModelSpec, gpu
     from diagnoser.sim.engine import Engine, EngineConfig
     from diagnoser.whatif.replay import kv_dtype_bytes
+    from diagnoser.whatif.setup import vllm_defaults
 
     doc = doc or json.loads(OUT.read_text())
     g = gpu(device)

@@ -35,7 +35,6 @@ from pathlib import Path
 from typing import Any
 
 from diagnoser.catalog.levers import Lever, LeverError, parse_lever
-from diagnoser.cli.whatif import vllm_defaults
 from diagnoser.core.durations import parse_time
 from diagnoser.core.promql import matcher
 from diagnoser.core.source import MetricSource, PrometheusSource
@@ -52,6 +51,7 @@ from diagnoser.site import Site
 from diagnoser.whatif.fit import fit_window, measure
 from diagnoser.whatif.predict import WhatIf, what_if
 from diagnoser.whatif.replay import Setup
+from diagnoser.whatif.setup import vllm_defaults
 
 DATA = record.DATA.parent / "real-what-if"
 DEVICE = "CPU"

@@ -1,5 +1,5 @@
-"""``diagnose --what-if``: each finding whose fix has levers gets what-if's predictions for
-its model over the diagnosed window.
+"""What-if on a diagnosis (``diagnose --what-if``): each finding whose fix has levers gets
+what-if's predictions for its model over the diagnosed window.
 
 One what-if per model scope (the model and its group labels): the window is fitted and the
 replay calibrated once, and the levers of every finding about that model are replayed
@@ -17,13 +17,13 @@ from diagnoser.diagnosis.model import Diagnosis, ScopeKey, covers, scope_key
 
 if TYPE_CHECKING:
     from diagnoser.catalog.levers import Lever
-    from diagnoser.cli.whatif import SetupOptions
-    from diagnoser.core.source import PrometheusSource
+    from diagnoser.core.source import MetricSource
     from diagnoser.diagnosis.match import Match
     from diagnoser.site import Site
+    from diagnoser.whatif.setup import SetupOptions
 
 
-def attach(d: Diagnosis, source: PrometheusSource, site: Site, setup: SetupOptions) -> None:
+def attach(d: Diagnosis, source: MetricSource, site: Site, setup: SetupOptions) -> None:
     """Fill ``d.what_if``: each finding's what-if object (None where its fix has no levers)."""
     from diagnoser.catalog.levers import parse_lever
 
@@ -56,19 +56,19 @@ def _model_scope(d: Diagnosis, m: Match) -> dict[str, str]:
 
 def _one(
     d: Diagnosis,
-    source: PrometheusSource,
+    source: MetricSource,
     site: Site,
     setup: SetupOptions,
     scope: dict[str, str],
     levers: list[Lever],
 ) -> tuple[dict[str, Any] | None, str | None]:
     """The what-if's JSON object for one model scope, or why there is none."""
-    from diagnoser.cli.whatif import predict
     from diagnoser.core.promql import matcher
-    from diagnoser.core.source import SourceError
+    from diagnoser.core.source import SourceError, one_operation
     from diagnoser.errors import UserError
     from diagnoser.whatif.replay import ReplayError
     from diagnoser.whatif.report import to_json
+    from diagnoser.whatif.setup import predict
 
     if "model_name" not in scope:
         return None, "the finding's scope names no model (model_name)"
@@ -76,7 +76,13 @@ def _one(
     window = (d.window.start, d.window.end)
     try:
         w = predict(
-            source.operation(), site, scope, window, (*site.config.selector, *group), setup, levers
+            one_operation(source),
+            site,
+            scope,
+            window,
+            (*site.config.selector, *group),
+            setup,
+            levers,
         )
     except (UserError, SourceError, ReplayError) as exc:
         return None, str(exc)

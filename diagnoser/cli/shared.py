@@ -1,0 +1,176 @@
+"""Options more than one command takes, declared once: the window (``--since``, ``--until``),
+how a diagnosis reads (``--lookback``, ``--baseline``, ``--recorded-rules``), the listener's
+address (``--listen``) and what what-if must be told of the servers (``--preset``, ``--gpu``,
+the scheduler limits)."""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import click
+
+from diagnoser.cli.options import F, fail
+from diagnoser.cli.params import DURATION, HOST_PORT, TIMESTAMP, Duration
+from diagnoser.hardware.hfconfig import LARGEST
+from diagnoser.hardware.presets import MODEL_ALIASES, SERVED_DTYPES
+from diagnoser.whatif.setup import SetupOptions
+
+
+def since_option(what: str) -> Callable[[F], F]:
+    """``--since DURATION`` (default 1h); ``what`` says what the command does with it."""
+    return click.option(
+        "--since",
+        "since",
+        type=DURATION,
+        default="1h",
+        show_default=True,
+        metavar="DURATION",
+        help=what,
+    )
+
+
+until_option = click.option(
+    "--until",
+    "until",
+    type=TIMESTAMP,
+    default=None,
+    metavar="TIME",
+    help="End of the window: RFC 3339 or Unix seconds (default: now).",
+)
+
+
+def listen_option(default: str | None, what: str) -> Callable[[F], F]:
+    """``--listen HOST:PORT`` (required without a default)."""
+    return click.option(
+        "--listen",
+        type=HOST_PORT,
+        default=default,
+        required=default is None,
+        show_default=default is not None,
+        metavar="HOST:PORT",
+        help=what,
+    )
+
+
+def reading_options(fn: F) -> F:
+    """``--lookback``, ``--baseline`` (handed on as seconds, or None for 'before') and
+    ``--recorded-rules``: how a diagnosis reads the store, as diagnose and the webhook do."""
+    options = [
+        click.option(
+            "--lookback",
+            "lookback",
+            type=Duration(zero=True),
+            default="24h",
+            show_default=True,
+            metavar="DURATION",
+            help="When a model is unhealthy and the window explains nothing, look this far "
+            "back for when it began (0 turns it off).",
+        ),
+        click.option(
+            "--baseline",
+            "baseline",
+            default="before",
+            show_default=True,
+            callback=_baseline,
+            help="Reference period: 'before' (as long as the window, just before it) or a "
+            "duration such as 1d (the same hours that long ago).",
+        ),
+        click.option(
+            "--recorded-rules",
+            "recorded_rules",
+            is_flag=True,
+            help="Read each signal from the site's recording rules (servediag generate's) where "
+            "they cover the window and the scope: one series per model, not every instance's "
+            "buckets; much faster on a large fleet. The rest is read as without it.",
+        ),
+    ]
+    decorated: Any = fn
+    for option in reversed(options):
+        decorated = option(decorated)
+    return decorated  # type: ignore[no-any-return]
+
+
+def _baseline(ctx: click.Context, param: click.Parameter, value: str) -> float | None:
+    if value == "before":
+        return None
+    return Duration().convert(value, param, ctx)
+
+
+_SETUP_PARAMS = tuple(f.name for f in dataclasses.fields(SetupOptions))
+
+
+def setup_options(fn: F) -> F:
+    """``--preset``, ``--model-config``, ``--gpu``, the scheduler limits and ``--tp``, handed to
+    the command as one ``setup: SetupOptions`` argument (what-if's, and diagnose --what-if's)."""
+    options = [
+        click.option(
+            "--preset",
+            default=None,
+            metavar="NAME",
+            help=f"The model's shape from a preset ({', '.join(MODEL_ALIASES)}).",
+        ),
+        click.option(
+            "--model-config",
+            type=click.Path(path_type=Path),
+            default=None,
+            metavar="CONFIG",
+            help="The model's shape from its Hugging Face config.json (or its directory).",
+        ),
+        click.option(
+            "--gpu",
+            "gpu_name",
+            default=None,
+            help="GPU preset, or CPU for vLLM's CPU build (default: the GPU DCGM reports; "
+            "required without DCGM).",
+        ),
+        click.option(
+            "--max-num-seqs",
+            type=click.IntRange(1, 1 << 20),
+            default=None,
+            help="The servers' --max-num-seqs (default: vLLM's for the GPU).",
+        ),
+        click.option(
+            "--max-num-batched-tokens",
+            type=click.IntRange(16, 1 << 26),
+            default=None,
+            help="The servers' --max-num-batched-tokens (default: vLLM's for the GPU).",
+        ),
+        click.option(
+            "--max-model-len",
+            type=click.IntRange(1, LARGEST),
+            default=None,
+            help="The servers' --max-model-len (default: the model's, within the KV cache).",
+        ),
+        click.option(
+            "--tensor-parallel-size",
+            "--tp",
+            "tensor_parallel",
+            type=click.IntRange(1, 64),
+            default=1,
+            show_default=True,
+            help="GPUs each engine is split across.",
+        ),
+        click.option(
+            "--dtype",
+            type=click.Choice(SERVED_DTYPES),
+            default="auto",
+            show_default=True,
+            help="The servers' --dtype (auto: the config's, float32 served as bfloat16).",
+        ),
+    ]
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        setup = SetupOptions(*(kwargs.pop(name) for name in _SETUP_PARAMS))
+        if setup.preset is not None and setup.model_config is not None:
+            fail("give --preset or --model-config, not both")
+        return fn(*args, setup=setup, **kwargs)
+
+    decorated: Any = wrapper
+    for option in reversed(options):
+        decorated = option(decorated)
+    return decorated  # type: ignore[no-any-return]
