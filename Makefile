@@ -2,15 +2,16 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
 SCENARIO ?= retrieval-launch
+DOCS_PORT ?= 8000
 export VENV
 
-.PHONY: help setup test lint generate check-generated goldens bench bench-fleet bench-sglang bench-real demo real real-record real-what-if clean
+.PHONY: help setup test lint generate check-generated goldens bench bench-fleet bench-sglang bench-real demo real real-record real-what-if docs docs-build clean
 
 help:
 	@echo "make demo      simulate an incident, load it into a local Prometheus, diagnose it"
 	@echo "make test      run the test suite"
 	@echo "make setup     install promtool/prometheus/alertmanager (root) and the Python packages"
-	@echo "make generate  write rules/, runbooks/, dashboards/ and the playbook schema"
+	@echo "make generate  write rules/, runbooks/, dashboards/, the playbook schema and the engine support page"
 	@echo "make lint      ruff, mypy and promtool check rules"
 	@echo "make bench     benchmarks, printing figures"
 	@echo "make bench-fleet    diagnose on a fleet of 512 targets, Prometheus and VictoriaMetrics"
@@ -20,6 +21,8 @@ help:
 	@echo "make bench-real     every real incident, live (about 2 h), and AC@1"
 	@echo "make real-record    every real incident, recorded into tests/data/real (about 2 h)"
 	@echo "make real-what-if   what-if against a real vLLM run at each lever (EXPERIMENT=name)"
+	@echo "make docs      serve the documentation site at http://127.0.0.1:$(DOCS_PORT) (DOCS_PORT=N)"
+	@echo "make docs-build     build the documentation site into site/, strictly (as CI does)"
 
 setup:
 	@scripts/install-deps
@@ -37,7 +40,7 @@ lint: setup
 generate: setup
 	$(VENV)/bin/servediag generate
 	$(VENV)/bin/servediag catalog schema > diagnoser/catalog/playbook.schema.json
-	$(PY) -m diagnoser.outputs.engines README.md
+	$(PY) -m diagnoser.outputs.engines docs/engines/support.md
 
 check-generated: setup
 	$(VENV)/bin/servediag generate --check
@@ -56,7 +59,7 @@ bench-sglang: setup
 	$(PY) -m diagnoser.lab.bench sglang
 
 # A real vLLM: its CPU build in .venv-vllm (installed on first use), a tiny model with random
-# weights, a real Prometheus; see fixtures/real/ and the README's "A real vLLM in the loop".
+# weights, a real Prometheus; see fixtures/real/ and docs/lab/real.md.
 INCIDENT ?= prompt-length-shift
 real: setup
 	$(PY) -m diagnoser.lab.real $(INCIDENT)
@@ -77,5 +80,13 @@ real-what-if: setup
 demo: setup
 	$(PY) -m diagnoser.lab.demo --scenario $(SCENARIO)
 
+# The documentation site (mkdocs.yml, docs/): served with live reload, or built strictly (a
+# broken link or anchor fails), as CI does.
+docs: setup
+	$(VENV)/bin/mkdocs serve --dev-addr 127.0.0.1:$(DOCS_PORT)
+
+docs-build: setup
+	$(VENV)/bin/mkdocs build --strict
+
 clean:
-	rm -rf $(VENV) .venv-vllm .venv-vllm-install.log .pytest_cache .mypy_cache .ruff_cache build dist *.egg-info
+	rm -rf $(VENV) .venv-vllm .venv-vllm-install.log .pytest_cache .mypy_cache .ruff_cache build dist *.egg-info site

@@ -184,7 +184,7 @@ def test_validate_reports_a_malformed_playbook_in_one_line_with_exit_2(tmp_path)
 def test_validate_accepts_the_builtin_catalog():
     proc = _cli("catalog", "validate", str(builtin_dir()))
     assert proc.returncode == 0, proc.stderr
-    assert re.match(r"ok: 27 playbook", proc.stdout)
+    assert proc.stdout.startswith(f"ok: {len(load_catalog())} playbook"), proc.stdout
 
 
 def test_validate_of_a_missing_directory_is_a_usage_error(tmp_path):

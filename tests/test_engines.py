@@ -1,4 +1,4 @@
-"""What each engine supports: the README's table is the one the signals give, and the
+"""What each engine supports: the documentation's table is the one the signals give, and the
 signals say why SGLang lacks what it lacks."""
 
 from __future__ import annotations
@@ -7,16 +7,17 @@ from pathlib import Path
 
 from diagnoser.catalog import load_catalog
 from diagnoser.core.signals import SIGNALS
-from diagnoser.outputs.engines import BEGIN, END, playbook_rows, support_table
+from diagnoser.outputs.engines import BEGIN, END, SUPPORT_PAGE, playbook_rows, support_table
 from diagnoser.site import Site
 
-README = Path(__file__).resolve().parent.parent / "README.md"
+PAGE = Path(__file__).resolve().parent.parent / SUPPORT_PAGE
 
 
-def test_the_readme_table_is_the_generated_one():
-    text = README.read_text(encoding="utf-8")
+def test_the_support_page_table_is_the_generated_one():
+    text = PAGE.read_text(encoding="utf-8")
     section = text[text.index(BEGIN) : text.index(END) + len(END)] + "\n"
-    assert section == support_table(Site.default()), "README's engine table is stale: make generate"
+    stale = f"{SUPPORT_PAGE}'s engine table is stale: make generate"
+    assert section == support_table(Site.default()), stale
 
 
 def test_every_signal_sglang_lacks_says_why():

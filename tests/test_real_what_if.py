@@ -48,7 +48,7 @@ def test_a_recorded_experiment_replays_to_its_recorded_result(directory: Path):
     differ = _close(got, want)
     assert not differ, "\n".join(differ[:20])
     # Every lever was measured on a window with traffic in it, and predicted unless the
-    # calibration refused (held-out prefill-room does: see the README).
+    # calibration refused (held-out stall-room does: see docs/lab/real-what-if.md).
     ok = got["calibration"]["ok"]
     assert ok or "does not match the window" in got["calibration"]["reason"]
     for lever in got["levers"]:

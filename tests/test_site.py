@@ -133,9 +133,9 @@ def test_a_model_below_the_traffic_floor_is_diagnosed_and_said_to_be(two_cluster
     assert _found(doc) == {("*", "prompt-length-shift")}
 
 
-def test_the_readmes_site_config_is_a_valid_one(tmp_path):
-    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
-    block = readme.split("# my-site.yaml\n", 1)[1].split("```", 1)[0]
+def test_the_documented_site_config_is_a_valid_one(tmp_path):
+    page = (Path(__file__).resolve().parent.parent / "docs" / "site-config.md").read_text()
+    block = page.split("# my-site.yaml\n", 1)[1].split("```", 1)[0]
     path = tmp_path / "my-site.yaml"
     path.write_text(block)
     site = Site.build(load_config(path), Site.default().catalog)

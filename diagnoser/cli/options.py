@@ -110,7 +110,7 @@ config_option = click.option(
     envvar="SERVEDIAG_CONFIG",
     type=click.Path(dir_okay=False, path_type=Path),
     help="Site config: selectors, group labels, SLOs, traffic floor, alert overrides "
-    "(also SERVEDIAG_CONFIG); see README.",
+    "(also SERVEDIAG_CONFIG); see docs/site-config.md.",
 )
 
 

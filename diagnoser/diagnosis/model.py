@@ -1,5 +1,5 @@
 """A diagnosis, typed: what every renderer (text, Markdown, HTML, JSON, the chat message)
-reads. ``to_json`` is the JSON contract other tools rely on (see the README)."""
+reads. ``to_json`` is the JSON contract other tools rely on (``docs/commands/diagnose.md``)."""
 
 from __future__ import annotations
 

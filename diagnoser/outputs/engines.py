@@ -1,6 +1,7 @@
-"""What each playbook, alert and dashboard panel supports on each engine, as the README's
-table: derived from the signals (which have an SGLang expression, and why not) so the table
-cannot drift from the code (``tests/test_engines.py`` holds the README to it)."""
+"""What each playbook, alert and dashboard panel supports on each engine, as the documentation's
+table (``docs/engines/support.md``): derived from the signals (which have an SGLang expression,
+and why not) so the table cannot drift from the code (``tests/test_engines.py`` holds the page
+to it)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from diagnoser.catalog import PLACEHOLDER, Playbook
 from diagnoser.site import Site
 
 BEGIN, END = "<!-- engine-support:begin -->", "<!-- engine-support:end -->"
+SUPPORT_PAGE = "docs/engines/support.md"
 DASHBOARD_TITLES = {
     "overview": "Overview",
     "prompt-length": "Latency by prompt length",
@@ -92,7 +94,7 @@ def panel_rows(site: Site) -> list[tuple[str, str, str]]:
 
 
 def support_table(site: Site) -> str:
-    """The README's section, between its markers."""
+    """The support page's section, between its markers."""
     out = [
         BEGIN,
         "| Playbook | On SGLang: `diagnose` | Alert (on SGLang) |",
@@ -107,18 +109,18 @@ def support_table(site: Site) -> str:
     return "\n".join(out) + "\n"
 
 
-def rewrite(readme: Path, site: Site) -> bool:
-    """Put the generated table between the markers of ``readme``; whether it changed."""
-    text = readme.read_text(encoding="utf-8")
+def rewrite(page: Path, site: Site) -> bool:
+    """Put the generated table between the markers of ``page``; whether it changed."""
+    text = page.read_text(encoding="utf-8")
     start, end = text.index(BEGIN), text.index(END) + len(END)
     new = text[:start] + support_table(site).rstrip("\n") + text[end:]
     if new != text:
-        readme.write_text(new, encoding="utf-8")
+        page.write_text(new, encoding="utf-8")
     return new != text
 
 
-if __name__ == "__main__":  # make generate: python -m diagnoser.outputs.engines README.md
+if __name__ == "__main__":  # make generate: python -m diagnoser.outputs.engines PAGE
     import sys
 
-    target = Path(sys.argv[1] if len(sys.argv) > 1 else "README.md")
+    target = Path(sys.argv[1] if len(sys.argv) > 1 else SUPPORT_PAGE)
     print(("wrote " if rewrite(target, Site.default()) else "unchanged: ") + str(target))
