@@ -17,29 +17,15 @@ from diagnoser.catalog import CatalogError, builtin_dir, load_catalog, load_play
 ROOT = Path(__file__).resolve().parent.parent
 
 
-# Playbooks added after the design, from patterns met on real servers.
-BEYOND_DESIGN = {
-    "detectable": [
-        "engine-hang",
-        "kv-transfer-failures",
-        "lora-adapter-slots",
-        "max-tokens-truncation",
-        "prefix-cache-collapse",
-        "replica-imbalance",
-        "speculative-decoding-misfire",
-    ],
-    "advisory": [],
-}
-
-
-def test_every_design_id_is_in_the_catalog(catalog):
+def test_every_design_id_is_in_the_catalog_as_the_design_classes_it(catalog):
+    """The design's ids are all there, detectable or advisory as the design says; the
+    playbooks added since (patterns met on real servers) are the catalog's own, and each
+    passes every other test here like the design's."""
     ids = data_json("design-ids.json")
     detectable, advisory = ids["detectable"], ids["advisory"]
     assert len(detectable) == 16 and len(advisory) == 4
-    assert sorted(p.id for p in catalog.detectable()) == sorted(
-        detectable + BEYOND_DESIGN["detectable"]
-    )
-    assert sorted(p.id for p in catalog.advisory()) == sorted(advisory + BEYOND_DESIGN["advisory"])
+    assert set(detectable) <= {p.id for p in catalog.detectable()}
+    assert set(advisory) <= {p.id for p in catalog.advisory()}
 
 
 def test_detectable_playbooks_have_a_signature_and_an_alert(catalog):
