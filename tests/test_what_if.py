@@ -318,3 +318,12 @@ def test_vllms_scheduler_defaults_follow_the_gpu():
     assert vllm_defaults(presets.gpu("H100-80GB")) == (1024, 8192)
     assert vllm_defaults(presets.gpu("A100-80GB")) == (256, 2048)
     assert vllm_defaults(presets.gpu("L40S")) == (256, 2048)
+
+
+def test_every_lever_of_the_grammar_has_one_replay_and_no_replay_lacks_its_lever():
+    from diagnoser.catalog.levers import KNOBS
+    from diagnoser.whatif.levers import TURNS, turns
+
+    assert sorted(TURNS) == sorted(KNOBS)
+    with pytest.raises(ValueError, match="two replays"):
+        turns("replicas")(TURNS["replicas"])
