@@ -63,11 +63,21 @@ def signals_cmd(name: str | None, instance: bool, config_path: Path | None) -> N
 @click.option(
     "--check", is_flag=True, help="Write nothing; exit 1 if any generated file is missing or stale."
 )
+@click.option(
+    "--configmaps",
+    is_flag=True,
+    help="Also write dashboards/configmaps.yaml: every dashboard as a ConfigMap for "
+    "kube-prometheus-stack's Grafana sidecar.",
+)
 @catalog_option
 @config_option
 @handles_errors
 def generate_cmd(
-    out_root: Path, check: bool, catalog_dirs: tuple[Path, ...], config_path: Path | None
+    out_root: Path,
+    check: bool,
+    configmaps: bool,
+    catalog_dirs: tuple[Path, ...],
+    config_path: Path | None,
 ) -> None:
     """Generate Prometheus rules (plain and PrometheusRule), runbook pages and Grafana
     dashboards for the site.
@@ -77,6 +87,7 @@ def generate_cmd(
       servediag generate
       servediag generate --config my-site.yaml --catalog ./my-playbooks --out deploy/
       servediag generate --check
+      servediag generate --configmaps --out deploy/     # for the Grafana sidecar
     """
     from diagnoser.outputs import generate
     from diagnoser.outputs.promcheck import config_matchers_problem, rule_files_problem
@@ -89,7 +100,7 @@ def generate_cmd(
             fail(f"{config_path}: {wrong}")
     for line in site.config.off_bound():
         click.echo(f"note: {line}", err=True)
-    files = generate.render(site)
+    files = generate.render(site, configmaps=configmaps)
     check_alert_rules(site, site.catalog.detectable())
     # The whole rule files, as Prometheus will load them, before anything is written: what
     # the site config alone shapes (the SLO and symptom rules) is checked nowhere else.

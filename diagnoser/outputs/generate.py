@@ -10,8 +10,10 @@ from diagnoser.outputs import rules, runbooks
 from diagnoser.site import Site
 
 
-def render(site: Site) -> dict[Path, str]:
-    """Every generated file, by path relative to the output root."""
+def render(site: Site, configmaps: bool = False) -> dict[Path, str]:
+    """Every generated file, by path relative to the output root; with ``configmaps`` the
+    dashboards as ConfigMaps too (for kube-prometheus-stack's Grafana sidecar: made on
+    demand, as they repeat every dashboard)."""
     out: dict[Path, str] = {}
     for name, text in rules.render_files(site).items():
         out[Path("rules") / name] = text
@@ -23,7 +25,8 @@ def render(site: Site) -> dict[Path, str]:
     for name, text in boards.items():
         out[Path("dashboards") / f"{name}.json"] = text
     out[Path("dashboards") / "provisioning.yaml"] = dashboards.provisioning()
-    out[Path("dashboards") / "configmaps.yaml"] = dashboards.configmaps(boards)
+    if configmaps:
+        out[Path("dashboards") / "configmaps.yaml"] = dashboards.configmaps(boards)
     return out
 
 
