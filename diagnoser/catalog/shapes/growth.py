@@ -4,14 +4,19 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
 import numpy as np
 
-from diagnoser.catalog.shapes.base import Data, Periods, Shape, Verdict, sliced, summarise
-
-if TYPE_CHECKING:
-    from diagnoser.catalog.model import Condition
+from diagnoser.catalog.shapes.base import (
+    ConditionLike,
+    Data,
+    Periods,
+    Shape,
+    Verdict,
+    sliced,
+    summarise,
+)
 
 
 def class_size(label: str) -> float | None:
@@ -59,10 +64,10 @@ class GrowsWith(Shape):
     numeric: ClassVar[bool] = False
     per_class: ClassVar[bool] = True
 
-    def describe(self, cond: Condition) -> str:
+    def describe(self, cond: ConditionLike) -> str:
         return f"grows faster than {cond.value} (exponent >= {cond.exponent})"
 
-    def evaluate(self, cond: Condition, data: Data, p: Periods) -> Verdict:
+    def evaluate(self, cond: ConditionLike, data: Data, p: Periods) -> Verdict:
         medians = {}
         for label, s in data.classes.get(cond.signal, {}).items():
             v = summarise(sliced(s, p.now), "median")
@@ -70,6 +75,6 @@ class GrowsWith(Shape):
                 medians[label] = v
         return grows_with(float(cond.exponent or 1.0), medians)
 
-    def evidence(self, cond: Condition, numbers: Mapping[str, float | None], unit: str) -> str:
+    def evidence(self, cond: ConditionLike, numbers: Mapping[str, float | None], unit: str) -> str:
         e = numbers.get("exponent")
         return f"{cond.signal} grows with exponent {e:.2f}" if e is not None else cond.signal
