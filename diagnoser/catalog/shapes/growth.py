@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
@@ -17,19 +16,7 @@ from diagnoser.catalog.shapes.base import (
     sliced,
     summarise,
 )
-
-
-def class_size(label: str) -> float | None:
-    """``128`` -> 128, ``4k`` -> 4096, ``1m`` -> 1048576; None when not a size (``nan``,
-    ``inf`` and ``1e400`` are not: the label may come from any exporter)."""
-    text = label.strip().lower()
-    mult = {"k": 1024, "m": 1024**2}.get(text[-1:], 1)
-    digits = text[:-1] if mult > 1 else text
-    try:
-        size = float(digits) * mult
-    except ValueError:
-        return None
-    return size if math.isfinite(size) else None
+from diagnoser.core.buckets import class_size
 
 
 def grows_with(exponent: float, classes: dict[str, float]) -> Verdict:
