@@ -180,54 +180,35 @@ def kv_budget(
     *,
     source: Any = None,
     at: When = None,
-    gpu: str = "H100-80GB",
-    gpu_memory_gb: float | None = None,
-    gpu_memory_utilization: float = 0.9,
-    weights_gb: float | None = None,
-    max_model_len: int | None = None,
-    context: int | None = None,
-    users: int | None = None,
-    tensor_parallel: int = 1,
-    kv_cache_dtype: str = "auto",
-    block_size: int = 16,
     timeout: float = 60.0,
-    dtype: str = "auto",
+    **inputs: Any,
 ) -> tuple[Budget | None, Live | None]:
     """The KV-cache plan for ``model`` (a preset such as ``"llama-3.1-8b"`` or a
     ``config.json``), and with ``source`` each live engine's capacity read at ``at``
     (default now), as ``servediag kv-budget`` prints them. Either may be None when not
-    asked for. Raises ``UserError`` for what cannot be planned, ``SourceError`` when the
-    source fails."""
+    asked for. ``inputs`` are the plan's, as the command line's options name them
+    (``diagnoser.kvbudget.budget.PlanInputs``): ``gpu`` (default ``"H100-80GB"``),
+    ``gpu_memory_gb``, ``gpu_memory_utilization``, ``weights_gb``, ``overhead_gb``,
+    ``max_model_len``, ``context``, ``users``, ``tensor_parallel``, ``kv_cache_dtype``,
+    ``block_size``, ``dtype`` and ``gpu_from`` (where the GPU came from, said in the plan);
+    another name raises ``TypeError``. Raises ``UserError`` for what cannot be planned,
+    ``SourceError`` when the source fails."""
     import time
 
-    from diagnoser.kvbudget.budget import make_budget
+    from diagnoser.kvbudget.budget import PlanInputs, make_budget
     from diagnoser.kvbudget.live import read_live
 
     if model is None and source is None:
         raise ValueError("give a model (a preset or a config.json), a source, or both")
-    plan = None
-    if model is not None:
-        plan = make_budget(
-            model,
-            gpu_name=gpu,
-            gpu_memory_gb=gpu_memory_gb,
-            gpu_memory_utilization=gpu_memory_utilization,
-            weights_gb=weights_gb,
-            max_model_len=max_model_len,
-            context=context,
-            users=users,
-            tensor_parallel=tensor_parallel,
-            kv_cache_dtype=kv_cache_dtype,
-            block_size=block_size,
-            dtype=dtype,
-        )
+    asked = PlanInputs(model, **inputs)
+    plan = make_budget(asked) if model is not None else None
     live = None
     if source is not None:
         when = timestamp(at, "at")
         live = read_live(
             connect(source, timeout),
             time.time() if when is None else when,
-            max_model_len,
-            context,
+            asked.max_model_len,
+            asked.context,
         )
     return plan, live

@@ -78,7 +78,7 @@ def test_the_fleet_bench_reads_the_recording_rules_evaluated_over_the_fleet(tmp_
     """The rules' blocks are made once beside the fleet; a Prometheus on both, and a
     VictoriaMetrics that imported both, run diagnose with --recorded-rules, which reads the
     records and says what the raw series say."""
-    from diagnoser.lab import fleetbench, fleetvm
+    from diagnoser.lab import fleetbench, fleetstore, fleetvm
 
     def quiet(_line: str) -> None:
         pass
@@ -88,9 +88,9 @@ def test_the_fleet_bench_reads_the_recording_rules_evaluated_over_the_fleet(tmp_
     data, seconds = fleetbench.rules_data(f, say=quiet)
     assert seconds is not None and list(data.glob("*/meta.json"))
     assert fleetbench.rules_data(f, say=quiet) == (data, None)  # kept
-    with fleetbench.prometheus(f.tsdb) as raw:
+    with fleetstore.prometheus(f.tsdb) as raw:
         plain = raw.measure(f.end, "30m", (), "whole fleet")
-    with fleetbench.prometheus(f.tsdb, data) as store:
+    with fleetstore.prometheus(f.tsdb, data) as store:
         assert store.name == "prometheus+rules" and store.flags == ("--recorded-rules",)
         ruled = store.measure(f.end, "30m", (), "whole fleet")
     assert plain.status == ruled.status == 0, (plain.error, ruled.error)

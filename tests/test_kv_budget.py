@@ -439,6 +439,40 @@ def test_prometheus_url_from_the_environment_and_shared_option_checks():
     assert res.exit_code == 2 and "give --prometheus-url too" in res.stderr
 
 
+def test_the_python_api_takes_every_input_the_command_line_does_and_plans_alike():
+    """One list of the plan's inputs: the command line's options are the API's keywords,
+    overhead and where the GPU came from included, and both give the same plan."""
+    import diagnoser
+    from diagnoser.kvbudget import report
+    from diagnoser.kvbudget.budget import PlanInputs
+
+    cli = plan_json(
+        "--model", "llama-3.1-8b", "--gpu", "H200", "--overhead-gb", "4.5", "--users", "8",
+        "--context", "4096", "--tp", "2", "--block-size", "32",
+    )  # fmt: skip
+    plan, live = diagnoser.kv_budget(
+        "llama-3.1-8b",
+        gpu="H200",
+        overhead_gb=4.5,
+        users=8,
+        context=4096,
+        tensor_parallel=2,
+        block_size=32,
+        gpu_from="--gpu",
+    )
+    assert live is None and plan is not None
+    assert json.loads(json.dumps(report.to_json(plan, None))) == cli
+    assert cli["runtime_overhead_bytes"] == 4.5 * GB
+    inventory, _ = diagnoser.kv_budget("llama-3.1-8b", gpu_from="assumed H100-80GB")
+    assert inventory is not None and inventory.gpu_from == "assumed H100-80GB"
+    assert report.to_json(inventory, None) == plan_json("--model", "llama-3.1-8b")
+    with pytest.raises(TypeError, match="overhead"):
+        diagnoser.kv_budget("llama-3.1-8b", overheads_gb=1.0)
+    fields = {f.name for f in dataclasses.fields(PlanInputs)}
+    options = {p.name for p in main.commands["kv-budget"].params}
+    assert fields - {"model", "gpu", "gpu_from"} <= options
+
+
 # --- what the plan assumes, said ---------------------------------------------------------------
 
 

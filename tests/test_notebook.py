@@ -16,10 +16,11 @@ from pathlib import Path
 import pytest
 
 import diagnoser
-from diagnoser import tables
 from diagnoser.core.source import SourceError
+from diagnoser.diagnosis.rows import NUMBER_COLUMNS, SERIES_COLUMNS, finding_columns
 from diagnoser.lab.promserver import free_port
 from diagnoser.lab.replay import Replay
+from diagnoser.report.csv import to_csv
 
 ROOT = Path(__file__).resolve().parent.parent
 ANSWERS = ROOT / "tests" / "data" / "answers"
@@ -88,7 +89,7 @@ def test_a_dead_url_raises_the_sources_one_error():
 
 def test_the_series_frame_is_long_and_names_the_evidence(launch):
     frame = launch.to_frame()
-    assert list(frame.columns) == ["model_name", *tables.SERIES_COLUMNS]
+    assert list(frame.columns) == ["model_name", *SERIES_COLUMNS]
     assert str(frame["time"].dt.tz) == "UTC"
     assert set(frame["period"]) == {"window", "baseline"}
     first = launch.findings[0]
@@ -123,29 +124,29 @@ def test_every_number_a_verdict_reports_has_a_column():
         for f in doc["findings"]:
             for e in f["evidence"]:
                 seen |= set(e) - {"signal", "over", "condition", "group", "holds"}
-    assert seen and seen <= set(tables.NUMBER_COLUMNS), seen - set(tables.NUMBER_COLUMNS)
+    assert seen and seen <= set(NUMBER_COLUMNS), seen - set(NUMBER_COLUMNS)
 
 
 def test_no_finding_and_no_data_give_empty_frames_with_the_columns(quiet):
     assert not quiet.findings
     empty = quiet.findings_frame()
-    assert empty.empty and list(empty.columns) == tables.finding_columns(quiet)
+    assert empty.empty and list(empty.columns) == finding_columns(quiet)
     nothing = diagnoser.diagnose(Replay(ANSWERS / "healthy-steady.json.gz"), until=END)
     nothing.data.clear()
     frame = nothing.to_frame()
-    assert frame.empty and list(frame.columns) == ["model_name", *tables.SERIES_COLUMNS]
+    assert frame.empty and list(frame.columns) == ["model_name", *SERIES_COLUMNS]
 
 
 def test_csv_is_the_findings_table_and_defuses_formulas(launch, quiet):
-    rows = list(csv.DictReader(io.StringIO(tables.to_csv(launch))))
-    assert rows and rows[0]["id"] == "prompt-length-shift" and rows[0]["rank"] == "1"
-    assert len(rows) == len(launch.findings_frame())
-    header = tables.to_csv(quiet).splitlines()
-    assert header == [",".join(tables.finding_columns(quiet))]
+    read = list(csv.DictReader(io.StringIO(to_csv(launch))))
+    assert read and read[0]["id"] == "prompt-length-shift" and read[0]["rank"] == "1"
+    assert len(read) == len(launch.findings_frame())
+    header = to_csv(quiet).splitlines()
+    assert header == [",".join(finding_columns(quiet))]
     mine = diagnoser.diagnose(Replay(ANSWERS / "retrieval-launch.json.gz"), until=END)
     m = mine.findings[0]
     m.scope = {**m.scope, "model_name": '=HYPERLINK("http://x")'}
-    cell = next(iter(csv.DictReader(io.StringIO(tables.to_csv(mine)))))["model_name"]
+    cell = next(iter(csv.DictReader(io.StringIO(to_csv(mine)))))["model_name"]
     assert cell == '\'=HYPERLINK("http://x")'
 
 

@@ -160,7 +160,7 @@ def _tokens(slow_share: float) -> Observed:
 
 
 def test_a_quantile_on_a_knee_says_how_far_a_point_of_slow_tokens_moves_it():
-    from diagnoser.report.whatif import knee_lines
+    from diagnoser.whatif.figures import knee_lines
     from diagnoser.whatif.predict import SHARE, knees
 
     # The replay's 4.8% of slow tokens read ITL p95 off a decode step; the server's 5.4% off a

@@ -6,6 +6,8 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from diagnoser.catalog.shapes import SHAPES
+
 CHAPTERS = {
     "tokens": "Models read tokens, not words",
     "prefill-decode": "Prefill fills the KV cache. Decode reads it",
@@ -40,8 +42,6 @@ class Condition:
 
     def describe(self) -> str:
         """Readable form, e.g. ``ttft_p95 rises >= 1.5x``."""
-        from diagnoser.catalog.shapes import SHAPES
-
         subject = f"{self.signal} / {self.over}" if self.over else self.signal
         text = SHAPES[self.shape].describe(self)
         if self.held is not None:
@@ -50,8 +50,6 @@ class Condition:
 
     def needs(self) -> tuple[str, ...]:
         """The signals this condition reads."""
-        from diagnoser.catalog.shapes import SHAPES
-
         return SHAPES[self.shape].needs(self)
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -24,6 +25,7 @@ from diagnoser.hardware.presets import (
     SERVED_DTYPES,
     preset_like,
 )
+from diagnoser.kvbudget.budget import PlanInputs, make_budget
 
 MOST_GB = 1e6  # a petabyte: more than any GPU's memory or any model's weights
 
@@ -51,7 +53,7 @@ MOST_GB = 1e6  # a petabyte: more than any GPU's memory or any model's weights
 @click.option(
     "--gpu-memory-utilization",
     type=FiniteRange(min=0, max=1, min_open=True),
-    default=0.9,
+    default=PlanInputs.gpu_memory_utilization,
     show_default=True,
     help="vLLM's share of the GPU's memory.",
 )
@@ -63,7 +65,7 @@ MOST_GB = 1e6  # a petabyte: more than any GPU's memory or any model's weights
 @click.option(
     "--overhead-gb",
     type=FiniteRange(min=0, max=MOST_GB),
-    default=2.14,
+    default=PlanInputs.overhead_gb,
     show_default=True,
     help="Runtime overhead per GPU in GB (activations, CUDA graphs).",
 )
@@ -85,21 +87,21 @@ MOST_GB = 1e6  # a petabyte: more than any GPU's memory or any model's weights
     "--tp",
     "tensor_parallel",
     type=click.IntRange(min=1, max=4096),
-    default=1,
+    default=PlanInputs.tensor_parallel,
     show_default=True,
     help="GPUs the model is split across.",
 )
 @click.option(
     "--kv-cache-dtype",
     type=click.Choice(list(KV_CACHE_DTYPES)),
-    default="auto",
+    default=PlanInputs.kv_cache_dtype,
     show_default=True,
     help="As vLLM's flag: auto is the model's dtype; fp8 halves the bytes.",
 )
 @click.option(
     "--dtype",
     type=click.Choice(list(SERVED_DTYPES)),
-    default="auto",
+    default=PlanInputs.dtype,
     show_default=True,
     help="As vLLM's flag: the dtype the server runs the model in (auto: config.json's, "
     "float32 served as bfloat16); the KV cache takes it under --kv-cache-dtype auto.",
@@ -107,7 +109,7 @@ MOST_GB = 1e6  # a petabyte: more than any GPU's memory or any model's weights
 @click.option(
     "--block-size",
     type=click.IntRange(min=1, max=1 << 20),
-    default=16,
+    default=PlanInputs.block_size,
     show_default=True,
     help="Tokens per KV-cache block, as vLLM's flag.",
 )
@@ -130,21 +132,11 @@ MOST_GB = 1e6  # a petabyte: more than any GPU's memory or any model's weights
 def kv_budget_cmd(
     model_ref: str | None,
     gpu_name: str | None,
-    gpu_memory_gb: float | None,
-    gpu_memory_utilization: float,
-    weights_gb: float | None,
-    overhead_gb: float,
-    max_model_len: int | None,
-    context: int | None,
-    users: int | None,
-    tensor_parallel: int,
-    kv_cache_dtype: str,
-    dtype: str,
-    block_size: int,
     source: SourceOptions,
     at: float | None,
     fmt: str,
     config_path: Path | None,
+    **plan: Any,  # the other options: the plan's inputs, each named as PlanInputs names it
 ) -> None:
     """Plan the KV cache: bytes per token, sequences and users that fit, and what if.
 
@@ -164,7 +156,6 @@ def kv_budget_cmd(
     """
     import time
 
-    from diagnoser.kvbudget import budget as kvbudget
     from diagnoser.kvbudget import report as kvbudget_report
     from diagnoser.kvbudget.live import dcgm_gpu, read_live
 
@@ -176,36 +167,22 @@ def kv_budget_cmd(
     prometheus = source.connect().operation() if source.url is not None else None
     when = at if at is not None else time.time()
     gpu_from = "--gpu"
-    if model_ref is not None and gpu_name is None and gpu_memory_gb is None:
+    if model_ref is not None and gpu_name is None and plan["gpu_memory_gb"] is None:
         seen = dcgm_gpu(prometheus, when) if prometheus is not None else None
         if seen is not None:
-            gpu_name, gpu_memory_gb = preset_like(*seen)
+            gpu_name, plan["gpu_memory_gb"] = preset_like(*seen)
             gpu_from = f"{seen[0]}, from DCGM"
         else:
             gpu_from = f"assumed {DEFAULT_GPU}"
-    if model_ref is not None:
-        budget = kvbudget.make_budget(
-            model_ref,
-            gpu_name=gpu_name or DEFAULT_GPU,
-            gpu_memory_gb=gpu_memory_gb,
-            gpu_memory_utilization=gpu_memory_utilization,
-            weights_gb=weights_gb,
-            overhead_gb=overhead_gb,
-            max_model_len=max_model_len,
-            context=context,
-            users=users,
-            tensor_parallel=tensor_parallel,
-            kv_cache_dtype=kv_cache_dtype,
-            block_size=block_size,
-            dtype=dtype,
-            gpu_from=gpu_from,
-        )
+    inputs = PlanInputs(model_ref, gpu=gpu_name or DEFAULT_GPU, gpu_from=gpu_from, **plan)
+    if inputs.model is not None:
+        budget = make_budget(inputs)
     live = None
     if prometheus is not None:
-        longest_live = budget.max_model_len if budget else max_model_len
+        longest_live = budget.max_model_len if budget else inputs.max_model_len
         selector = load_site(config_path).config.selector
         live = read_live(
-            prometheus, when, longest_live, budget.context if budget else context, selector
+            prometheus, when, longest_live, budget.context if budget else inputs.context, selector
         )
         for warning in prometheus.warnings:
             click.echo(f"servediag: warning: partial answer: {warning}", err=True)

@@ -8,7 +8,7 @@ with ``--custom-histogram-buckets``, so the live ``le`` values win over these.
 from __future__ import annotations
 
 from itertools import pairwise
-from math import inf, isclose, isnan
+from math import inf, isclose, isfinite, isnan
 
 TTFT_BUCKETS = (
     *(0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0),
@@ -81,6 +81,20 @@ def request_token_buckets(max_model_len: int) -> tuple[float, ...]:
 def prompt_bucket_label(tokens: int) -> str:
     """The ``prompt_bucket`` label of a prompt length class: 128 -> ``128``, 4096 -> ``4k``."""
     return f"{tokens // 1024}k" if tokens >= 1024 and tokens % 1024 == 0 else str(tokens)
+
+
+def class_size(label: str) -> float | None:
+    """A prompt length class's size from its label: ``128`` -> 128, ``4k`` -> 4096, ``1m`` ->
+    1048576; None when not a size (``nan``, ``inf`` and ``1e400`` are not: the label may come
+    from any exporter)."""
+    text = label.strip().lower()
+    mult = {"k": 1024, "m": 1024**2}.get(text[-1:], 1)
+    digits = text[:-1] if mult > 1 else text
+    try:
+        size = float(digits) * mult
+    except ValueError:
+        return None
+    return size if isfinite(size) else None
 
 
 def le_label(value: float) -> str:

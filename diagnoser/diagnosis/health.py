@@ -282,13 +282,22 @@ def _verdict(h: Health, seconds: float) -> None:
         h.notes.append(f"1 restart (a deploy or a single crash{down}){met}")
 
 
-def describe(sli: Sli) -> str:
+def describe(sli: Sli, terse: bool = False) -> str:
+    """An SLI's reading in words, as a reason says it (``TTFT <= 0.5 s for 93.1%``,
+    ``availability 99.95%``) or, ``terse``, as a report's health line does
+    (``TTFT<=0.5s 93.1%``, ``available 99.95%``)."""
     if sli.good is None:
-        return f"{sli.name} unknown"
+        return f"{sli.name} {'-' if terse else 'unknown'}"
     if sli.name == "availability":
-        return f"availability {sli.good:.2%}"
+        return f"{'available' if terse else 'availability'} {sli.good:.2%}"
     what = "TTFT" if sli.name == "ttft" else "ITL"
-    return f"{what} <= {sli.threshold:g} s for {sli.good:.1%}"
+    if not terse:
+        return f"{what} <= {sli.threshold:g} s for {sli.good:.1%}"
+    # A threshold that is not a bucket bound of the servers' histogram: the share is read
+    # at the largest bound below it, and the line says so.
+    bounds = " or ".join(f"{b:g}s" for b in sli.read_at)
+    at = f" (read at {bounds}: not a bucket bound)" if sli.read_at else ""
+    return f"{what}<={sli.threshold:g}s{at} {sli.good:.1%}"
 
 
 def flag(h: Health, reason: str) -> None:

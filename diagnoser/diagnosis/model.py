@@ -13,6 +13,7 @@ from diagnoser.core.finite import finite
 from diagnoser.diagnosis.health import Health, Sli
 from diagnoser.diagnosis.lookback import Reach
 from diagnoser.diagnosis.match import ConditionResult, Match, ScopeData
+from diagnoser.diagnosis.rows import findings_frame, series_frame
 from diagnoser.diagnosis.window import Window
 from diagnoser.site import Site
 
@@ -185,15 +186,11 @@ class Diagnosis:
         the scope's labels, ``signal``, ``unit``, ``class``, ``period`` (window, baseline,
         before), ``time`` (UTC), ``value`` and ``evidence_for`` (the findings it is evidence
         for, comma separated). Needs pandas (``servediag[notebook]``)."""
-        from diagnoser.tables import series_frame
-
         return series_frame(self)
 
     def findings_frame(self) -> pd.DataFrame:
         """One row per finding and condition of its evidence, likely cause first, with the
-        numbers the text report prints (see ``diagnoser.tables.finding_rows``)."""
-        from diagnoser.tables import findings_frame
-
+        numbers the text report prints (see ``diagnosis.rows.finding_rows``)."""
         return findings_frame(self)
 
     def to_json(self) -> dict[str, Any]:

@@ -35,6 +35,29 @@ class Model:
 
 
 @dataclass(frozen=True)
+class PlanInputs:
+    """What a KV-cache plan is asked for: ``servediag kv-budget``'s options, the keyword
+    arguments of ``diagnoser.kv_budget()``, and what ``make_budget`` plans from. ``model`` is
+    a preset or a config.json (None: no plan, only the live capacity); ``max_model_len`` and
+    ``context`` also bound what the live capacity is read against."""
+
+    model: str | None = None
+    gpu: str = hardware.DEFAULT_GPU
+    gpu_memory_gb: float | None = None  # instead of the preset's memory
+    gpu_memory_utilization: float = 0.9
+    weights_gb: float | None = None  # default: the preset's, or estimated from config.json
+    overhead_gb: float = hardware.DEFAULT_RUNTIME_OVERHEAD / GB  # per GPU
+    max_model_len: int | None = None  # default: the model's max_position_embeddings
+    context: int | None = None  # tokens each user holds; default: max_model_len
+    users: int | None = None
+    tensor_parallel: int = 1
+    kv_cache_dtype: str = "auto"
+    block_size: int = 16
+    dtype: str = "auto"  # vLLM's --dtype
+    gpu_from: str = "--gpu"  # where the GPU came from, said in the plan
+
+
+@dataclass(frozen=True)
 class Budget:
     """Everything the plan depends on."""
 
@@ -142,27 +165,14 @@ def weights(model: Model, weights_gb: float | None) -> tuple[float, str]:
     return spec.weight_bytes, f"{kind}: {how}"
 
 
-def make_budget(
-    model_ref: str,
-    *,
-    gpu_name: str = "H100-80GB",
-    gpu_memory_gb: float | None = None,
-    gpu_memory_utilization: float = 0.9,
-    weights_gb: float | None = None,
-    overhead_gb: float = hardware.DEFAULT_RUNTIME_OVERHEAD / GB,
-    max_model_len: int | None = None,
-    context: int | None = None,
-    users: int | None = None,
-    tensor_parallel: int = 1,
-    kv_cache_dtype: str = "auto",
-    block_size: int = 16,
-    dtype: str = "auto",
-    gpu_from: str = "--gpu",
-) -> Budget:
-    """The budget the options describe; ``UserError`` (one line) for what cannot be planned."""
-    model = load_model(model_ref)
+def make_budget(inputs: PlanInputs) -> Budget:
+    """The budget the inputs describe; ``UserError`` (one line) for what cannot be planned."""
+    if inputs.model is None:
+        raise ValueError("a KV-cache plan needs a model (a preset or a config.json)")
+    model = load_model(inputs.model)
+    gpu_memory_gb, tensor_parallel = inputs.gpu_memory_gb, inputs.tensor_parallel
     try:
-        gpu = hardware.gpu(gpu_name)
+        gpu = hardware.gpu(inputs.gpu)
     except KeyError as exc:
         raise UserError(str(exc.args[0])) from None
     if gpu_memory_gb is not None:
@@ -170,14 +180,14 @@ def make_budget(
     problem = tp_problem(model.spec, tensor_parallel)
     if problem:
         raise UserError(f"--tensor-parallel-size {tensor_parallel}: {problem}")
-    longest = max_model_len or model.spec.max_position
+    longest = inputs.max_model_len or model.spec.max_position
     if not longest:
         raise ModelConfigError(
             model.source, "max_position_embeddings", "is missing; pass --max-model-len"
         )
-    weight_bytes, weights_from = weights(model, weights_gb)
-    served, served_from = dtype, "--dtype"
-    if dtype == "auto":
+    weight_bytes, weights_from = weights(model, inputs.weights_gb)
+    served, served_from = inputs.dtype, "--dtype"
+    if inputs.dtype == "auto":
         served = model.spec.dtype
         served_from = "config.json" if model.raw else "the preset"
     return Budget(
@@ -186,16 +196,16 @@ def make_budget(
         weight_bytes=weight_bytes,
         weights_from=weights_from,
         max_model_len=longest,
-        context=context or longest,
-        users=users,
-        gpu_memory_utilization=gpu_memory_utilization,
-        overhead_bytes=round(overhead_gb * GB),
+        context=inputs.context or longest,
+        users=inputs.users,
+        gpu_memory_utilization=inputs.gpu_memory_utilization,
+        overhead_bytes=round(inputs.overhead_gb * GB),
         tensor_parallel=tensor_parallel,
-        kv_cache_dtype=kv_cache_dtype,
-        block_size=block_size,
+        kv_cache_dtype=inputs.kv_cache_dtype,
+        block_size=inputs.block_size,
         dtype=served,
         dtype_from=served_from,
-        gpu_from=gpu_from if gpu_memory_gb is None else "--gpu-memory-gb",
+        gpu_from=inputs.gpu_from if gpu_memory_gb is None else "--gpu-memory-gb",
     )
 
 

@@ -15,7 +15,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from diagnoser.lab import fleet
-from diagnoser.lab.fleetbench import Store
+from diagnoser.lab.fleetstore import Store
 from diagnoser.lab.promserver import PrometheusError, binary, free_port
 
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from diagnoser.core.buckets import prompt_bucket_label
+from diagnoser.core.buckets import class_size, prompt_bucket_label
 from diagnoser.core.tokens import WORDS
 from diagnoser.errors import UserError, read_text
 
@@ -35,8 +35,6 @@ MAX_TOKENIZER_BYTES = 64 << 20
 
 def parse_classes(text: str) -> list[int]:
     """``128,1k,4k,16k`` -> [128, 1024, 4096, 16384] (``k`` is 1024; sorted, no repeats)."""
-    from diagnoser.catalog.shapes import class_size
-
     out: list[int] = []
     for part in text.split(","):
         size = class_size(part) if part.strip() else None

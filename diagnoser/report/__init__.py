@@ -22,7 +22,7 @@ def render(d: Diagnosis, fmt: str, colour: bool = False) -> str:
     if fmt == "json":
         return as_json(d)
     if fmt == "csv":
-        from diagnoser.tables import to_csv
+        from diagnoser.report.csv import to_csv
 
         return inert(to_csv(d))
     if fmt == "markdown":

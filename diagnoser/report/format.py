@@ -8,7 +8,7 @@ import time
 
 from diagnoser.core.durations import format_duration
 from diagnoser.core.printable import printable
-from diagnoser.diagnosis.health import Health, Sli
+from diagnoser.diagnosis.health import Health, Sli, describe
 from diagnoser.diagnosis.match import Match
 from diagnoser.diagnosis.model import Diagnosis
 
@@ -68,18 +68,9 @@ def since(d: Diagnosis, m: Match) -> str:
 
 
 def _sli(s: Sli) -> str:
-    if s.good is None:
-        return f"{s.name} -"
-    if s.name == "availability":
-        return f"available {s.good:.2%} (SLO {percent(s.objective)})"
-    what = "TTFT" if s.name == "ttft" else "ITL"
-    # A threshold that is not a bucket bound of the servers' histogram: the share is read
-    # at the largest bound below it, and the line says so.
-    at = f" (read at {' or '.join(f'{b:g}s' for b in s.read_at)}: not a bucket bound)"
-    return (
-        f"{what}<={s.threshold:g}s{at if s.read_at else ''} {s.good:.1%} "
-        f"(SLO {percent(s.objective)})"
-    )
+    """An SLI's reading as the health line gives it, with its objective when read."""
+    words = describe(s, terse=True)
+    return words if s.good is None else f"{words} (SLO {percent(s.objective)})"
 
 
 def percent(share: float) -> str:

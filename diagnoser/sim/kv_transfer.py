@@ -15,7 +15,8 @@ import numpy as np
 
 from diagnoser.core import families as F
 from diagnoser.core.exposition import Histogram, Labels, Recorder, labels_of
-from diagnoser.sim.engine import Engine, EngineStats
+from diagnoser.sim.engine import Engine
+from diagnoser.sim.engine_stats import EngineStats
 
 COUNTERS = (F.NIXL_FAILED, F.NIXL_FAILED_NOTIFICATIONS, F.NIXL_EXPIRED, F.NIXL_AFTER_EXPIRY)
 HISTOGRAMS = (F.NIXL_XFER_TIME, F.NIXL_POST_TIME, F.NIXL_BYTES, F.NIXL_DESCRIPTORS)

@@ -181,12 +181,20 @@ def _clock(seconds: float) -> str:
     return f"{seconds * 1000:g} ms" if 0 < seconds < 1 else format_duration(seconds)
 
 
-def _build(cls: type, raw: Any, path: Path, where: str, base: Any = None) -> Any:
+def _build(cls: type, raw: Any, path: Path, where: str, base: Any = None, built: Any = None) -> Any:
+    """``cls`` from a mapping, each key checked against its field (type, limits); ``built``
+    holds fields already made (a workload's rate and lengths), which the mapping may not
+    name again."""
     if raw is None:
         raw = {}
     if not isinstance(raw, dict):
         raise ScenarioError(path, where, "must be a mapping")
-    fields = {f.name: f for f in dataclasses.fields(cls) if not f.name.startswith("_")}
+    made = dict(built or {})
+    fields = {
+        f.name: f
+        for f in dataclasses.fields(cls)
+        if not f.name.startswith("_") and f.name not in made
+    }
     out = dataclasses.replace(base) if base is not None else None
     kwargs: dict[str, Any] = {}
     for key, value in raw.items():
@@ -200,7 +208,7 @@ def _build(cls: type, raw: Any, path: Path, where: str, base: Any = None) -> Any
             for k, v in kwargs.items():
                 setattr(out, k, v)
             return out
-        return cls(**kwargs)
+        return cls(**made, **kwargs)
     except TypeError as exc:
         missing = re.findall(r"'(\w+)'", str(exc))
         raise ScenarioError(
@@ -303,13 +311,13 @@ def _model(raw: Any, path: Path, where: str) -> ModelScenario:
     for key in ("rate", "prompt", "output"):
         if key not in wl:
             raise ScenarioError(path, f"{w}.{key}", "is required")
-    extra = {k: v for k, v in wl.items() if k not in ("rate", "prompt", "output")}
-    workload = Workload(
-        rate=_build(Rate, wl["rate"], path, f"{w}.rate"),
-        prompt=_build(Lengths, wl["prompt"], path, f"{w}.prompt"),
-        output=_build(Lengths, wl["output"], path, f"{w}.output"),
-        **{k: v for k, v in _build(_WorkloadRest, extra, path, w).__dict__.items()},
-    )
+    curves = {
+        "rate": _build(Rate, wl["rate"], path, f"{w}.rate"),
+        "prompt": _build(Lengths, wl["prompt"], path, f"{w}.prompt"),
+        "output": _build(Lengths, wl["output"], path, f"{w}.output"),
+    }
+    extra = {k: v for k, v in wl.items() if k not in curves}
+    workload = _build(Workload, extra, path, w, built=curves)
     if workload.rate.shape not in ("steady", "diurnal"):
         raise ScenarioError(path, f"{w}.rate.shape", "must be steady or diurnal")
     platform = str(raw.get("platform", "kubernetes"))
@@ -354,18 +362,6 @@ def _model(raw: Any, path: Path, where: str) -> ModelScenario:
         raise ScenarioError(path, f"{where}.timeline", "must be a list of changes")
     m.timeline = [_change(c, path, f"{where}.timeline[{i}]", m) for i, c in enumerate(timeline)]
     return m
-
-
-@dataclass
-class _WorkloadRest:
-    max_tokens: int = 2048
-    stop_failure_share: float = 0.0
-    overlong_share: float = 0.0
-    prefix_share: float = 0.0
-    draft_acceptance: float = 0.7
-    hot_share: float = 0.0
-    adapters: int = 0
-    adapter_skew: float = 0.0
 
 
 def _count(value: Any, path: Path, where: str) -> int:

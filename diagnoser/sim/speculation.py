@@ -13,7 +13,7 @@ import numpy as np
 
 if TYPE_CHECKING:
     from diagnoser.sim.batch import Batch
-    from diagnoser.sim.engine import EngineStats
+    from diagnoser.sim.engine_stats import EngineStats
 
 
 def speculate(

@@ -23,7 +23,8 @@ from diagnoser.core import families as F
 from diagnoser.core.buckets import CUSTOM_FAMILIES, version_key
 from diagnoser.core.exposition import Histogram, Labels, Recorder
 from diagnoser.core.families import Family
-from diagnoser.sim.engine import Engine, EngineConfig, EngineStats, Request
+from diagnoser.sim.engine import Engine, EngineConfig, Request
+from diagnoser.sim.engine_stats import EngineStats
 from diagnoser.sim.kv_transfer import NixlMetrics, in_transfer
 
 # A profile and the vLLM release its families are held to.

@@ -37,11 +37,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from diagnoser.core.durations import iso
 from diagnoser.core.finite import finite
 from diagnoser.core.printable import printable
-from diagnoser.diagnosis.model import iso
-from diagnoser.report.whatif import LABELS, SHOWN, fmt, knee_lines
 from diagnoser.whatif.calibrate import NOISE_Z, TOLERANCE, relative
+from diagnoser.whatif.figures import LABELS, SHOWN, fmt, knee_lines
 from diagnoser.whatif.predict import WhatIf
 from diagnoser.whatif.replay import draws
 

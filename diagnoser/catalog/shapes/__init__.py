@@ -9,11 +9,11 @@ from typing import Any
 
 from diagnoser.catalog.shapes.base import Data, Periods, Shape, Verdict
 from diagnoser.catalog.shapes.compare import Falls, FallsBy, Flat, Rises, RisesBy
-from diagnoser.catalog.shapes.growth import GrowsWith, class_size
+from diagnoser.catalog.shapes.growth import GrowsWith
 from diagnoser.catalog.shapes.level import Above, Below
 from diagnoser.catalog.shapes.window import Drifts, Plateau, Recurs, Spikes, Tracks
 
-__all__ = ["MODIFIER_SCHEMAS", "SHAPES", "Data", "Periods", "Shape", "Verdict", "class_size"]
+__all__ = ["MODIFIER_SCHEMAS", "SHAPES", "Data", "Periods", "Shape", "Verdict"]
 
 SHAPES: dict[str, Shape] = {
     s.name: s

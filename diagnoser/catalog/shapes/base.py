@@ -12,14 +12,11 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar, Protocol
+from typing import Any, ClassVar, Protocol
 
 import numpy as np
 
 from diagnoser.core.units import fmt
-
-if TYPE_CHECKING:
-    from diagnoser.catalog.model import Condition
 
 STATS: dict[str, Callable[[np.ndarray], float]] = {
     "median": lambda a: float(np.median(a)),
@@ -51,6 +48,35 @@ class Periods:
     now: Span
     window: Span
     onset: float | None
+
+
+class ConditionLike(Protocol):
+    """What a shape reads of a playbook's condition (``catalog.model.Condition`` is one): so
+    the shapes name no model, and the model asks them to describe its conditions."""
+
+    @property
+    def signal(self) -> str: ...
+
+    @property
+    def value(self) -> float | str: ...
+
+    @property
+    def over(self) -> str | None: ...
+
+    @property
+    def held(self) -> float | None: ...
+
+    @property
+    def stat(self) -> str: ...
+
+    @property
+    def floor(self) -> float | None: ...
+
+    @property
+    def min_corr(self) -> float | None: ...
+
+    @property
+    def exponent(self) -> float | None: ...
 
 
 class Series(Protocol):
@@ -144,7 +170,7 @@ def sliced(s: Series, span: Span) -> np.ndarray:
     return out
 
 
-def values(data: Data, cond: Condition, span: Span) -> np.ndarray:
+def values(data: Data, cond: ConditionLike, span: Span) -> np.ndarray:
     """The condition's subject over ``span``: the signal, or its ratio to ``over``."""
     s = data.series[cond.signal]
     if not cond.over:
@@ -174,27 +200,27 @@ class Shape:
     # Whether it compares *now* with the baseline (and so needs one).
     relative: ClassVar[bool] = False
 
-    def needs(self, cond: Condition) -> tuple[str, ...]:
+    def needs(self, cond: ConditionLike) -> tuple[str, ...]:
         """Signals the condition reads: its signal, ``over``, and any the shape names."""
         return (cond.signal, *((cond.over,) if cond.over else ()))
 
-    def describe(self, cond: Condition) -> str:
+    def describe(self, cond: ConditionLike) -> str:
         raise NotImplementedError
 
-    def contradicts(self, cond: Condition, verdict: Verdict) -> bool:
+    def contradicts(self, cond: ConditionLike, verdict: Verdict) -> bool:
         """Whether a verdict that fails shows the subject moving clearly the other way from
         what the condition asks (a rise required, a fall as large seen), not merely too
         little, or no change. Only a shape that compares two periods can say so."""
         return False
 
-    def evaluate(self, cond: Condition, data: Data, p: Periods) -> Verdict:
+    def evaluate(self, cond: ConditionLike, data: Data, p: Periods) -> Verdict:
         raise NotImplementedError
 
-    def evidence(self, cond: Condition, numbers: Mapping[str, float | None], unit: str) -> str:
+    def evidence(self, cond: ConditionLike, numbers: Mapping[str, float | None], unit: str) -> str:
         raise NotImplementedError
 
 
-def subject(cond: Condition) -> str:
+def subject(cond: ConditionLike) -> str:
     return f"{cond.signal} / {cond.over}" if cond.over else cond.signal
 
 

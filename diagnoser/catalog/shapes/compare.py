@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
 import numpy as np
 
 from diagnoser.catalog.shapes.base import (
+    ConditionLike,
     Data,
     Periods,
     Shape,
@@ -19,9 +20,6 @@ from diagnoser.catalog.shapes.base import (
     value_text,
     values,
 )
-
-if TYPE_CHECKING:
-    from diagnoser.catalog.model import Condition
 
 
 def compare(
@@ -88,16 +86,16 @@ class _Compare(Shape):
     modifiers: ClassVar[frozenset[str]] = frozenset({"floor"})
     relative: ClassVar[bool] = True
 
-    def contradicts(self, cond: Condition, verdict: Verdict) -> bool:
+    def contradicts(self, cond: ConditionLike, verdict: Verdict) -> bool:
         if verdict.holds is not False:
             return False
         return opposite(self.name, float(cond.value), verdict.numbers, cond.floor)
 
-    def evaluate(self, cond: Condition, data: Data, p: Periods) -> Verdict:
+    def evaluate(self, cond: ConditionLike, data: Data, p: Periods) -> Verdict:
         base, now = values(data, cond, p.baseline), values(data, cond, p.now)
         return compare(self.name, float(cond.value), base, now, cond.stat, cond.floor)
 
-    def evidence(self, cond: Condition, numbers: Mapping[str, float | None], unit: str) -> str:
+    def evidence(self, cond: ConditionLike, numbers: Mapping[str, float | None], unit: str) -> str:
         name, unit = (subject(cond), "") if cond.over else (cond.signal, unit)
         r = numbers.get("ratio")
         # A now that is a lower bound (a quantile in the +Inf bucket) makes a lower bound of
@@ -116,7 +114,7 @@ class Rises(_Compare):
         "description": "now / baseline >= value",
     }
 
-    def describe(self, cond: Condition) -> str:
+    def describe(self, cond: ConditionLike) -> str:
         return f"rises >= {cond.value}x"
 
 
@@ -129,7 +127,7 @@ class Falls(_Compare):
         "description": "now / baseline <= value",
     }
 
-    def describe(self, cond: Condition) -> str:
+    def describe(self, cond: ConditionLike) -> str:
         return f"falls to <= {cond.value}x"
 
 
@@ -142,7 +140,7 @@ class Flat(_Compare):
         "description": "|now / baseline - 1| <= value",
     }
 
-    def describe(self, cond: Condition) -> str:
+    def describe(self, cond: ConditionLike) -> str:
         return f"stays within \u00b1{float(cond.value):.0%}"
 
 
@@ -154,7 +152,7 @@ class RisesBy(_Compare):
         "description": "now - baseline >= value (absolute, for shares)",
     }
 
-    def describe(self, cond: Condition) -> str:
+    def describe(self, cond: ConditionLike) -> str:
         return f"rises by >= {cond.value}"
 
 
@@ -166,5 +164,5 @@ class FallsBy(_Compare):
         "description": "baseline - now >= value (absolute, for shares)",
     }
 
-    def describe(self, cond: Condition) -> str:
+    def describe(self, cond: ConditionLike) -> str:
         return f"falls by >= {cond.value}"

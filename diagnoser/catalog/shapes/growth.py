@@ -2,29 +2,21 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
 import numpy as np
 
-from diagnoser.catalog.shapes.base import Data, Periods, Shape, Verdict, sliced, summarise
-
-if TYPE_CHECKING:
-    from diagnoser.catalog.model import Condition
-
-
-def class_size(label: str) -> float | None:
-    """``128`` -> 128, ``4k`` -> 4096, ``1m`` -> 1048576; None when not a size (``nan``,
-    ``inf`` and ``1e400`` are not: the label may come from any exporter)."""
-    text = label.strip().lower()
-    mult = {"k": 1024, "m": 1024**2}.get(text[-1:], 1)
-    digits = text[:-1] if mult > 1 else text
-    try:
-        size = float(digits) * mult
-    except ValueError:
-        return None
-    return size if math.isfinite(size) else None
+from diagnoser.catalog.shapes.base import (
+    ConditionLike,
+    Data,
+    Periods,
+    Shape,
+    Verdict,
+    sliced,
+    summarise,
+)
+from diagnoser.core.buckets import class_size
 
 
 def grows_with(exponent: float, classes: dict[str, float]) -> Verdict:
@@ -59,10 +51,10 @@ class GrowsWith(Shape):
     numeric: ClassVar[bool] = False
     per_class: ClassVar[bool] = True
 
-    def describe(self, cond: Condition) -> str:
+    def describe(self, cond: ConditionLike) -> str:
         return f"grows faster than {cond.value} (exponent >= {cond.exponent})"
 
-    def evaluate(self, cond: Condition, data: Data, p: Periods) -> Verdict:
+    def evaluate(self, cond: ConditionLike, data: Data, p: Periods) -> Verdict:
         medians = {}
         for label, s in data.classes.get(cond.signal, {}).items():
             v = summarise(sliced(s, p.now), "median")
@@ -70,6 +62,6 @@ class GrowsWith(Shape):
                 medians[label] = v
         return grows_with(float(cond.exponent or 1.0), medians)
 
-    def evidence(self, cond: Condition, numbers: Mapping[str, float | None], unit: str) -> str:
+    def evidence(self, cond: ConditionLike, numbers: Mapping[str, float | None], unit: str) -> str:
         e = numbers.get("exponent")
         return f"{cond.signal} grows with exponent {e:.2f}" if e is not None else cond.signal

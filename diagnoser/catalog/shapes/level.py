@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
 import numpy as np
 
 from diagnoser.catalog.shapes.base import (
     MIN_POINTS,
     STATS,
+    ConditionLike,
     Data,
     Periods,
     Shape,
@@ -20,9 +21,6 @@ from diagnoser.catalog.shapes.base import (
     value_text,
     values,
 )
-
-if TYPE_CHECKING:
-    from diagnoser.catalog.model import Condition
 
 
 def level(shape: str, threshold: float, now: np.ndarray, stat: str, held: float | None) -> Verdict:
@@ -45,10 +43,10 @@ def level(shape: str, threshold: float, now: np.ndarray, stat: str, held: float 
 class _Level(Shape):
     modifiers: ClassVar[frozenset[str]] = frozenset({"held"})
 
-    def evaluate(self, cond: Condition, data: Data, p: Periods) -> Verdict:
+    def evaluate(self, cond: ConditionLike, data: Data, p: Periods) -> Verdict:
         return level(self.name, float(cond.value), values(data, cond, p.now), cond.stat, cond.held)
 
-    def evidence(self, cond: Condition, numbers: Mapping[str, float | None], unit: str) -> str:
+    def evidence(self, cond: ConditionLike, numbers: Mapping[str, float | None], unit: str) -> str:
         unit = "" if cond.over else unit
         now = value_text(numbers.get("now"), unit)
         share = numbers.get("share")
@@ -61,7 +59,7 @@ class Above(_Level):
     name = "above"
     value_schema: ClassVar[dict[str, Any]] = {"type": "number", "description": "now >= value"}
 
-    def describe(self, cond: Condition) -> str:
+    def describe(self, cond: ConditionLike) -> str:
         return f">= {cond.value}"
 
 
@@ -69,5 +67,5 @@ class Below(_Level):
     name = "below"
     value_schema: ClassVar[dict[str, Any]] = {"type": "number", "description": "now <= value"}
 
-    def describe(self, cond: Condition) -> str:
+    def describe(self, cond: ConditionLike) -> str:
         return f"<= {cond.value}"

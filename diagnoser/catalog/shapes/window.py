@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
 import numpy as np
 
 from diagnoser.catalog.shapes.base import (
     MIN_POINTS,
+    ConditionLike,
     Data,
     Periods,
     Shape,
@@ -24,10 +25,6 @@ from diagnoser.catalog.shapes.base import (
     values,
 )
 from diagnoser.core.durations import format_duration
-
-if TYPE_CHECKING:
-    from diagnoser.catalog.model import Condition
-
 
 # A drift is told from a step only over a window of several rate windows.
 DRIFT_SPANS = 3
@@ -130,10 +127,10 @@ class Drifts(Shape):
     }
     modifiers: ClassVar[frozenset[str]] = frozenset({"floor"})
 
-    def describe(self, cond: Condition) -> str:
+    def describe(self, cond: ConditionLike) -> str:
         return f"drifts up steadily to >= {cond.value}x"
 
-    def evaluate(self, cond: Condition, data: Data, p: Periods) -> Verdict:
+    def evaluate(self, cond: ConditionLike, data: Data, p: Periods) -> Verdict:
         span = p.window[1] - p.window[0]
         if data.smoothing and span < DRIFT_SPANS * data.smoothing:
             # Read through a rate window as long as the window, a step is a straight ramp:
@@ -146,7 +143,7 @@ class Drifts(Shape):
         mask = (s.t >= p.window[0]) & (s.t <= p.window[1])
         return drifts(float(cond.value), s.t[mask], values(data, cond, p.window), cond.floor)
 
-    def evidence(self, cond: Condition, numbers: Mapping[str, float | None], unit: str) -> str:
+    def evidence(self, cond: ConditionLike, numbers: Mapping[str, float | None], unit: str) -> str:
         unit = "" if cond.over else unit
         start, end = value_text(numbers.get("start"), unit), value_text(numbers.get("end"), unit)
         return f"{subject(cond)} drifts {start} -> {end} ({_ratio_text(numbers)})"
@@ -160,13 +157,13 @@ class Spikes(Shape):
         "description": "short excursions: the window's peak is at least value times its median",
     }
 
-    def describe(self, cond: Condition) -> str:
+    def describe(self, cond: ConditionLike) -> str:
         return f"spikes to >= {cond.value}x its median"
 
-    def evaluate(self, cond: Condition, data: Data, p: Periods) -> Verdict:
+    def evaluate(self, cond: ConditionLike, data: Data, p: Periods) -> Verdict:
         return spikes(float(cond.value), values(data, cond, p.window))
 
-    def evidence(self, cond: Condition, numbers: Mapping[str, float | None], unit: str) -> str:
+    def evidence(self, cond: ConditionLike, numbers: Mapping[str, float | None], unit: str) -> str:
         unit = "" if cond.over else unit
         peak = value_text(numbers.get("peak"), unit)
         return f"{subject(cond)} peaks at {peak} ({_ratio_text(numbers)} its median)"
@@ -184,14 +181,14 @@ class Plateau(Shape):
     modifiers: ClassVar[frozenset[str]] = frozenset({"held"})
     required: ClassVar[frozenset[str]] = frozenset({"held"})
 
-    def describe(self, cond: Condition) -> str:
+    def describe(self, cond: ConditionLike) -> str:
         return f"pinned at its ceiling (within {float(cond.value):.0%})"
 
-    def evaluate(self, cond: Condition, data: Data, p: Periods) -> Verdict:
+    def evaluate(self, cond: ConditionLike, data: Data, p: Periods) -> Verdict:
         # Pinned since the change, not before it.
         return plateau(float(cond.value), float(cond.held or 0.5), values(data, cond, p.now))
 
-    def evidence(self, cond: Condition, numbers: Mapping[str, float | None], unit: str) -> str:
+    def evidence(self, cond: ConditionLike, numbers: Mapping[str, float | None], unit: str) -> str:
         unit = "" if cond.over else unit
         ceiling = value_text(numbers.get("max"), unit)
         share = numbers.get("share")
@@ -208,19 +205,19 @@ class Tracks(Shape):
     modifiers: ClassVar[frozenset[str]] = frozenset({"min_corr"})
     numeric: ClassVar[bool] = False
 
-    def needs(self, cond: Condition) -> tuple[str, ...]:
+    def needs(self, cond: ConditionLike) -> tuple[str, ...]:
         return (*super().needs(cond), str(cond.value))
 
-    def describe(self, cond: Condition) -> str:
+    def describe(self, cond: ConditionLike) -> str:
         return f"moves with {cond.value}"
 
-    def evaluate(self, cond: Condition, data: Data, p: Periods) -> Verdict:
+    def evaluate(self, cond: ConditionLike, data: Data, p: Periods) -> Verdict:
         this, other = data.series[cond.signal], data.series[str(cond.value)]
         common, ia, ib = np.intersect1d(this.t, other.t, return_indices=True)
         keep = (common >= p.window[0]) & (common <= p.window[1])
         return tracks(float(cond.min_corr or 0.6), this.v[ia][keep], other.v[ib][keep])
 
-    def evidence(self, cond: Condition, numbers: Mapping[str, float | None], unit: str) -> str:
+    def evidence(self, cond: ConditionLike, numbers: Mapping[str, float | None], unit: str) -> str:
         corr = numbers.get("corr")
         return (
             f"{cond.signal} correlates {corr:.2f} with {cond.value}"
@@ -239,15 +236,15 @@ class Recurs(Shape):
         "restarts; one that stays at 1, however long, saw one)",
     }
 
-    def describe(self, cond: Condition) -> str:
+    def describe(self, cond: ConditionLike) -> str:
         if float(cond.value) == 1:
             return "counts an event in the window"
         return f"counts >= {cond.value} events in the window"
 
-    def evaluate(self, cond: Condition, data: Data, p: Periods) -> Verdict:
+    def evaluate(self, cond: ConditionLike, data: Data, p: Periods) -> Verdict:
         return recurs(float(cond.value), values(data, cond, p.window))
 
-    def evidence(self, cond: Condition, numbers: Mapping[str, float | None], unit: str) -> str:
+    def evidence(self, cond: ConditionLike, numbers: Mapping[str, float | None], unit: str) -> str:
         n = numbers.get("events")
         if n is None:
             return subject(cond)

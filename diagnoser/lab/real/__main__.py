@@ -22,8 +22,9 @@ from diagnoser.errors import UserError
 from diagnoser.lab.promserver import PrometheusError
 from diagnoser.lab.real import incident as incidents
 from diagnoser.lab.real import venv as lab_venv
+from diagnoser.lab.real.outcome import Outcome
 from diagnoser.lab.real.record import DATA
-from diagnoser.lab.real.run import Outcome, interrupted_cleanly, run
+from diagnoser.lab.real.run import interrupted_cleanly, run
 from diagnoser.lab.real.venv import LabError
 
 DEFAULT = "prompt-length-shift"

@@ -10,8 +10,8 @@ from typing import Any
 
 from diagnoser.diagnosis import Diagnosis, Window, diagnose
 from diagnoser.lab.real import incident as incidents
+from diagnoser.lab.real.outcome import Outcome, diagnosed, summary
 from diagnoser.lab.real.record import DATA, raw_prometheus
-from diagnoser.lab.real.run import Outcome, diagnosed, summary
 from diagnoser.lab.replay import Replay
 from diagnoser.site import Site
 

@@ -14,20 +14,20 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from diagnoser.core.source import PrometheusSource
-from diagnoser.diagnosis import Diagnosis, Window, diagnose, to_json
+from diagnoser.diagnosis import to_json
 from diagnoser.lab.promserver import Prometheus, free_port
 from diagnoser.lab.real import model, record
 from diagnoser.lab.real import venv as lab_venv
 from diagnoser.lab.real.incident import Incident, Phase
 from diagnoser.lab.real.load import Load
+from diagnoser.lab.real.outcome import Outcome, diagnosed, summary
+from diagnoser.lab.real.replayed import replayed
 from diagnoser.lab.real.server import MODEL_NAME, START_TIMEOUT, VllmServer, base_args
 from diagnoser.lab.real.venv import LabError
-from diagnoser.lab.replay import Recording
 from diagnoser.site import Site
 
 SCRAPE = "5s"
@@ -37,51 +37,6 @@ BACKOFF, MAX_BACKOFF = 10.0, 300.0  # the kubelet's restart back-off: 10 s, doub
 
 def utc(t: float) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t))
-
-
-@dataclass
-class Outcome:
-    """What one run found: the first finding of each window, and the times it took."""
-
-    incident: str
-    expect: str | None
-    baseline_expect: str | None = None
-    first: str | None = None
-    confidence: float | None = None
-    health: str = "unknown"
-    baseline_first: str | None = None
-    baseline_health: str = "unknown"
-    startup_seconds: list[float] = field(default_factory=list)
-    wall_seconds: float = 0.0
-    reasons: list[str] = field(default_factory=list)
-    expect_baseline_health: str = "healthy"  # the incident's baseline_health
-
-    @property
-    def named(self) -> bool:
-        return self.first == self.expect
-
-    @property
-    def clean_baseline(self) -> bool:
-        """The baseline gave nothing (or what its traffic is built to give), and the verdict
-        its incident expects of it."""
-        health = self.expect_baseline_health in ("any", self.baseline_health)
-        return self.baseline_first == self.baseline_expect and health
-
-    def ok(self, health: str) -> bool:
-        """Named first, the baseline as expected, and the verdict ``health`` asks for."""
-        return self.named and self.clean_baseline and health in ("any", self.health)
-
-
-def summary(result: Diagnosis) -> tuple[str | None, float | None, str, list[str]]:
-    """(first finding, its confidence, the first scope's verdict, its reasons)."""
-    first = result.findings[0] if result.findings else None
-    h = result.health[0] if result.health else None
-    return (
-        first.playbook.id if first else None,
-        round(first.confidence, 3) if first else None,
-        h.verdict if h else "unknown",
-        list(h.reasons) if h else [],
-    )
 
 
 def replica_cores(replicas: int) -> list[tuple[int, ...]]:
@@ -259,12 +214,6 @@ class Run:
         self.times[-1]["starts"] = starts
 
 
-def diagnosed(url: str, site: Site, since: float, end: float) -> tuple[Diagnosis, Recording]:
-    source = Recording(PrometheusSource(url))
-    result = diagnose(source, site, Window.plan(since, end))
-    return result, source
-
-
 def windows(incident: Incident, began: float, end: float) -> dict[str, tuple[float, float]]:
     """(since, end) of the two diagnoses: the incident's last phase (which ``began`` at that
     time, and may have run over its duration while a server restarted), and the second half of
@@ -360,8 +309,6 @@ def _check_replay(
 ) -> None:
     """The answers just written must give the diagnosis made live: say so when they do not
     (an answer keyed by a query asked twice over different spans, say)."""
-    from diagnoser.lab.real.replayed import replayed
-
     for which, (result, *_rest) in got.items():
         again = summary(replayed(directory, which, site))[0]
         if again != summary(result)[0]:

@@ -1,23 +1,44 @@
 """A diagnosis as tables, for the postmortem: the series it read (long format) and its
 findings with the numbers behind them.
 
-The rows are plain dicts built without pandas, so ``diagnose --format csv`` needs nothing
-beyond the standard library; ``Diagnosis.to_frame()`` and ``Diagnosis.findings_frame()`` wrap
-the same rows in a pandas DataFrame (the ``notebook`` extra) and import pandas only then.
+The rows are plain dicts built without pandas (``report.csv`` writes the findings' rows as
+CSV with nothing beyond the standard library); ``Diagnosis.to_frame()`` and
+``Diagnosis.findings_frame()`` wrap the same rows in a pandas DataFrame (the ``notebook``
+extra) and import pandas only then.
 """
 
 from __future__ import annotations
 
-import csv
-import io
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
+
+from diagnoser.core.durations import iso
+from diagnoser.diagnosis.match import ConditionResult, Match, ScopeData
+from diagnoser.diagnosis.window import Window
+from diagnoser.site import Site
 
 if TYPE_CHECKING:
     import pandas as pd
 
-    from diagnoser.diagnosis.match import ConditionResult, Match
-    from diagnoser.diagnosis.model import Diagnosis
+
+class Tabled(Protocol):
+    """What the tables read of a diagnosis (``diagnosis.model.Diagnosis`` is one; the model
+    wraps these rows in its ``to_frame`` and ``findings_frame``, so the rows name no model)."""
+
+    window: Window
+    site: Site
+    findings: list[Match]
+    scopes: list[dict[str, str]]
+    data: dict[tuple[tuple[str, str], ...], ScopeData]
+
+    def data_for(self, m: Match) -> ScopeData | None: ...
+
+    def unit(self, signal: str) -> str: ...
+
+    def evidence_text(self, r: ConditionResult) -> str: ...
+
+    def runbook(self, m: Match) -> str: ...
+
 
 # The long table of series: one row per signal, scope, class and time.
 SERIES_COLUMNS = ("signal", "unit", "class", "period", "time", "value", "evidence_for")
@@ -60,7 +81,7 @@ FINDING_TAIL = (
 )
 
 
-def scope_columns(d: Diagnosis) -> list[str]:
+def scope_columns(d: Tabled) -> list[str]:
     """The scope's labels as columns, in the site's order (model_name, then group labels),
     then any other label a finding's scope carries (a target's job and instance)."""
     cols = list(d.site.config.by)
@@ -69,11 +90,11 @@ def scope_columns(d: Diagnosis) -> list[str]:
     return cols
 
 
-def finding_columns(d: Diagnosis) -> list[str]:
+def finding_columns(d: Tabled) -> list[str]:
     return [*FINDING_HEAD, *scope_columns(d), *FINDING_TAIL]
 
 
-def period_of(d: Diagnosis, t: float) -> str:
+def period_of(d: Tabled, t: float) -> str:
     """Which part of the diagnosis a time belongs to: the window asked about, its baseline,
     or before both (read to date an onset)."""
     w = d.window
@@ -84,7 +105,7 @@ def period_of(d: Diagnosis, t: float) -> str:
     return "before"
 
 
-def _evidence_signals(d: Diagnosis) -> dict[tuple[tuple[str, str], ...], dict[str, list[str]]]:
+def _evidence_signals(d: Tabled) -> dict[tuple[tuple[str, str], ...], dict[str, list[str]]]:
     """Per scope, the findings each signal is evidence for (in the diagnosis's order)."""
     out: dict[tuple[tuple[str, str], ...], dict[str, list[str]]] = {}
     for m in d.findings:
@@ -98,7 +119,7 @@ def _evidence_signals(d: Diagnosis) -> dict[tuple[tuple[str, str], ...], dict[st
     return out
 
 
-def series_rows(d: Diagnosis) -> Iterator[dict[str, Any]]:
+def series_rows(d: Tabled) -> Iterator[dict[str, Any]]:
     """The series the diagnosis read, one row per point: scope labels, ``signal``, its
     ``unit``, ``class``
     (the prompt-length class of a by-class signal, else empty), ``period`` (window, baseline
@@ -130,9 +151,7 @@ def series_rows(d: Diagnosis) -> Iterator[dict[str, Any]]:
                 }
 
 
-def _condition_row(d: Diagnosis, rank: int, m: Match, r: ConditionResult) -> dict[str, Any]:
-    from diagnoser.diagnosis.model import iso
-
+def _condition_row(d: Tabled, rank: int, m: Match, r: ConditionResult) -> dict[str, Any]:
     numbers = r.numbers()
     pb = m.playbook
     return {
@@ -155,7 +174,7 @@ def _condition_row(d: Diagnosis, rank: int, m: Match, r: ConditionResult) -> dic
     }
 
 
-def finding_rows(d: Diagnosis) -> Iterator[dict[str, Any]]:
+def finding_rows(d: Tabled) -> Iterator[dict[str, Any]]:
     """One row per finding and per condition its report shows, in the diagnosis's order:
     the finding (``rank`` from 1, id, title, confidence, severity, basis, onset as RFC
     3339), its scope labels, and the condition with the numbers the text report prints
@@ -169,31 +188,6 @@ def finding_rows(d: Diagnosis) -> Iterator[dict[str, Any]]:
             yield {**{k: row[k] for k in FINDING_HEAD}, **scope, **row}
 
 
-# A cell a spreadsheet would take for a formula (OWASP's CSV injection): what a label value
-# from outside starts with gets a leading apostrophe.
-_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
-
-
-def _cell(value: Any) -> Any:
-    if value is None:
-        return ""
-    if isinstance(value, str) and value.startswith(_FORMULA_START):
-        return "'" + value
-    return value
-
-
-def to_csv(d: Diagnosis) -> str:
-    """The findings table as CSV: a header row (also when nothing was found), then one row
-    per finding and condition; empty cells for no number, and a text cell that a
-    spreadsheet would run as a formula (``=``, ``+``, ``-``, ``@``) behind an apostrophe."""
-    out = io.StringIO()
-    writer = csv.DictWriter(out, fieldnames=finding_columns(d), lineterminator="\n")
-    writer.writeheader()
-    for row in finding_rows(d):
-        writer.writerow({k: _cell(v) for k, v in row.items()})
-    return out.getvalue()
-
-
 def _pandas() -> Any:
     try:
         import pandas as pd
@@ -204,7 +198,7 @@ def _pandas() -> Any:
     return pd
 
 
-def series_frame(d: Diagnosis) -> pd.DataFrame:
+def series_frame(d: Tabled) -> pd.DataFrame:
     """``series_rows`` as a DataFrame; ``time`` as UTC timestamps. A diagnosis that read no
     data gives an empty frame with the same columns."""
     pd = _pandas()
@@ -214,7 +208,7 @@ def series_frame(d: Diagnosis) -> pd.DataFrame:
     return frame
 
 
-def findings_frame(d: Diagnosis) -> pd.DataFrame:
+def findings_frame(d: Tabled) -> pd.DataFrame:
     """``finding_rows`` as a DataFrame; ``onset`` as a UTC timestamp. No finding gives an
     empty frame with the same columns."""
     pd = _pandas()
