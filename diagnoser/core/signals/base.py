@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 
@@ -122,8 +122,9 @@ class Signal:
                 why = found.reason if isinstance(found, Gap) else "not the engine's"
                 raise ValueError(f"{self.name}: no {engines.get(engine).title} expression ({why})")
             return found(scope)
-        if ANY in self.exprs:
-            return self.exprs[ANY](scope)  # type: ignore[operator]
+        every = self.exprs.get(ANY)
+        if callable(every):
+            return every(scope)
         parts = [e(scope) for e in map(self.expression, engines.names()) if callable(e)]
         if len(parts) == 1:
             return parts[0]
@@ -203,8 +204,10 @@ def latency(
     """p50, p95, p99 and the mean of a latency histogram (and of SGLang's, or its gap)."""
     names = (family,) if isinstance(family, str) else family
 
-    def theirs(build: Callable[[families.Family], Expr]) -> Expr | Gap:
-        return sglang if isinstance(sglang, Gap) else build(sglang)
+    def quantile(p: int) -> Expr | Gap:
+        return sglang if isinstance(sglang, Gap) else sg.quantile(p / 100, sglang)
+
+    theirs_mean = sglang if isinstance(sglang, Gap) else sg.hist_mean(sglang)
 
     out = [
         Signal(
@@ -213,7 +216,7 @@ def latency(
             f"{what}, {p}th percentile.",
             on(
                 vllm=q.quantile(p / 100, *names),
-                sglang=theirs(lambda fam, p=p: sg.quantile(p / 100, fam)),
+                sglang=quantile(p),
             ),
             (record, f"p{p}"),
             quantile_of=names,
@@ -225,7 +228,7 @@ def latency(
             f"{prefix}_mean",
             "s",
             f"{what}, mean.",
-            on(vllm=q.hist_mean(*names), sglang=theirs(sg.hist_mean)),
+            on(vllm=q.hist_mean(*names), sglang=theirs_mean),
             (record, "mean"),
         )
     )
