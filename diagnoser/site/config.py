@@ -204,7 +204,7 @@ def load_config(path: Path | None) -> SiteConfig:
         else:
             if not isinstance(value, str):
                 raise ConfigError(f"{path}: {key}: must be a string")
-            targets = key in ("vllm_targets", "sglang_targets")
+            targets = key in {f"{e}_targets" for e in engines.names()}
             if targets and not MATCHERS.fullmatch(value.strip()):
                 raise ConfigError(f'{path}: {key}: {value!r} is not label matchers like job="vllm"')
             if key == "runbook_url":
