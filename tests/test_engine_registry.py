@@ -92,6 +92,7 @@ def diagnosed(toy, tmp_path_factory) -> tuple[dict, str]:
         name=f"{NAME}-{SCENARIO}",
         models=[dataclasses.replace(m, runtime=NAME) for m in sc.models],
     )
+    # One scenario is simulated in this process, where the toy engine is registered.
     prepared = harness.prepare([sc], tmp_path_factory.mktemp("toyllm"))[sc.name]
     site = Site.load()  # its vocabulary has the toy's servers and targets
     with Prometheus(prepared.data_dir) as prom:
@@ -105,6 +106,10 @@ def test_registration_is_undone():
     with engines.registered(toy_engine()):
         assert NAME in engines.names()
         assert f"{PREFIX}num_requests_running" in FAMILIES
+        assert {f.name for f in engines.get(NAME).own_families()} >= {
+            f"{PREFIX}kv_cache_usage_perc",
+            f"{PREFIX}num_preemptions_total",
+        }
         assert PREFIX + "num_requests_running" in SIGNALS["requests_running"].render()
     assert NAME not in engines.names()
     assert not any(f.startswith(PREFIX) for f in FAMILIES)
