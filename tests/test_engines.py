@@ -22,11 +22,11 @@ def test_the_support_page_table_is_the_generated_one():
 
 def test_every_signal_sglang_lacks_says_why():
     for sig in SIGNALS:
-        assert sig.on_sglang or sig.sglang_gap, sig.name
+        assert sig.on("sglang") or sig.gap("sglang"), sig.name
 
 
 def test_playbooks_needing_finished_reason_are_undecided_on_sglang_and_the_rest_decided():
-    rows = {pid: diag for pid, diag, _ in playbook_rows(Site.default())}
+    rows = {pid: diag for pid, diag, _ in playbook_rows(Site.default(), "sglang")}
     for pid in ("stop-token-mismatch", "max-tokens-truncation"):
         assert rows[pid].startswith("undecided: SGLang exports no finished_reason"), pid
     detectable = [pb.id for pb in load_catalog().detectable()]

@@ -26,7 +26,7 @@ def test_a_playbook_needing_what_sglang_lacks_is_undecided_whatever_else_holds(s
     pb = site.catalog["stop-token-mismatch"]
     t = np.arange(0.0, 7200.0, 60.0)
     flat = Series({"model_name": "m"}, t, np.full(t.size, 300.0))
-    gaps = {s.name: s.sglang_gap for s in site.vocabulary if not s.on_sglang}
+    gaps = {s.name: s.gap("sglang") for s in site.vocabulary if not s.on("sglang")}
     base, window = (0.0, 3600.0), (3600.0, 7200.0)
     vllm = ScopeData({"model_name": "m"}, {"generation_tokens_per_request": flat})
     sglang = ScopeData({"model_name": "m"}, dict(vllm.series), gaps=gaps)
@@ -109,7 +109,7 @@ def test_every_sglang_bucket_bound_read_is_one_sglang_has():
     pattern = re.compile(r'(sglang:[a-z_]+)_bucket\{[^}]*le="([^"]+)"')
     seen = set()
     for sig in SIGNALS:
-        if not sig.on_sglang:
+        if not sig.on("sglang"):
             continue
         for name, le in pattern.findall(sig.render(engine="sglang")):
             fam = F.family(name)

@@ -11,7 +11,7 @@ from diagnoser.core import buckets
 from diagnoser.core import families as metrics
 from diagnoser.core.promql import Scope
 from diagnoser.core.signals import SIGNALS, Vocabulary
-from diagnoser.core.signals.base import _FAMILY_RE
+from diagnoser.core.signals.base import _family_re
 
 TYPED = ("counter", "gauge", "histogram", "renamed")
 
@@ -37,7 +37,7 @@ def used_names() -> set[str]:
     names: set[str] = set()
     for sig in SIGNALS:
         for by in (sig.by, (*sig.by, "instance")):
-            names |= set(_FAMILY_RE.findall(sig.render(Scope(by=by))))
+            names |= set(_family_re().findall(sig.render(Scope(by=by))))
     return names
 
 

@@ -16,6 +16,7 @@ from diagnoser.cli.options import (
     load_site,
     playbook,
 )
+from diagnoser.core import engines
 
 
 @click.command("signals")
@@ -44,10 +45,12 @@ def signals_cmd(name: str | None, instance: bool, config_path: Path | None) -> N
     scope = site.scope(sig, instance=instance and not sig.target_level)
     click.echo(f"# {sig.name} ({sig.unit}): {sig.help}")
     click.echo(f"# recorded as {sig.record_name(scope.by)}; needs {'; '.join(sig.provided_by())}")
-    if sig.on_sglang:
-        click.echo(f"# on SGLang: {'; '.join(sig.provided_by_sglang()) or 'its targets'}")
-    else:
-        click.echo(f"# not on SGLang: {sig.sglang_gap}")
+    for engine in engines.others():
+        if sig.on(engine.name):
+            on = "; ".join(sig.provided_by_on(engine.name)) or "its targets"
+            click.echo(f"# on {engine.title}: {on}")
+        else:
+            click.echo(f"# not on {engine.title}: {sig.gap(engine.name)}")
     click.echo(sig.render(scope))
 
 

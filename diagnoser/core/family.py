@@ -14,7 +14,8 @@ from diagnoser.core.buckets import REQUEST_TOKENS, request_token_buckets, versio
 class Family:
     name: str
     type: str  # counter | gauge | histogram | summary
-    provider: str  # vllm | vllm-api-server | sglang | dcgm-exporter | servediag-probe | prometheus
+    # an engine's (vllm, sglang), vllm-api-server, dcgm-exporter, servediag-probe, prometheus
+    provider: str
     help: str = ""
     since: str = ""  # first version that exposes it
     until: str = ""  # last version that exposes it by default
@@ -47,17 +48,19 @@ class Family:
                     span += f" (to {self.hidden_until} with --show-hidden-metrics-for-version)"
             need = f", with {self.requires}" if self.requires else ""
             return f"vLLM {span}{need}"
-        return {
-            "sglang": "SGLang 0.5 (--enable-metrics)",  # families_sglang.PROVIDED_BY
-            "vllm-api-server": "the vLLM API server's HTTP/process metrics "
-            "(process_* only with --api-server-count 1)",
-            "dcgm-exporter": "NVIDIA dcgm-exporter (pod labels, or joined by host)",
-            "servediag-probe": "the synthetic probe (servediag probe)",
-            "prometheus": "Prometheus itself (scrape health)",
-        }[self.provider]
+        return PROVIDERS[self.provider]
 
 
 FAMILIES: dict[str, Family] = {}
+# What provides the families of each provider but vLLM (whose depend on its version); each
+# engine's is entered with it (``diagnoser.core.engines``).
+PROVIDERS: dict[str, str] = {
+    "vllm-api-server": "the vLLM API server's HTTP/process metrics "
+    "(process_* only with --api-server-count 1)",
+    "dcgm-exporter": "NVIDIA dcgm-exporter (pod labels, or joined by host)",
+    "servediag-probe": "the synthetic probe (servediag probe)",
+    "prometheus": "Prometheus itself (scrape health)",
+}
 
 
 def register(fam: Family) -> Family:

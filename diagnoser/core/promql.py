@@ -14,16 +14,16 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
+from diagnoser.core import engines
+
 # Labels that exist only on the engine's own series. HTTP and process series from the API
 # server carry neither, so matchers on them must not be applied there; those series are
 # scoped to a model through a join on (job, instance) instead.
 ENGINE_ONLY_LABELS = frozenset({"model_name", "engine"})
 
-# One series per (job, instance, model_name) for every vLLM version since 0.7, and for every
-# SGLang 0.5 server (its scheduler's running gauge): the join key from series without a model
+# Each engine's running gauge (``engines.running_gauges``), one series per (job, instance,
+# model_name) on every server of every version, is the join key from series without a model
 # (HTTP, process, DCGM, scrape health) to the model they serve.
-MODEL_MAP_METRIC = "vllm:num_requests_running"
-MODEL_MAP_METRICS = (MODEL_MAP_METRIC, "sglang:num_running_reqs")
 
 # How DCGM exporter series meet vLLM series. DCGM has no model_name and its own instance
 # label. In Kubernetes, dcgm-exporter's pod mapping labels each GPU with the pod that uses it:
@@ -139,7 +139,7 @@ def model_map(scope: Scope, memory: str | None = None) -> str:
     """
     span = memory or _capped(scope.window)
     series = " or ".join(
-        f"last_over_time({selector(m, scope.matchers)}[{span}])" for m in MODEL_MAP_METRICS
+        f"last_over_time({selector(m, scope.matchers)}[{span}])" for m in engines.running_gauges()
     )
     keys = _labels("job", "instance", *scope.group_labels(), "model_name")
     return f"group by ({keys}) ({series})"
@@ -147,7 +147,7 @@ def model_map(scope: Scope, memory: str | None = None) -> str:
 
 def serving(matchers: tuple[str, ...], *extra: str) -> str:
     """The running gauge of every server of either engine: one series per model and server."""
-    return " or ".join(selector(m, matchers, *extra) for m in MODEL_MAP_METRICS)
+    return " or ".join(selector(m, matchers, *extra) for m in engines.running_gauges())
 
 
 def up(scope: Scope) -> str:

@@ -17,11 +17,13 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from diagnoser.catalog import Catalog
+from diagnoser.core import engines as registry
 from diagnoser.core.buckets import CUSTOM_FAMILIES
 from diagnoser.core.durations import parse_seconds
 from diagnoser.core.family import family
 from diagnoser.core.promql import agg, selector
 from diagnoser.core.signals import Signal, Vocabulary
+from diagnoser.core.signals.server import servers_of, target_up_of
 from diagnoser.core.source import MetricSource, OverLimit, Series
 from diagnoser.diagnosis.match import ScopeData
 from diagnoser.diagnosis.targets import Served, Target, by_model, served
@@ -35,7 +37,6 @@ ALWAYS = (
     "requests_running",
     "target_up",
     "target_served",
-    "sglang_target_up",
     "targets_down",
     "targets_total",
     "engine_restarts",
@@ -46,7 +47,6 @@ ALWAYS = (
     "ttft_slo_attainment",
     "itl_slo_attainment",
     "generation_tokens_rate",
-    "sglang_servers",
 )
 
 
@@ -63,6 +63,8 @@ class Fetched:
 
 def needed_signals(site: Site, catalog: Catalog | None = None) -> list[Signal]:
     names: set[str] = set(ALWAYS)
+    for engine in registry.others():  # which models it serves, and its targets' health
+        names |= {servers_of(engine.name), target_up_of(engine.name)}
     for pb in (catalog or site.catalog).detectable():
         assert pb.signature is not None
         names |= set(pb.evidence)
@@ -254,12 +256,18 @@ def _latency_ceilings(out: Fetched, signals: Sequence[Signal], site: Site) -> No
 
 
 def _engines(out: Fetched, signals: Sequence[Signal]) -> None:
-    """SGLang's scopes learn which signals SGLang cannot give them, and why."""
-    gaps = {s.name: s.sglang_gap for s in signals if not s.on_sglang}
+    """The scopes another engine than the reference serves learn which signals that engine
+    cannot give them, and why."""
+    gaps = {
+        e.name: {s.name: s.gap(e.name) for s in signals if not s.on(e.name) and s.gap(e.name)}
+        for e in registry.others()
+    }
     for data in out.models.values():
-        servers = data.series.get("sglang_servers")
-        if servers is not None and servers.v.size and np.nanmax(servers.v, initial=0.0) > 0:
-            data.gaps = dict(gaps)
+        for name, lacking in gaps.items():
+            servers = data.series.get(servers_of(name))
+            if servers is not None and servers.v.size and np.nanmax(servers.v, initial=0.0) > 0:
+                data.gaps, data.engine = dict(lacking), name
+                break
 
 
 def _attribute(out: Fetched, by: tuple[str, ...]) -> None:
@@ -267,7 +275,7 @@ def _attribute(out: Fetched, by: tuple[str, ...]) -> None:
     up = {
         key: d.series[name]
         for key, d in out.targets.items()
-        for name in ("sglang_target_up", "target_up")
+        for name in (*(target_up_of(e.name) for e in registry.others()), "target_up")
         if name in d.series
     }
     for key, s in up.items():  # served within the lookback: it came up at least once

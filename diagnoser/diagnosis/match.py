@@ -38,6 +38,7 @@ class ScopeData:
     # Signals the scope's engine does not have, and why (SGLang exports no finished_reason):
     # a playbook that needs one is undecided for that reason, whatever else its series say.
     gaps: dict[str, str] = field(default_factory=dict)
+    engine: str = ""  # the engine serving the scope, where not the reference engine
     # The rate window the series were read with, in seconds: a change seen through it is
     # spread over that long (a step becomes a ramp), which shapes of a trend must allow for.
     smoothing: float = 0.0

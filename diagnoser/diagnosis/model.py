@@ -7,7 +7,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from diagnoser.core import families_sglang
+from diagnoser.core import engines
 from diagnoser.core.durations import iso as iso
 from diagnoser.core.finite import finite
 from diagnoser.diagnosis.health import Health, Sli
@@ -203,10 +203,14 @@ class Diagnosis:
         vocab = self.site.vocabulary
         data = self.data.get(tuple(sorted(m.scope.items())))
         if data is not None and data.gaps:
+            engine = engines.get(data.engine)
             found = {
-                p for s in m.missing if s not in data.gaps for p in vocab[s].provided_by_sglang()
+                p
+                for s in m.missing
+                if s not in data.gaps
+                for p in vocab[s].provided_by_on(engine.name)
             }
-            return sorted(p for p in found if p != families_sglang.PROVIDED_BY)
+            return sorted(p for p in found if p != engine.provided_by)
         found = {p for s in m.missing for p in vocab[s].provided_by()}
         return sorted(p for p in found if p != "vLLM (all V1 versions)")
 

@@ -85,6 +85,7 @@ _SIMULATION_CODE = (
     "core/answer.py",
     "core/buckets.py",
     "core/durations.py",
+    "core/engines.py",
     "core/exporters.py",
     "core/exposition.py",
     "core/families.py",

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from diagnoser.catalog import PLACEHOLDER, Playbook
+from diagnoser.core import engines
 from diagnoser.site import Site
 
 BEGIN, END = "<!-- engine-support:begin -->", "<!-- engine-support:end -->"
@@ -24,9 +25,9 @@ DASHBOARD_TITLES = {
 }
 
 
-def gaps(site: Site) -> dict[str, str]:
-    """Signal -> why SGLang has no series for it."""
-    return {s.name: s.sglang_gap for s in site.vocabulary if not s.on_sglang}
+def gaps(site: Site, engine: str) -> dict[str, str]:
+    """Signal -> why ``engine`` has no series for it."""
+    return {s.name: s.gap(engine) for s in site.vocabulary if s.gap(engine)}
 
 
 def _diagnosis(pb: Playbook, lacking: dict[str, str]) -> str:
@@ -39,45 +40,52 @@ def _diagnosis(pb: Playbook, lacking: dict[str, str]) -> str:
     return "yes" + (f" (without {', '.join(partial)})" if partial else "")
 
 
-def vllm_only(expr: str, site: Site, names: set[str]) -> bool:
-    """Whether an alert expression reads a vLLM family or a signal SGLang lacks."""
+def vllm_only(expr: str, site: Site, names: set[str], engine: str) -> bool:
+    """Whether an alert expression reads a family of the reference engine's (and none of
+    ``engine``'s) or a signal ``engine`` lacks."""
     vocab = site.vocabulary
     recorded = {vocab[n].record_name(site.config.by) for n in names}
     used = {m.group(1) for m in PLACEHOLDER.finditer(expr) if m.group(1) in vocab}
     used |= {s.name for s in vocab if s.record_name(site.config.by) in expr}
-    raw = bool(re.search(r"(?<![\w:])vllm:", expr)) and "sglang:" not in expr
+    ref = engines.reference().prefix
+    own = engines.get(engine).prefix
+    raw = bool(re.search(rf"(?<![\w:]){re.escape(ref)}", expr)) and own not in expr
     return raw or bool(used & names) or any(r in expr for r in recorded)
 
 
-def playbook_rows(site: Site) -> list[tuple[str, str, str]]:
-    lacking = gaps(site)
+def playbook_rows(site: Site, engine: str) -> list[tuple[str, str, str]]:
+    lacking = gaps(site, engine)
     rows = []
     for pb in sorted(site.catalog, key=lambda p: p.id):
         if pb.alert is None:
             alert = "-"
         else:
-            only = vllm_only(pb.alert.expr, site, set(lacking))
-            alert = f"`{pb.alert.name}`" + (" (vLLM only)" if only else "")
+            only = vllm_only(pb.alert.expr, site, set(lacking), engine)
+            alert = f"`{pb.alert.name}`" + (f" ({_only()})" if only else "")
         rows.append((pb.id, _diagnosis(pb, lacking), alert))
     return rows
 
 
-def symptom_rows(site: Site) -> list[tuple[str, str]]:
+def symptom_rows(site: Site, engine: str) -> list[tuple[str, str]]:
     from diagnoser.outputs.slo import alert_group
 
-    lacking = set(gaps(site))
+    lacking = set(gaps(site, engine))
     out: dict[str, str] = {}
     for rule in alert_group(site)["rules"]:
         name = rule["alert"]
-        both = "vLLM only" if vllm_only(rule["expr"], site, lacking) else "both"
+        both = _only() if vllm_only(rule["expr"], site, lacking, engine) else "both"
         if out.get(name, both) != both:
-            both = "vLLM only"
+            both = _only()
         out[name] = both
     return sorted(out.items())
 
 
+def _only() -> str:
+    return f"{engines.reference().title} only"
+
+
 def panel_rows(site: Site) -> list[tuple[str, str, str]]:
-    """The panels that are vLLM only: dashboard, title, why."""
+    """The panels that are the reference engine's only: dashboard, title, why."""
     from diagnoser.outputs.dashboards import DASHBOARDS, render
 
     rows = []
@@ -86,24 +94,25 @@ def panel_rows(site: Site) -> list[tuple[str, str, str]]:
         panels = [q for p in board["panels"] for q in (p, *p.get("panels", []))]
         for p in panels:
             text = p.get("description") or ""
-            if "vLLM only" in text:
-                why = text.split("vLLM only:", 1)[-1].split(" Metrics: ", 1)[0]
+            if _only() in text:
+                why = text.split(f"{_only()}:", 1)[-1].split(" Metrics: ", 1)[0]
                 why = why.strip().rstrip(".")
                 rows.append((DASHBOARD_TITLES.get(name, name), p["title"], why))
     return rows
 
 
 def support_table(site: Site) -> str:
-    """The support page's section, between its markers."""
-    out = [
-        BEGIN,
-        "| Playbook | On SGLang: `diagnose` | Alert (on SGLang) |",
-        "|---|---|---|",
-    ]
-    out += [f"| `{pid}` | {diag} | {alert} |" for pid, diag, alert in playbook_rows(site)]
-    out += ["", "| Symptom alert | Engines |", "|---|---|"]
-    out += [f"| `{name}` | {engines} |" for name, engines in symptom_rows(site)]
-    out += ["", "Dashboard panels that are vLLM only (every other panel reads both engines):", ""]
+    """The support page's section, between its markers: for each engine but the reference."""
+    out = [BEGIN]
+    for engine in engines.others():
+        title = engine.title
+        out += [f"| Playbook | On {title}: `diagnose` | Alert (on {title}) |", "|---|---|---|"]
+        rows = playbook_rows(site, engine.name)
+        out += [f"| `{pid}` | {diag} | {alert} |" for pid, diag, alert in rows]
+        out += ["", "| Symptom alert | Engines |", "|---|---|"]
+        out += [f"| `{name}` | {on} |" for name, on in symptom_rows(site, engine.name)]
+        out.append("")
+    out += [f"Dashboard panels that are {_only()} (every other panel reads both engines):", ""]
     out += [f"- {board} / {title}: {why}." for board, title, why in panel_rows(site)]
     out.append(END)
     return "\n".join(out) + "\n"

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from diagnoser.catalog import CatalogError, Playbook
+from diagnoser.core import engines
 from diagnoser.outputs.gotemplate import template_problem
 from diagnoser.outputs.rules import PromtoolError, alert_rule, dump
 from diagnoser.site import Site
@@ -219,14 +220,14 @@ def _parse_rule_files(files: dict[str, str]) -> list[str]:
 
 
 def config_matchers_problem(site: Site) -> str | None:
-    """The first of the site config's label matchers (``selector``, ``vllm_targets``,
-    ``sglang_targets``, each ``slo.overrides[i].match``) that Prometheus would refuse, as
+    """The first of the site config's label matchers (``selector``, each engine's
+    ``<engine>_targets``, each ``slo.overrides[i].match``) that Prometheus would refuse, as
     ``FIELD: why``, or None. Python's ``re`` accepts regexes Go's engine does not (``a++``,
     ``(?=...)``); found here, the problem names the config's field instead of surfacing in
     every rule that carries the matcher."""
     cfg = site.config
     fields = [(f"selector[{i}]", m) for i, m in enumerate(cfg.selector)]
-    fields += [("vllm_targets", cfg.vllm_targets), ("sglang_targets", cfg.sglang_targets)]
+    fields += [(f"{e}_targets", cfg.targets(e)) for e in engines.names()]
     for i, ov in enumerate(cfg.slo.overrides):
         fields += [(f"slo.overrides[{i}].match[{j}]", str(m)) for j, m in enumerate(ov.match)]
     exprs = {field: f"up{{{matcher}}}" for field, matcher in fields}

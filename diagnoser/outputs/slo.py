@@ -19,6 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from diagnoser.core import engines
 from diagnoser.core import promql as q
 from diagnoser.core.signals.server import TARGET_MEMORY
 from diagnoser.core.signals.slo import error_ratio
@@ -209,6 +210,7 @@ def server_alerts(site: Site) -> list[dict[str, Any]]:
     keys = ", ".join(("job", "instance", *cfg.group_labels))
     scope = site.scope()
     up = q.up(scope)
+    targets = " or ".join(f"{{{cfg.targets(e.name)}}}" for e in engines.all_engines())
     owned = q.model_map(scope, TARGET_MEMORY)
     rate = site.vocabulary["request_rate"].record_name(cfg.by)
     down_n = site.vocabulary["targets_down"].record_name(cfg.by)
@@ -264,10 +266,9 @@ def server_alerts(site: Site) -> list[dict[str, Any]]:
             "5m",
             "critical",
             "targets-absent",
-            "No vLLM or SGLang target is scraped at all.",
-            f"Prometheus scrapes no target matching {{{cfg.vllm_targets}}} or "
-            f"{{{cfg.sglang_targets}}}: every server is gone, or service discovery or the "
-            "scrape config lost them. Nothing else can alert while this lasts.",
+            f"No {' or '.join(e.title for e in engines.all_engines())} target is scraped at all.",
+            f"Prometheus scrapes no target matching {targets}: every server is gone, or service "
+            "discovery or the scrape config lost them. Nothing else can alert while this lasts.",
         ),
         rule(
             "VllmTrafficStopped",

@@ -9,6 +9,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from diagnoser.core import engines
 from diagnoser.core.exposition import Recorder, labels_of, text_exposition
 from diagnoser.probe.metrics import ProbeMetrics
 from diagnoser.sim.engine import Request
@@ -16,7 +17,6 @@ from diagnoser.sim.scenario import Change, ModelScenario, Probe, Scenario, resol
 from diagnoser.sim.server import Server, ServerSpec
 
 TICK = 1.0  # seconds of simulated time per step of the outer loop
-PORTS = {"vllm": 8000, "sglang": 30000}  # each server's default port
 
 
 class ModelRun:
@@ -37,9 +37,9 @@ class ModelRun:
                     runtime=m.runtime,
                     job=m.runtime,
                     instance=(
-                        f"{_slug(m.name)}-{i}:{PORTS[m.runtime]}"
+                        f"{_slug(m.name)}-{i}:{engines.get(m.runtime).port}"
                         if m.platform == "kubernetes"
-                        else f"gpu-node-{_slug(m.name)}-{i}:{PORTS[m.runtime]}"
+                        else f"gpu-node-{_slug(m.name)}-{i}:{engines.get(m.runtime).port}"
                     ),
                     ordinal=i,
                     pod=f"{_slug(m.name)}-{i}",

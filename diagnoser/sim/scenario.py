@@ -22,6 +22,7 @@ from diagnoser.core.durations import format_duration, parse_duration
 from diagnoser.errors import FileFieldError, read_yaml_mapping
 from diagnoser.hardware import presets as hardware
 from diagnoser.sim.engine import EngineConfig
+from diagnoser.sim.profiles import profile
 from diagnoser.sim.server import RUNTIMES, ApiServerConfig, Fault
 from diagnoser.sim.workload import Lengths, Rate, Workload
 
@@ -73,7 +74,7 @@ class ModelScenario:
     instances: int = 1
     engines: int = 1
     version: str = "0.33"
-    runtime: str = "vllm"  # the serving engine: vllm or sglang
+    runtime: str = "vllm"  # the serving engine, a registered one: vllm or sglang
     dcgm: bool = True
     # kubernetes (namespace and pod labels, dcgm-exporter's pod mapping) or bare-metal
     platform: str = "kubernetes"
@@ -332,7 +333,7 @@ def _model(raw: Any, path: Path, where: str) -> ModelScenario:
     if runtime not in RUNTIMES:
         raise ScenarioError(path, f"{where}.runtime", f"must be one of {', '.join(RUNTIMES)}")
     profiles = RUNTIMES[runtime]
-    if runtime == "sglang":
+    if profile(runtime).mechanics == "sglang":  # SGLang's scheduler, for its mechanics
         engine.as_sglang(raw.get("engine") or {})
     version = str(raw.get("version", next(iter(profiles))))
     if version not in profiles:

@@ -25,11 +25,12 @@ from diagnoser.hardware.presets import GB, GpuSpec, ModelSpec
 from diagnoser.sim import sglang_metrics as sgm
 from diagnoser.sim.engine import Engine, EngineConfig, Request
 from diagnoser.sim.kv_transfer import POST_SECONDS
+from diagnoser.sim.profiles import RenamingRecorder, Runtimes, profile
 from diagnoser.sim.vllm_metrics import PROFILES, EngineMetrics, record_api_server, record_engine
 
 __all__ = ["PROFILES", "RUNTIMES", "ApiServerConfig", "Fault", "Server", "ServerSpec"]
-# Each runtime's version profiles: the release each is held to.
-RUNTIMES = {"vllm": PROFILES, "sglang": sgm.PROFILES}
+# Each registered engine's version profiles: the release each is held to.
+RUNTIMES = Runtimes()
 DETOKENIZE_CPU = 1e-5  # SGLang's detokenizer process, seconds per output token
 REQUEST_BYTES = 200  # JSON around the prompt: model, parameters, message framing
 BYTES_PER_TOKEN = 4
@@ -69,7 +70,7 @@ class ServerSpec:
     api: ApiServerConfig
     engines: int = 1
     version: str = "0.33"
-    runtime: str = "vllm"  # or "sglang"
+    runtime: str = "vllm"  # a registered engine's name (diagnoser.core.engines)
     job: str = "vllm"
     instance: str = "vllm-0:8000"
     ordinal: int = 0  # the server's place among the model's instances
@@ -109,6 +110,7 @@ class Server:
         self.busy: list[float] = []
         self.pod_root = self.s.pod
         self.kv_rng = np.random.default_rng(7919 + self.s.ordinal)  # KV transfers only
+        self.profile = profile(self.s.runtime)
         self._boot(self.start)
 
     # --- lifecycle ------------------------------------------------------------------------
@@ -127,7 +129,7 @@ class Server:
             Engine(self.s.spec, self.s.gpu, self.s.engine, start=t, seed=self._seed(t, i))
             for i in range(self.s.engines)
         ]
-        if self.s.runtime == "sglang":
+        if self.profile.mechanics == "sglang":
             self.sched = [sgm.SchedulerMetrics() for _ in self.engines]
             self.tok = sgm.TokenizerMetrics()
             self.scrapes = 0
@@ -285,7 +287,7 @@ class Server:
             st = engine.drain()
             self.busy[i] += st.busy_seconds
             self.cpu_seconds += st.generation_tokens * api.cpu_per_output_token
-            if self.s.runtime == "sglang":
+            if self.profile.mechanics == "sglang":
                 self.sched[i].absorb(st)
                 self.tok.absorb(st)
                 self.detok_cpu += st.generation_tokens * DETOKENIZE_CPU
@@ -322,8 +324,10 @@ class Server:
         ``target``'s labels added (none for a live exposition)."""
         if not self.up:
             return
+        if self.profile.rename:
+            rec = RenamingRecorder(rec, self.profile.rename)
         model = labels_of(model_name=self.s.model_name, **target)
-        if self.s.runtime == "sglang":
+        if self.profile.mechanics == "sglang":
             self._record_sglang(rec, t, model, target)
             return
         for i, (engine, em) in enumerate(zip(self.engines, self.em, strict=True)):

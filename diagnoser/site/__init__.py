@@ -14,6 +14,7 @@ from functools import cache
 from pathlib import Path
 
 from diagnoser.catalog import Catalog, Playbook, load_catalog, with_param
+from diagnoser.core import engines
 from diagnoser.core.buckets import CUSTOM_FAMILIES, read_at
 from diagnoser.core.promql import Scope
 from diagnoser.core.signals import Signal, Vocabulary
@@ -69,7 +70,7 @@ class Site:
             matchers=(*self.config.selector, *matchers),
             by=by,
             window=window,
-            targets=(self.config.vllm_targets, self.config.sglang_targets),
+            targets=tuple(self.config.targets(e) for e in engines.names()),
             buckets=self.buckets or self.config.bucket_sets(),
         )
 

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from diagnoser.core import engines
 from diagnoser.core.buckets import (
     CUSTOM_FAMILIES,
     DEFAULT_BOUNDS,
@@ -98,8 +99,10 @@ class SiteConfig:
         return (*self.group_labels, "model_name")
 
     def targets(self, engine: str) -> str:
-        """The matcher that selects one engine's scrape targets (``vllm`` or ``sglang``)."""
-        return self.sglang_targets if engine == "sglang" else self.vllm_targets
+        """The matcher that selects one engine's scrape targets: the site's
+        ``<engine>_targets``, or the engine's default where the site has no such field."""
+        own = getattr(self, f"{engine}_targets", None)
+        return own if isinstance(own, str) else engines.get(engine).targets
 
     def runbook_for(self, playbook_id: str) -> str:
         return self.runbook_url.format(id=playbook_id)
@@ -201,7 +204,7 @@ def load_config(path: Path | None) -> SiteConfig:
         else:
             if not isinstance(value, str):
                 raise ConfigError(f"{path}: {key}: must be a string")
-            targets = key in ("vllm_targets", "sglang_targets")
+            targets = key in {f"{e}_targets" for e in engines.names()}
             if targets and not MATCHERS.fullmatch(value.strip()):
                 raise ConfigError(f'{path}: {key}: {value!r} is not label matchers like job="vllm"')
             if key == "runbook_url":

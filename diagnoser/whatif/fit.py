@@ -12,10 +12,12 @@ to calibrate the replay against.
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field
 
 import numpy as np
 
+from diagnoser.core import engines as registry
 from diagnoser.core.printable import printable
 from diagnoser.core.signals import names as N
 from diagnoser.core.source import MetricSource
@@ -183,13 +185,14 @@ def fit_window(
         e for e in read_live(source, end, None, None, selector).engines if e.model_name == model
     ]
     if not live:
-        if source.query(
-            f"count({_sel(scope, '__name__=~' + chr(34) + 'sglang:.+' + chr(34))})", end
-        ):
-            raise FitError(
-                f"{shown} is served by SGLang: what-if replays vLLM's engine, and its levers "
-                "(gpu_memory_utilization, max_num_seqs, ...) are vLLM flags SGLang does not have"
-            )
+        for other in registry.others():
+            families = '__name__=~"' + re.escape(other.prefix) + '.+"'
+            if source.query(f"count({_sel(scope, families)})", end):
+                raise FitError(
+                    f"{shown} is served by {other.title}: what-if replays vLLM's engine, and its "
+                    "levers (gpu_memory_utilization, max_num_seqs, ...) are vLLM flags "
+                    f"{other.title} does not have"
+                )
         raise FitError(
             f"no vllm:cache_config_info for {shown} at the window's end: what-if needs the "
             "engine's KV cache as vLLM reports it (a vLLM server, scraped at the time)"

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from functools import cached_property
 
-from diagnoser.core import families
+from diagnoser.core import engines, families
 from diagnoser.core import promql as q
 from diagnoser.core import promql_sglang as sg
+from diagnoser.core.engines import Gap
 from diagnoser.core.promql import Expr, Scope
 
 # Default SLO thresholds; each must be a bucket boundary of its histogram.
@@ -18,14 +20,29 @@ ITL_STALL = 0.3  # seconds: a gap a reader notices, many times any healthy decod
 # SGLang's ITL histogram has no 0.3 s bound (0.2, then 0.4): its stalls are gaps over 0.4 s.
 SGLANG_ITL_STALL = 0.4
 
-_FAMILY_RE = re.compile(
-    r"(?<![\w:])(vllm:[a-z0-9_]+|sglang:[a-zA-Z0-9_]+|llm_probe_[a-z0-9_]+|DCGM_FI_[A-Z_]+|"
-    r"http_[a-z_]+|process_[a-z_]+|up)(?![\w:])(?!\s*\()"
-)
+# Families outside the engines': the API server's, DCGM's, the probe's, scrape health.
+_OTHER_FAMILIES = r"llm_probe_[a-z0-9_]+|DCGM_FI_[A-Z_]+|http_[a-z_]+|process_[a-z_]+|up"
 # A model-level signal is aggregated by the site's model grouping (model_name and the site's
 # group labels); a target-level one by scrape target.
 MODEL = ("model_name",)
 TARGET = ("job", "instance")
+
+
+# A signal's expression for each engine, by engine name: an expression, or a gap with its
+# reason. ``ANY`` is one expression serving every engine (scrape health, DCGM and the probe,
+# joined to the models of every engine's servers).
+ANY = "*"
+Exprs = Mapping[str, Expr | Gap]
+
+
+def on(**by_engine: Expr | Gap) -> dict[str, Expr | Gap]:
+    """A signal's expressions by engine: ``on(vllm=..., sglang=... or Gap("why"))``."""
+    return dict(by_engine)
+
+
+def everywhere(expr: Expr) -> dict[str, Expr | Gap]:
+    """One expression for every engine."""
+    return {ANY: expr}
 
 
 @dataclass(frozen=True)
@@ -35,23 +52,17 @@ class Signal:
     name: str
     unit: str
     help: str
-    expr: Expr
+    # Its expression (or gap) per engine. Rendered for every engine, it is the engines'
+    # expressions joined by ``or``, the reference engine's first: each model's series comes
+    # from the engine serving it (vLLM's where one model is served by both at once). An engine
+    # may also give its expression at registration (``Engine.exprs``).
+    exprs: Exprs = field(hash=False)
     record_as: tuple[str, str]  # (metric part, operation) of the recording rule name
     by: tuple[str, ...] = MODEL
     per_instance: bool = False  # also recorded by (model_name, instance)
     # diagnose derives it from the target-level series and its lookback's map of targets to
     # models, instead of querying it (same meaning, a longer memory of who served what).
     attributed: bool = False
-    # The same meaning from SGLang's families, or None with the reason in ``sglang_gap``. The
-    # signal is then ``expr or sglang``: each model's series comes from the engine serving it
-    # (vLLM's where one model is served by both at once).
-    sglang: Expr | None = None
-    sglang_gap: str = ""
-    # A target-level signal reads one engine's scrape targets: "vllm" or "sglang".
-    engine: str = ""
-    # One expression serves both engines (scrape health, DCGM and the probe, joined to the
-    # models of either engine's servers).
-    any_engine: bool = False
     # Families read where the server has them, with a fallback where it has not: they refine
     # the series but are not needed for it (not in ``provided_by``).
     optional: tuple[str, ...] = ()
@@ -67,33 +78,69 @@ class Signal:
     def target_level(self) -> bool:
         return self.by == TARGET
 
-    def render(self, scope: Scope | None = None, engine: str = "") -> str:
-        """The PromQL for ``scope``: both engines' expressions, or one (``engine``)."""
-        scope = scope or Scope(by=self.by)
-        if engine == "sglang" and not self.on_sglang:
-            raise ValueError(f"{self.name}: no SGLang expression ({self.sglang_gap})")
-        if self.sglang is None or engine == "vllm":
-            return self.expr(scope)  # one expression (for both engines, or vLLM's)
-        if engine == "sglang":
-            return self.sglang(scope)
-        return f"({self.expr(scope)}) or ({self.sglang(scope)})"
+    def expression(self, engine: str) -> Expr | Gap | None:
+        """Its expression on ``engine``, or the gap and why; None where the signal is not the
+        engine's to give (another engine's own, e.g. its servers)."""
+        own = self.exprs.get(engine)
+        if own is not None:
+            return own
+        eng = engines.get(engine)
+        given = eng.exprs.get(self.name)
+        if given is not None:
+            return given
+        if ANY in self.exprs:
+            return self.exprs[ANY]
+        reference = engines.reference().name
+        if eng.gap and engine != reference and self.expression(reference) is not None:
+            return Gap(eng.gap)
+        return None
+
+    def on(self, engine: str) -> bool:
+        """Whether ``engine``'s servers give this signal a series."""
+        return callable(self.expression(engine))
+
+    def gap(self, engine: str) -> str:
+        """Why ``engine`` gives no series ("" where it does, or the signal is not its)."""
+        found = self.expression(engine)
+        return found.reason if isinstance(found, Gap) else ""
 
     @property
-    def on_sglang(self) -> bool:
-        """Whether SGLang's servers give this signal a series."""
-        return self.sglang is not None or self.engine == "sglang" or self.any_engine
+    def engine(self) -> str:
+        """The engine whose scrape targets a target-level signal reads (the first that gives
+        the signal an expression of its own)."""
+        for name in engines.names():
+            if callable(self.exprs.get(name)):
+                return name
+        return engines.reference().name
+
+    def render(self, scope: Scope | None = None, engine: str = "") -> str:
+        """The PromQL for ``scope``: every engine's expressions, or one (``engine``)."""
+        scope = scope or Scope(by=self.by)
+        if engine:
+            found = self.expression(engine)
+            if not callable(found):
+                why = found.reason if isinstance(found, Gap) else "not the engine's"
+                raise ValueError(f"{self.name}: no {engines.get(engine).title} expression ({why})")
+            return found(scope)
+        every = self.exprs.get(ANY)
+        if callable(every):
+            return every(scope)
+        parts = [e(scope) for e in map(self.expression, engines.names()) if callable(e)]
+        if len(parts) == 1:
+            return parts[0]
+        return " or ".join(f"({p})" for p in parts)
 
     @cached_property
     def families(self) -> tuple[str, ...]:
-        """Metric families the signal reads on vLLM, newest name first, without suffixes."""
-        return tuple(f for f in _families_in(self.render(engine="vllm")) if f[:7] != "sglang:")
+        """Metric families the signal reads, without suffixes and without other engines'
+        (the reference engine's where it has an expression), newest name first."""
+        return _without_others(_families_in(self.render()), engines.reference().name)
 
-    @cached_property
-    def sglang_families(self) -> tuple[str, ...]:
-        """Metric families the signal reads on SGLang (none without an SGLang expression)."""
-        if not self.on_sglang:
+    def families_on(self, engine: str) -> tuple[str, ...]:
+        """Metric families the signal reads on ``engine`` (none without its expression)."""
+        if not self.on(engine):
             return ()
-        return tuple(f for f in _families_in(self.render(engine="sglang")) if f[:5] != "vllm:")
+        return _without_others(_families_in(self.render(engine=engine)), engine)
 
     @property
     def uses_rate(self) -> bool:
@@ -114,14 +161,24 @@ class Signal:
             {families.family(f).provided_by() for f in self.families if f not in self.optional}
         )
 
-    def provided_by_sglang(self) -> list[str]:
-        """What provides the signal's series on SGLang's servers."""
-        return sorted({families.family(f).provided_by() for f in self.sglang_families})
+    def provided_by_on(self, engine: str) -> list[str]:
+        """What provides the signal's series on ``engine``'s servers."""
+        return sorted({families.family(f).provided_by() for f in self.families_on(engine)})
+
+
+def _without_others(found: tuple[str, ...], engine: str) -> tuple[str, ...]:
+    others = tuple(e.prefix for e in engines.all_engines() if e.name != engine)
+    return tuple(f for f in found if not f.startswith(others))
+
+
+def _family_re() -> re.Pattern[str]:
+    names = "|".join(re.escape(p) + "[a-zA-Z0-9_]+" for p in engines.prefixes())
+    return re.compile(rf"(?<![\w:])({names}|{_OTHER_FAMILIES})(?![\w:])(?!\s*\()")
 
 
 def _families_in(text: str) -> tuple[str, ...]:
     found: list[str] = []
-    for raw in _FAMILY_RE.findall(text):
+    for raw in _family_re().findall(text):
         name = _strip_suffix(raw)
         if name not in found:
             found.append(name)
@@ -142,20 +199,26 @@ def latency(
     family: str | tuple[str, ...],
     what: str,
     record: str,
-    sglang: families.Family | None = None,
-    sglang_gap: str = "",
+    sglang: families.Family | Gap,
 ) -> list[Signal]:
-    """p50, p95, p99 and the mean of a latency histogram (and of SGLang's, if it has one)."""
+    """p50, p95, p99 and the mean of a latency histogram (and of SGLang's, or its gap)."""
     names = (family,) if isinstance(family, str) else family
+
+    def quantile(p: int) -> Expr | Gap:
+        return sglang if isinstance(sglang, Gap) else sg.quantile(p / 100, sglang)
+
+    theirs_mean = sglang if isinstance(sglang, Gap) else sg.hist_mean(sglang)
+
     out = [
         Signal(
             f"{prefix}_p{p}",
             "s",
             f"{what}, {p}th percentile.",
-            q.quantile(p / 100, *names),
+            on(
+                vllm=q.quantile(p / 100, *names),
+                sglang=quantile(p),
+            ),
             (record, f"p{p}"),
-            sglang=sg.quantile(p / 100, sglang) if sglang else None,
-            sglang_gap=sglang_gap,
             quantile_of=names,
         )
         for p in (50, 95, 99)
@@ -165,10 +228,8 @@ def latency(
             f"{prefix}_mean",
             "s",
             f"{what}, mean.",
-            q.hist_mean(*names),
+            on(vllm=q.hist_mean(*names), sglang=theirs_mean),
             (record, "mean"),
-            sglang=sg.hist_mean(sglang) if sglang else None,
-            sglang_gap=sglang_gap,
         )
     )
     return out

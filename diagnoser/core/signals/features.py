@@ -7,7 +7,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 from diagnoser.core import promql as q
-from diagnoser.core.signals.base import Signal
+from diagnoser.core.engines import Gap
+from diagnoser.core.signals.base import Signal, on
 from diagnoser.core.signals.names import (
     GENERATION_TOKENS,
     ITL,
@@ -63,14 +64,14 @@ def speculative_decoding() -> list[Signal]:
             "Output tokens a decoding request gets per engine step: 1 without speculative "
             "decoding, 1 plus its accepted draft tokens with it (steps with no draft included). "
             "vLLM's ITL is per step, so time per output token is ITL over this.",
-            _tokens_per_decode_step,
+            on(vllm=_tokens_per_decode_step),
             ("vllm_decode_tokens_per_step", "ratio"),
         ),
         s(
             "spec_decode_acceptance_rate",
             "ratio",
             "Share of draft tokens the target model accepted (speculative decoding).",
-            q.ratio(ACCEPTED, q.counter_rate(SPEC_DRAFT_TOKENS)),
+            on(vllm=q.ratio(ACCEPTED, q.counter_rate(SPEC_DRAFT_TOKENS))),
             ("vllm_spec_decode_acceptance", "ratio"),
         ),
         s(
@@ -78,28 +79,28 @@ def speculative_decoding() -> list[Signal]:
             "tokens",
             "Tokens per draft: 1 plus the accepted draft tokens per draft (speculative "
             "decoding); 1 means drafting buys nothing.",
-            _acceptance_length,
+            on(vllm=_acceptance_length),
             ("vllm_spec_decode_acceptance_length", "mean"),
         ),
         s(
             "spec_decode_acceptance_by_position",
             "ratio",
             "Share of drafts whose token at each position was accepted (speculative decoding).",
-            _acceptance_by_position,
+            on(vllm=_acceptance_by_position),
             ("vllm_spec_decode_acceptance_by_position", "ratio"),
         ),
         s(
             "spec_decode_draft_tokens_rate",
             "tokens/s",
             "Draft tokens proposed per second (speculative decoding).",
-            q.counter_rate(SPEC_DRAFT_TOKENS),
+            on(vllm=q.counter_rate(SPEC_DRAFT_TOKENS)),
             ("vllm_spec_decode_num_draft_tokens", "rate"),
         ),
         s(
             "spec_decode_accepted_tokens_rate",
             "tokens/s",
             "Draft tokens accepted per second (speculative decoding).",
-            ACCEPTED,
+            on(vllm=ACCEPTED),
             ("vllm_spec_decode_num_accepted_tokens", "rate"),
         ),
     ]
@@ -112,28 +113,36 @@ def kv_offload() -> list[Signal]:
             "kv_offload_load_bytes_rate",
             "B/s",
             "KV-cache bytes loaded back to the GPU from offload storage per second.",
-            q.counter_rate(KV_OFFLOAD_LOAD_BYTES),
+            on(vllm=q.counter_rate(KV_OFFLOAD_LOAD_BYTES)),
             ("vllm_kv_offload_load_bytes", "rate"),
         ),
         s(
             "kv_offload_store_bytes_rate",
             "B/s",
             "KV-cache bytes stored from the GPU to offload storage per second.",
-            q.counter_rate(KV_OFFLOAD_STORE_BYTES),
+            on(vllm=q.counter_rate(KV_OFFLOAD_STORE_BYTES)),
             ("vllm_kv_offload_store_bytes", "rate"),
         ),
         s(
             "kv_offload_load_bandwidth",
             "B/s",
             "Bytes loaded per second spent loading: the offload tier's read bandwidth.",
-            q.ratio(q.counter_rate(KV_OFFLOAD_LOAD_BYTES), q.counter_rate(KV_OFFLOAD_LOAD_TIME)),
+            on(
+                vllm=q.ratio(
+                    q.counter_rate(KV_OFFLOAD_LOAD_BYTES), q.counter_rate(KV_OFFLOAD_LOAD_TIME)
+                )
+            ),
             ("vllm_kv_offload_load_bandwidth", "ratio"),
         ),
         s(
             "kv_offload_store_bandwidth",
             "B/s",
             "Bytes stored per second spent storing: the offload tier's write bandwidth.",
-            q.ratio(q.counter_rate(KV_OFFLOAD_STORE_BYTES), q.counter_rate(KV_OFFLOAD_STORE_TIME)),
+            on(
+                vllm=q.ratio(
+                    q.counter_rate(KV_OFFLOAD_STORE_BYTES), q.counter_rate(KV_OFFLOAD_STORE_TIME)
+                )
+            ),
             ("vllm_kv_offload_store_bandwidth", "ratio"),
         ),
         s(
@@ -141,14 +150,14 @@ def kv_offload() -> list[Signal]:
             "ratio",
             "CPU KV-cache space pinned by transfers in flight (0-1), the fullest engine; "
             "sustained near 1, stores are dropped.",
-            q.gauge("max", KV_OFFLOAD_CPU_USAGE),
+            on(vllm=q.gauge("max", KV_OFFLOAD_CPU_USAGE)),
             ("vllm_kv_offload_cpu_cache_usage", "max"),
         ),
         s(
             "kv_offload_allocation_failures_rate",
             "1/s",
             "KV offload stores per second that found no room in the offload tier.",
-            q.counter_rate(KV_OFFLOAD_ALLOC_FAILURES),
+            on(vllm=q.counter_rate(KV_OFFLOAD_ALLOC_FAILURES)),
             ("vllm_kv_offload_allocation_failure", "rate"),
         ),
     ]
@@ -170,7 +179,7 @@ def kv_transfer() -> list[Signal]:
             "Share of the KV loads from other instances that failed (NixlConnector, vLLM >= "
             "0.12: failed transfers over those completed and failed). Under vLLM's default "
             "kv_load_failure_policy each failure ends its request with an error.",
-            _transfer_failure_share,
+            on(vllm=_transfer_failure_share),
             ("vllm_nixl_failed_transfers", "share"),
         ),
         s(
@@ -178,14 +187,18 @@ def kv_transfer() -> list[Signal]:
             "tokens/s",
             "Prompt tokens per second whose KV came from another instance (KV transfer, "
             "vllm:prompt_tokens_by_source_total, vLLM >= 0.16): 0 without a KV connector.",
-            q.counter_rate(PROMPT_TOKENS_BY_SOURCE, extra=('source="external_kv_transfer"',)),
+            on(
+                vllm=q.counter_rate(
+                    PROMPT_TOKENS_BY_SOURCE, extra=('source="external_kv_transfer"',)
+                )
+            ),
             ("vllm_prompt_tokens_kv_transfer", "rate"),
         ),
         s(
             "nixl_transfer_time_p95",
             "s",
             "Duration of a NIXL KV-cache transfer, 95th percentile (disaggregated prefill).",
-            q.quantile(0.95, NIXL_XFER_TIME),
+            on(vllm=q.quantile(0.95, NIXL_XFER_TIME)),
             ("vllm_nixl_xfer_time_seconds", "p95"),
         ),
         s(
@@ -193,14 +206,14 @@ def kv_transfer() -> list[Signal]:
             "1/s",
             "Failed NIXL KV-cache transfers per second: each fails a request or makes it "
             "compute its prefill locally.",
-            q.counter_rate(NIXL_FAILED),
+            on(vllm=q.counter_rate(NIXL_FAILED)),
             ("vllm_nixl_num_failed_transfers", "rate"),
         ),
         s(
             "kv_fetch_waiting_by_stage",
             "requests",
             "Waiting requests by stage of their KV load from another instance (a KV consumer).",
-            q.gauge_by("sum", KV_FETCH_BY_STAGE, "stage"),
+            on(vllm=q.gauge_by("sum", KV_FETCH_BY_STAGE, "stage")),
             ("vllm_num_requests_kv_fetch_by_stage", "sum"),
         ),
     ]
@@ -213,4 +226,4 @@ SGLANG_GAP = "read from vLLM's optional-feature families; SGLang's own are not m
 
 def signals() -> list[Signal]:
     every = [*speculative_decoding(), *kv_offload(), *kv_transfer()]
-    return [replace(sig, sglang_gap=SGLANG_GAP) for sig in every]
+    return [replace(sig, exprs={**sig.exprs, "sglang": Gap(SGLANG_GAP)}) for sig in every]

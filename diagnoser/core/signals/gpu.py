@@ -4,7 +4,7 @@ their pod in Kubernetes (dcgm-exporter's pod mapping), through their host elsewh
 from __future__ import annotations
 
 from diagnoser.core import promql as q
-from diagnoser.core.signals.base import Signal
+from diagnoser.core.signals.base import Signal, everywhere
 from diagnoser.core.signals.names import (
     GPU_FB_FREE,
     GPU_FB_USED,
@@ -41,58 +41,51 @@ def signals() -> list[Signal]:
             "gpu_utilization",
             "ratio",
             "Share of time any kernel ran on the model's GPUs (DCGM), mean; not compute used.",
-            q.on_gpus(_gpu_util),
+            everywhere(q.on_gpus(_gpu_util)),
             ("dcgm_gpu_utilization", "avg"),
-            any_engine=True,
         ),
         s(
             "gpu_memory_used_bytes",
             "bytes",
             "GPU framebuffer used (DCGM), the fullest GPU.",
-            q.on_gpus(_gpu_fb_used, fn="max"),
+            everywhere(q.on_gpus(_gpu_fb_used, fn="max")),
             ("dcgm_fb_used_bytes", "max"),
-            any_engine=True,
         ),
         s(
             "gpu_memory_used_share",
             "ratio",
             "GPU framebuffer used over total (DCGM), fullest GPU.",
-            q.on_gpus(_gpu_fb_share, fn="max"),
+            everywhere(q.on_gpus(_gpu_fb_share, fn="max")),
             ("dcgm_fb_used", "share"),
-            any_engine=True,
         ),
         s(
             "gpu_power_watts",
             "W",
             "Power drawn by the model's GPUs (DCGM), summed: near the boards' power limit the "
             "clocks come down.",
-            q.on_gpus(_plain(GPU_POWER), fn="sum"),
+            everywhere(q.on_gpus(_plain(GPU_POWER), fn="sum")),
             ("dcgm_power_usage_watts", "sum"),
-            any_engine=True,
         ),
         s(
             "gpu_temperature_max",
             "celsius",
             "GPU temperature (DCGM), the hottest of the model's GPUs.",
-            q.on_gpus(_plain(GPU_TEMP), fn="max"),
+            everywhere(q.on_gpus(_plain(GPU_TEMP), fn="max")),
             ("dcgm_gpu_temp_celsius", "max"),
-            any_engine=True,
         ),
         s(
             "gpu_sm_clock_min",
             "Hz",
             "SM clock (DCGM), the slowest of the model's GPUs: a busy GPU below its boost clock "
             "is throttled (power or heat).",
-            q.on_gpus(_plain(GPU_SM_CLOCK, " * 1000000"), fn="min"),
+            everywhere(q.on_gpus(_plain(GPU_SM_CLOCK, " * 1000000"), fn="min")),
             ("dcgm_sm_clock_hertz", "min"),
-            any_engine=True,
         ),
         s(
             "gpu_xid_last",
             "xid",
             "The last XID error code of the model's GPUs (DCGM), the highest; 0 means none.",
-            q.on_gpus(_plain(GPU_XID), fn="max"),
+            everywhere(q.on_gpus(_plain(GPU_XID), fn="max")),
             ("dcgm_xid_errors", "max"),
-            any_engine=True,
         ),
     ]

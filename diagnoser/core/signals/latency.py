@@ -6,7 +6,8 @@ from __future__ import annotations
 from diagnoser.core import families_sglang as SG
 from diagnoser.core import promql as q
 from diagnoser.core import promql_sglang as sg
-from diagnoser.core.signals.base import SGLANG_ITL_STALL, Signal, latency
+from diagnoser.core.engines import Gap
+from diagnoser.core.signals.base import SGLANG_ITL_STALL, Signal, latency, on
 from diagnoser.core.signals.names import DECODE, E2E, ITL, PREFILL, PROMPT, QUEUE, TPOT, TTFT
 
 # SGLang times the prefill from a request's first forward to its last prompt chunk.
@@ -45,9 +46,8 @@ def signals() -> list[Signal]:
             "whole prefill (scheduler.py:3993-4001 of 0.5.23) and the ITL median rises once "
             "prefills fill half the steps: on SGLang ITL p25, free of prefills until they fill "
             "three steps in four.",
-            q.quantile(0.5, *ITL),
+            on(vllm=q.quantile(0.5, *ITL), sglang=sg.quantile(0.25, SG.ITL)),
             ("vllm_inter_token_latency_seconds", "decode"),
-            sglang=sg.quantile(0.25, SG.ITL),
             quantile_of=ITL,
         ),
         s(
@@ -56,9 +56,11 @@ def signals() -> list[Signal]:
             "Inter-token latency of the tokens no prefill stalled, 95th percentile: ITL p95 "
             "on vLLM; on SGLang, which runs each prefill alone while every stream waits, the "
             "gaps up to 0.4 s (its stall bound) alone.",
-            q.quantile(0.95, *ITL),
+            on(
+                vllm=q.quantile(0.95, *ITL),
+                sglang=sg.quantile_up_to(0.95, SG.ITL, SGLANG_ITL_STALL),
+            ),
             ("vllm_inter_token_latency_seconds", "decode_p95"),
-            sglang=sg.quantile_up_to(0.95, SG.ITL, SGLANG_ITL_STALL),
             quantile_of=ITL,
         ),
         *(
@@ -67,9 +69,8 @@ def signals() -> list[Signal]:
                 "s",
                 f"Time per output token of finished requests (each request's mean gap), {p}th "
                 "percentile.",
-                q.quantile(p / 100, *TPOT),
+                on(vllm=q.quantile(p / 100, *TPOT), sglang=sg.quantile(p / 100, SG.TPOT)),
                 ("vllm_request_time_per_output_token_seconds", f"p{p}"),
-                sglang=sg.quantile(p / 100, SG.TPOT),
                 quantile_of=TPOT,
             )
             for p in (50, 95, 99)
@@ -78,26 +79,23 @@ def signals() -> list[Signal]:
             "tpot_mean",
             "s",
             "Time per output token, mean over finished requests.",
-            q.hist_mean(*TPOT),
+            on(vllm=q.hist_mean(*TPOT), sglang=sg.hist_mean(SG.TPOT)),
             ("vllm_request_time_per_output_token_seconds", "mean"),
-            sglang=sg.hist_mean(SG.TPOT),
         ),
         s(
             "queue_time_mean",
             "s",
             "Time a request waits in the engine's queue, mean.",
-            q.hist_mean(QUEUE),
+            on(vllm=q.hist_mean(QUEUE), sglang=sg.hist_mean(SG.QUEUE)),
             ("vllm_request_queue_time_seconds", "mean"),
-            sglang=sg.hist_mean(SG.QUEUE),
         ),
         *(
             s(
                 f"queue_time_p{p}",
                 "s",
                 f"Time a request waits in the engine's queue, {p}th percentile.",
-                q.quantile(p / 100, QUEUE),
+                on(vllm=q.quantile(p / 100, QUEUE), sglang=sg.quantile(p / 100, SG.QUEUE)),
                 ("vllm_request_queue_time_seconds", f"p{p}"),
-                sglang=sg.quantile(p / 100, SG.QUEUE),
             )
             for p in (50, 95, 99)
         ),
@@ -105,35 +103,37 @@ def signals() -> list[Signal]:
             "prefill_time_mean",
             "s",
             "Time from scheduling to the first token (prefill), mean.",
-            q.hist_mean(PREFILL),
+            on(vllm=q.hist_mean(PREFILL), sglang=SGLANG_PREFILL_MEAN),
             ("vllm_request_prefill_time_seconds", "mean"),
-            sglang=SGLANG_PREFILL_MEAN,
         ),
         s(
             "prefill_time_p95",
             "s",
             "Prefill time, 95th percentile.",
-            q.quantile(0.95, PREFILL),
+            on(vllm=q.quantile(0.95, PREFILL), sglang=sg.quantile(0.95, SG.STAGE, PREFILL_STAGE)),
             ("vllm_request_prefill_time_seconds", "p95"),
-            sglang=sg.quantile(0.95, SG.STAGE, PREFILL_STAGE),
         ),
         s(
             "decode_time_mean",
             "s",
             "Time from the first to the last token (decode), mean. SGLang: mean e2e minus mean "
             "TTFT (it has no decode-time histogram).",
-            q.hist_mean(DECODE),
+            on(
+                vllm=q.hist_mean(DECODE),
+                sglang=q.difference(sg.hist_mean(SG.E2E), sg.hist_mean(SG.TTFT)),
+            ),
             ("vllm_request_decode_time_seconds", "mean"),
-            sglang=q.difference(sg.hist_mean(SG.E2E), sg.hist_mean(SG.TTFT)),
         ),
         *(
             s(
                 f"decode_time_p{p}",
                 "s",
                 f"Time from the first to the last token (decode), {p}th percentile.",
-                q.quantile(p / 100, DECODE),
+                on(
+                    vllm=q.quantile(p / 100, DECODE),
+                    sglang=Gap("SGLang has no decode-time histogram"),
+                ),
                 ("vllm_request_decode_time_seconds", f"p{p}"),
-                sglang_gap="SGLang has no decode-time histogram",
             )
             for p in (50, 95, 99)
         ),
@@ -143,20 +143,26 @@ def signals() -> list[Signal]:
             "TTFT not spent queued or prefilling in the engine: tokenization and API-server "
             "overhead, mean. vLLM observes TTFT at the first token and queue and prefill time "
             "at the finish, so during a sharp change the two lag by a request's decode time.",
-            q.difference(q.hist_mean(TTFT), q.total(q.hist_mean(QUEUE), q.hist_mean(PREFILL))),
-            ("vllm_frontend_time_seconds", "mean"),
-            sglang=q.difference(
-                sg.hist_mean(SG.TTFT), q.total(sg.hist_mean(SG.QUEUE), SGLANG_PREFILL_MEAN)
+            on(
+                vllm=q.difference(
+                    q.hist_mean(TTFT), q.total(q.hist_mean(QUEUE), q.hist_mean(PREFILL))
+                ),
+                sglang=q.difference(
+                    sg.hist_mean(SG.TTFT), q.total(sg.hist_mean(SG.QUEUE), SGLANG_PREFILL_MEAN)
+                ),
             ),
+            ("vllm_frontend_time_seconds", "mean"),
         ),
         s(
             "prefill_seconds_per_prompt_token",
             "s",
             "Mean prefill time divided by mean prompt length: rises when prefill grows faster "
             "than the prompt (attention at long context).",
-            q.ratio(q.hist_mean(PREFILL), q.hist_mean(PROMPT)),
+            on(
+                vllm=q.ratio(q.hist_mean(PREFILL), q.hist_mean(PROMPT)),
+                sglang=q.ratio(SGLANG_PREFILL_MEAN, sg.hist_mean(SG.PROMPT)),
+            ),
             ("vllm_prefill_seconds_per_prompt_token", "mean"),
-            sglang=q.ratio(SGLANG_PREFILL_MEAN, sg.hist_mean(SG.PROMPT)),
         ),
     ]
     return out

@@ -6,7 +6,7 @@ from __future__ import annotations
 from diagnoser.core import families_sglang as SG
 from diagnoser.core import promql as q
 from diagnoser.core import promql_sglang as sg
-from diagnoser.core.signals.base import Signal
+from diagnoser.core.signals.base import Signal, everywhere, on
 from diagnoser.core.signals.names import PROBE_E2E, PROBE_ITL, PROBE_REQUESTS, PROBE_TTFT, TTFT
 
 
@@ -29,60 +29,55 @@ def signals() -> list[Signal]:
             "probe_ttft_p50",
             "s",
             "Client-side TTFT (probe), median over prompt buckets.",
-            _probe_quantile(0.5, PROBE_TTFT, by_bucket=False),
+            everywhere(_probe_quantile(0.5, PROBE_TTFT, by_bucket=False)),
             ("llm_probe_ttft_seconds", "p50"),
-            any_engine=True,
         ),
         s(
             "probe_ttft_p95",
             "s",
             "Client-side TTFT (probe), 95th percentile.",
-            _probe_quantile(0.95, PROBE_TTFT, by_bucket=False),
+            everywhere(_probe_quantile(0.95, PROBE_TTFT, by_bucket=False)),
             ("llm_probe_ttft_seconds", "p95"),
-            any_engine=True,
         ),
         s(
             "probe_ttft_p50_by_bucket",
             "s",
             "Client-side TTFT median per prompt-length bucket.",
-            _probe_quantile(0.5, PROBE_TTFT, by_bucket=True),
+            everywhere(_probe_quantile(0.5, PROBE_TTFT, by_bucket=True)),
             ("llm_probe_ttft_seconds_by_bucket", "p50"),
-            any_engine=True,
         ),
         s(
             "probe_ttft_p95_by_bucket",
             "s",
             "Client-side TTFT p95 per prompt-length bucket.",
-            _probe_quantile(0.95, PROBE_TTFT, by_bucket=True),
+            everywhere(_probe_quantile(0.95, PROBE_TTFT, by_bucket=True)),
             ("llm_probe_ttft_seconds_by_bucket", "p95"),
-            any_engine=True,
         ),
         s(
             "probe_itl_p95_by_bucket",
             "s",
             "Client-side ITL p95 per prompt-length bucket.",
-            _probe_quantile(0.95, PROBE_ITL, by_bucket=True),
+            everywhere(_probe_quantile(0.95, PROBE_ITL, by_bucket=True)),
             ("llm_probe_itl_seconds_by_bucket", "p95"),
-            any_engine=True,
         ),
         s(
             "probe_e2e_p50",
             "s",
             "Client-side end-to-end latency (probe), median.",
-            _probe_quantile(0.5, PROBE_E2E, by_bucket=False),
+            everywhere(_probe_quantile(0.5, PROBE_E2E, by_bucket=False)),
             ("llm_probe_e2e_seconds", "p50"),
-            any_engine=True,
         ),
         s(
             "probe_error_share",
             "ratio",
             "Share of probe requests that did not end ok.",
-            q.ratio(
-                q.on_probe(q.counter_rate(PROBE_REQUESTS, extra=('outcome!="ok"',))),
-                q.on_probe(q.counter_rate(PROBE_REQUESTS)),
+            everywhere(
+                q.ratio(
+                    q.on_probe(q.counter_rate(PROBE_REQUESTS, extra=('outcome!="ok"',))),
+                    q.on_probe(q.counter_rate(PROBE_REQUESTS)),
+                )
             ),
             ("llm_probe_requests_failed", "share"),
-            any_engine=True,
         ),
         s(
             "ttft_outside_engine",
@@ -90,15 +85,21 @@ def signals() -> list[Signal]:
             "Client-side TTFT p95 of the fastest prompt class minus server-side TTFT p95: time "
             "lost outside the engine (the fastest class, so slow prefill of long probe prompts "
             "does not count as lost).",
-            q.difference(
-                lambda sc: q.agg("min", sc, _probe_quantile(0.95, PROBE_TTFT, by_bucket=True)(sc)),
-                q.quantile(0.95, TTFT),
+            on(
+                vllm=q.difference(
+                    lambda sc: q.agg(
+                        "min", sc, _probe_quantile(0.95, PROBE_TTFT, by_bucket=True)(sc)
+                    ),
+                    q.quantile(0.95, TTFT),
+                ),
+                sglang=q.difference(
+                    lambda sc: q.agg(
+                        "min", sc, _probe_quantile(0.95, PROBE_TTFT, by_bucket=True)(sc)
+                    ),
+                    sg.quantile(0.95, SG.TTFT),
+                ),
             ),
             ("llm_probe_ttft_outside_engine_seconds", "p95"),
-            sglang=q.difference(
-                lambda sc: q.agg("min", sc, _probe_quantile(0.95, PROBE_TTFT, by_bucket=True)(sc)),
-                sg.quantile(0.95, SG.TTFT),
-            ),
         ),
         s(
             "probe_first_token_share_of_e2e",
@@ -106,8 +107,7 @@ def signals() -> list[Signal]:
             "Client-side TTFT over end-to-end (means per prompt class, the lowest class): near "
             "1 when even short prompts' streams arrive in one burst at the end (a buffering "
             "proxy); long prompts' prefill alone does not raise it.",
-            _first_token_share,
+            everywhere(_first_token_share),
             ("llm_probe_ttft_over_e2e", "ratio"),
-            any_engine=True,
         ),
     ]

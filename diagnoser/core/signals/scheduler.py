@@ -8,7 +8,8 @@ from diagnoser.core import promql as q
 from diagnoser.core import promql_series as rs
 from diagnoser.core import promql_sglang as sg
 from diagnoser.core.buckets import le_label
-from diagnoser.core.signals.base import Signal
+from diagnoser.core.engines import Gap
+from diagnoser.core.signals.base import Signal, on
 from diagnoser.core.signals.names import (
     GENERATION_TOKENS,
     KV_USAGE,
@@ -128,9 +129,11 @@ def signals() -> list[Signal]:
             "The busiest server's requests in the engine (running plus waiting, averaged over "
             "the rate window) over the mean of the model's servers: 1 when the router spreads "
             "the load evenly, the number of servers when one takes it all.",
-            _load_imbalance(RUNNING, WAITING),
+            on(
+                vllm=_load_imbalance(RUNNING, WAITING),
+                sglang=_load_imbalance(SG.RUNNING.name, SG.WAITING.name),
+            ),
             ("vllm_server_load_imbalance", "ratio"),
-            sglang=_load_imbalance(SG.RUNNING.name, SG.WAITING.name),
         ),
         s(
             "lora_slot_waits",
@@ -139,54 +142,51 @@ def signals() -> list[Signal]:
             "which requests waited while all LoRA adapter slots were taken (as many adapters "
             "with requests in the engine as --max-loras); no series without --enable-lora, or "
             f"with --max-loras above {MAX_LORAS_JUDGED}.",
-            _lora_slot_waits(),
+            on(vllm=_lora_slot_waits(), sglang=_sglang_lora_slot_waits),
             ("vllm_lora_slot_waits", "ratio"),
             optional=(WAITING_BY_REASON,),
-            sglang=_sglang_lora_slot_waits,
         ),
         s(
             "engines",
             "engines",
             "Engines reporting (one per data-parallel rank of each server), counted now.",
-            q.gauge("count", RUNNING),
+            on(vllm=q.gauge("count", RUNNING), sglang=sg.gauge("count", SG.RUNNING)),
             ("vllm_engines", "count"),
-            sglang=sg.gauge("count", SG.RUNNING),
         ),
         s(
             "requests_running",
             "requests",
             "Requests in the running batch, summed over engines.",
-            q.gauge("sum", RUNNING),
+            on(vllm=q.gauge("sum", RUNNING), sglang=sg.gauge("sum", SG.RUNNING)),
             ("vllm_num_requests_running", "sum"),
             per_instance=True,
-            sglang=sg.gauge("sum", SG.RUNNING),
         ),
         s(
             "requests_waiting",
             "requests",
             "Requests waiting to be scheduled.",
-            q.gauge("sum", WAITING),
+            on(vllm=q.gauge("sum", WAITING), sglang=sg.gauge("sum", SG.WAITING)),
             ("vllm_num_requests_waiting", "sum"),
             per_instance=True,
-            sglang=sg.gauge("sum", SG.WAITING),
         ),
         s(
             "requests_waiting_by_reason",
             "requests",
             "Waiting requests by reason: capacity or deferred (vLLM >= 0.20).",
-            q.gauge_by("sum", WAITING_BY_REASON, "reason"),
+            on(
+                vllm=q.gauge_by("sum", WAITING_BY_REASON, "reason"),
+                sglang=Gap("SGLang does not say why a request waits"),
+            ),
             ("vllm_num_requests_waiting_by_reason", "sum"),
-            sglang_gap="SGLang does not say why a request waits",
         ),
         s(
             "kv_cache_usage",
             "ratio",
             "KV-cache blocks in use (0-1), the fullest engine (SGLang: sglang:token_usage, "
             "the fullest of its token pools).",
-            q.gauge("max", *KV_USAGE),
+            on(vllm=q.gauge("max", *KV_USAGE), sglang=sg.gauge("max", SG.TOKEN_USAGE)),
             ("vllm_kv_cache_usage", "max"),
             per_instance=True,
-            sglang=sg.gauge("max", SG.TOKEN_USAGE),
         ),
         s(
             "stalled_engines",
@@ -196,31 +196,34 @@ def signals() -> list[Signal]:
             "vllm:generation_tokens_total flat; SGLang: sglang:num_running_reqs and "
             "sglang:realtime_tokens_total. Hung, not idle. An engine whose counter has too few "
             "samples for a rate (just started) is not judged.",
-            q.stalled(
-                lambda scope: q.selector(RUNNING, scope.matchers),
-                lambda scope: (
-                    f"rate({q.selector(GENERATION_TOKENS, scope.matchers)}[{scope.window}])"
+            on(
+                vllm=q.stalled(
+                    lambda scope: q.selector(RUNNING, scope.matchers),
+                    lambda scope: (
+                        f"rate({q.selector(GENERATION_TOKENS, scope.matchers)}[{scope.window}])"
+                    ),
                 ),
+                sglang=sg.stalled(),
             ),
             ("vllm_engines_stalled", "count"),
             per_instance=True,
-            sglang=sg.stalled(),
         ),
         s(
             "preemptions_rate",
             "1/s",
             "Preemptions per second (preempted requests recompute); SGLang's retractions.",
-            PREEMPTION_RATE,
+            on(vllm=PREEMPTION_RATE, sglang=SGLANG_RETRACTIONS),
             ("vllm_num_preemptions", "rate"),
-            sglang=SGLANG_RETRACTIONS,
         ),
         s(
             "preemptions_per_request",
             "ratio",
             "Preemptions per finished request.",
-            q.ratio(PREEMPTION_RATE, REQUEST_RATE),
+            on(
+                vllm=q.ratio(PREEMPTION_RATE, REQUEST_RATE),
+                sglang=q.ratio(SGLANG_RETRACTIONS, SGLANG_REQUEST_RATE),
+            ),
             ("vllm_num_preemptions_per_request", "ratio"),
-            sglang=q.ratio(SGLANG_RETRACTIONS, SGLANG_REQUEST_RATE),
         ),
         s(
             "output_batch_tokens_mean",
@@ -229,25 +232,22 @@ def signals() -> list[Signal]:
             "of the requests whose first token it carries, uncached tokens only from vLLM 0.23 "
             "(vllm:iteration_tokens_total). Not a step's size: a chunked prompt counts once, "
             "whole, in the batch that ends its prefill; steps with no output are not counted.",
-            q.hist_mean(STEP_TOKENS),
+            on(vllm=q.hist_mean(STEP_TOKENS), sglang=Gap(NO_STEP_TOKENS)),
             ("vllm_iteration_tokens", "mean"),
-            sglang_gap=NO_STEP_TOKENS,
         ),
         s(
             "output_batch_tokens_p99",
             "tokens",
             "Tokens per engine output batch, 99th percentile (16384 means more).",
-            q.quantile(0.99, STEP_TOKENS),
+            on(vllm=q.quantile(0.99, STEP_TOKENS), sglang=Gap(NO_STEP_TOKENS)),
             ("vllm_iteration_tokens", "p99"),
-            sglang_gap=NO_STEP_TOKENS,
         ),
         s(
             "output_batches_rate",
             "1/s",
             "Engine steps per second that produced output (one observation each).",
-            q.hist_rate(STEP_TOKENS),
+            on(vllm=q.hist_rate(STEP_TOKENS), sglang=Gap(NO_STEP_TOKENS)),
             ("vllm_iteration_steps", "rate"),
-            sglang_gap=NO_STEP_TOKENS,
         ),
         s(
             "long_prefills_rate",
@@ -257,12 +257,14 @@ def signals() -> list[Signal]:
             "the prompt length; SGLang: sglang:uncached_prompt_tokens_histogram). Observed as "
             "each finishes. The bound is read from the server's buckets: where they end below "
             "5000 (a max_model_len under 5000), more than 2000.",
-            q.either(
-                *(rs.rate_above(PREFILL_COMPUTED, le) for le in LONG_PREFILL_BOUNDS),
-                *(rs.rate_above(PROMPT, le) for le in LONG_PREFILL_BOUNDS),
+            on(
+                vllm=q.either(
+                    *(rs.rate_above(PREFILL_COMPUTED, le) for le in LONG_PREFILL_BOUNDS),
+                    *(rs.rate_above(PROMPT, le) for le in LONG_PREFILL_BOUNDS),
+                ),
+                sglang=sg.rate_above(SG.PROMPT_UNCACHED, LONG_PREFILL),
             ),
             ("vllm_request_prefill_computed_over_5000", "rate"),
-            sglang=sg.rate_above(SG.PROMPT_UNCACHED, LONG_PREFILL),
         ),
         s(
             "prompt_tokens_computed_rate",
@@ -272,15 +274,17 @@ def signals() -> list[Signal]:
             'SGLang: sglang:prefill_effective_tokens_total{mode="input"}, as each prefill '
             "chunk runs, retraction replays excluded; else the uncached prompt histogram's "
             "sum, as requests finish).",
-            q.either(
-                q.counter_rate(PROMPT_TOKENS_BY_SOURCE, extra=('source="local_compute"',)),
-                q.counter_rate(PROMPT_TOKENS),
+            on(
+                vllm=q.either(
+                    q.counter_rate(PROMPT_TOKENS_BY_SOURCE, extra=('source="local_compute"',)),
+                    q.counter_rate(PROMPT_TOKENS),
+                ),
+                sglang=q.either(
+                    sg.counter_rate(SG.PREFILL_EFFECTIVE_TOKENS, ('mode="input"',)),
+                    sg.hist_sum_rate(SG.PROMPT_UNCACHED),
+                ),
             ),
             ("vllm_prompt_tokens_computed", "rate"),
-            sglang=q.either(
-                sg.counter_rate(SG.PREFILL_EFFECTIVE_TOKENS, ('mode="input"',)),
-                sg.hist_sum_rate(SG.PROMPT_UNCACHED),
-            ),
         ),
         s(
             "prompt_tokens_by_source_rate",
@@ -288,9 +292,11 @@ def signals() -> list[Signal]:
             "Prompt tokens per second by where their KV came from: local_compute (prefilled), "
             "local_cache_hit (the prefix cache), external_kv_transfer (another instance, "
             "disaggregated prefill); vllm:prompt_tokens_by_source_total, vLLM >= 0.16.",
-            q.counter_rate_by(PROMPT_TOKENS_BY_SOURCE, "source"),
+            on(
+                vllm=q.counter_rate_by(PROMPT_TOKENS_BY_SOURCE, "source"),
+                sglang=Gap("SGLang counts cached prompt tokens, not tokens by source"),
+            ),
             ("vllm_prompt_tokens_by_source", "rate"),
-            sglang_gap="SGLang counts cached prompt tokens, not tokens by source",
         ),
         s(
             "prefix_hits_by_tier_rate",
@@ -298,18 +304,22 @@ def signals() -> list[Signal]:
             "Prefix-cache hit tokens per second by the tier that held them: device (GPU "
             "memory), host (offloaded to CPU memory), disk, p2p (another vLLM instance), "
             "external_unspecified; vllm:prompt_tokens_cached_by_source_total, vLLM >= 0.32.",
-            q.counter_rate_by(PROMPT_TOKENS_CACHED_BY_SOURCE, "source"),
+            on(
+                vllm=q.counter_rate_by(PROMPT_TOKENS_CACHED_BY_SOURCE, "source"),
+                sglang=Gap("SGLang counts cached prompt tokens, not hits by tier"),
+            ),
             ("vllm_prompt_tokens_cached_by_source", "rate"),
-            sglang_gap="SGLang counts cached prompt tokens, not hits by tier",
         ),
         s(
             "prefix_cache_hit_rate",
             "ratio",
             "Share of prompt tokens served from the prefix cache.",
-            q.ratio(q.counter_rate(*PREFIX_HITS), q.counter_rate(*PREFIX_QUERIES)),
-            ("vllm_prefix_cache_hit", "ratio"),
-            sglang=q.ratio(
-                sg.or_zero(sg.counter_rate(SG.CACHED_TOKENS)), sg.counter_rate(SG.PROMPT_TOKENS)
+            on(
+                vllm=q.ratio(q.counter_rate(*PREFIX_HITS), q.counter_rate(*PREFIX_QUERIES)),
+                sglang=q.ratio(
+                    sg.or_zero(sg.counter_rate(SG.CACHED_TOKENS)), sg.counter_rate(SG.PROMPT_TOKENS)
+                ),
             ),
+            ("vllm_prefix_cache_hit", "ratio"),
         ),
     ]

@@ -4,11 +4,13 @@ their target on (job, instance)."""
 
 from __future__ import annotations
 
+from diagnoser.core import engines as registry
 from diagnoser.core import families_sglang as SG
 from diagnoser.core import promql as q
 from diagnoser.core import promql_series as rs
 from diagnoser.core import promql_sglang as sg
-from diagnoser.core.signals.base import TARGET, Signal
+from diagnoser.core.engines import Gap
+from diagnoser.core.signals.base import TARGET, Signal, everywhere, on
 from diagnoser.core.signals.names import (
     HTTP_DURATION,
     HTTP_REQUESTS,
@@ -63,10 +65,12 @@ def restarts() -> list[Signal]:
             "Restarts of the model's most restarted server over the rate window (its API "
             "server's start time changed, or its counters reset): a loop counts up on one "
             "server, a rolling deploy counts one per server at a time.",
-            q.either(q.on_targets(_api_restarts, "max"), q.counter_resets(SUCCESS, "max")),
+            on(
+                vllm=q.either(q.on_targets(_api_restarts, "max"), q.counter_resets(SUCCESS, "max")),
+                sglang=sg.counter_resets(SG.REALTIME_TOKENS, "max"),
+            ),
             ("vllm_restarts", "changes"),
             per_instance=True,
-            sglang=sg.counter_resets(SG.REALTIME_TOKENS, "max"),
         )
     ]
 
@@ -82,54 +86,64 @@ def api_server() -> list[Signal]:
             "http_request_rate",
             "req/s",
             "HTTP requests per second on the completion handlers.",
-            api_requests(None),
+            on(vllm=api_requests(None), sglang=sg.http_responses(None)),
             ("vllm_http_requests", "rate"),
-            sglang=sg.http_responses(None),
         ),
         s(
             "http_4xx_share",
             "ratio",
             "Share of completion requests answered 4xx (e.g. too long).",
-            q.ratio(_answered("4xx"), api_requests(None)),
+            on(
+                vllm=q.ratio(_answered("4xx"), api_requests(None)),
+                sglang=q.ratio(sg.or_zero(sg.http_responses("4")), sg.http_responses(None)),
+            ),
             ("vllm_http_requests_4xx", "share"),
-            sglang=q.ratio(sg.or_zero(sg.http_responses("4")), sg.http_responses(None)),
         ),
         s(
             "http_5xx_share",
             "ratio",
             "Share of completion requests answered 5xx.",
-            q.ratio(_answered("5xx"), api_requests(None)),
+            on(
+                vllm=q.ratio(_answered("5xx"), api_requests(None)),
+                sglang=q.ratio(sg.or_zero(sg.http_responses("5")), sg.http_responses(None)),
+            ),
             ("vllm_http_requests_5xx", "share"),
-            sglang=q.ratio(sg.or_zero(sg.http_responses("5")), sg.http_responses(None)),
         ),
         s(
             "http_requests_by_handler_status",
             "req/s",
             "HTTP requests per second by handler and status class, every handler (the API "
             "server's /metrics, /health and /ping are not counted).",
-            q.on_targets(_per_target(HTTP_REQUESTS), extra_by=_BY_STATUS),
+            on(
+                vllm=q.on_targets(_per_target(HTTP_REQUESTS), extra_by=_BY_STATUS),
+                sglang=Gap(
+                    "reads the vLLM API server's http_* families (SGLang's are sglang:http_*)"
+                ),
+            ),
             ("vllm_http_requests_by_handler_status", "rate"),
-            sglang_gap="reads the vLLM API server's http_* families (SGLang's are sglang:http_*)",
         ),
         s(
             "http_duration_mean_by_handler",
             "s",
             "HTTP request duration by handler, mean: for a streamed answer, the whole stream.",
-            q.ratio(
-                q.on_targets(_per_target(f"{HTTP_DURATION}_sum"), extra_by=_BY),
-                q.on_targets(_per_target(f"{HTTP_DURATION}_count"), extra_by=_BY),
+            on(
+                vllm=q.ratio(
+                    q.on_targets(_per_target(f"{HTTP_DURATION}_sum"), extra_by=_BY),
+                    q.on_targets(_per_target(f"{HTTP_DURATION}_count"), extra_by=_BY),
+                ),
+                sglang=Gap(
+                    "reads the vLLM API server's http_* families (SGLang's are sglang:http_*)"
+                ),
             ),
             ("vllm_http_request_duration_seconds_by_handler", "mean"),
-            sglang_gap="reads the vLLM API server's http_* families (SGLang's are sglang:http_*)",
         ),
         s(
             "api_server_cpu",
             "cores",
             "API-server CPU in cores, the busiest server; near 1 a single process is saturated.",
-            q.on_targets(_api_cpu, fn="max"),
+            on(vllm=q.on_targets(_api_cpu, fn="max"), sglang=sg.tokenizer_cpu()),
             ("vllm_api_server_cpu", "max"),
             per_instance=True,
-            sglang=sg.tokenizer_cpu(),
         ),
     ]
 
@@ -161,42 +175,62 @@ def attributed() -> list[Signal]:
             "targets",
             f"The model's targets that are down (scrape failing); a target belongs to the "
             f"model it served within the last {TARGET_MEMORY} (diagnose remembers the lookback).",
-            _targets(down=True),
+            everywhere(_targets(down=True)),
             ("up_down", "sum"),
             attributed=True,
-            any_engine=True,
         ),
         Signal(
             "targets_total",
             "targets",
             "The model's targets, up or down.",
-            _targets(down=False),
+            everywhere(_targets(down=False)),
             ("up_targets", "sum"),
             attributed=True,
-            any_engine=True,
         ),
     ]
 
 
-def _sglang_servers(scope: q.Scope) -> str:
-    keys = ", ".join((*scope.by, *(x for x in ("job", "instance") if x not in scope.by)))
-    one = f"group by ({keys}) ({q.selector(SG.RUNNING.name, scope.matchers)})"
-    return q.agg("sum", scope, one)
+def _servers(running: str) -> q.Expr:
+    def build(scope: q.Scope) -> str:
+        keys = ", ".join((*scope.by, *(x for x in ("job", "instance") if x not in scope.by)))
+        one = f"group by ({keys}) ({q.selector(running, scope.matchers)})"
+        return q.agg("sum", scope, one)
+
+    return build
+
+
+def servers_of(engine: str) -> str:
+    """The signal counting a model's servers of ``engine`` (not the reference engine)."""
+    return f"{engine}_servers"
+
+
+def target_up_of(engine: str) -> str:
+    """The signal of the scrape health of ``engine``'s targets."""
+    return "target_up" if engine == registry.reference().name else f"{engine}_target_up"
 
 
 def engines() -> list[Signal]:
-    """Which engine serves a model: diagnose says what SGLang cannot tell, and why."""
+    """Which engine serves a model, one signal per engine but the reference: diagnose says
+    what that engine cannot tell, and why."""
+    ref = registry.reference().title
     return [
         Signal(
-            "sglang_servers",
+            servers_of(e.name),
             "servers",
-            "The model's SGLang servers (scrape targets exporting sglang:num_running_reqs); "
-            "none where only vLLM serves it.",
-            _sglang_servers,
-            ("sglang_servers", "sum"),
-            engine="sglang",
+            f"The model's {e.title} servers (scrape targets exporting {e.running}); "
+            f"none where only {ref} serves it.",
+            {e.name: _servers(e.running)},
+            (f"{e.name}_servers", "sum"),
         )
+        for e in registry.others()
     ]
+
+
+# The reference engine's targets are judged; the others' only watched.
+NOT_JUDGED = Gap(
+    "only vLLM's targets are judged: the check stands for vLLM's refusal to start when one "
+    "max_model_len sequence does not fit the KV cache"
+)
 
 
 def targets() -> list[Signal]:
@@ -205,12 +239,9 @@ def targets() -> list[Signal]:
             "target_up",
             "ratio",
             "Scrape health of each vLLM target (1 up, 0 down).",
-            _target_up,
+            on(vllm=_target_up, sglang=NOT_JUDGED),
             ("up", "max"),
             by=TARGET,
-            engine="vllm",
-            sglang_gap="only vLLM's targets are judged: the check stands for vLLM's refusal to "
-            "start when one max_model_len sequence does not fit the KV cache",
         ),
         Signal(
             "target_served",
@@ -218,22 +249,21 @@ def targets() -> list[Signal]:
             "1 where the vLLM target has exported vLLM's series within the lookback (it came up "
             "at least once), 0 where it never has: a server that never started, not one that "
             "served and then went down.",
-            _target_served,
+            on(vllm=_target_served, sglang=NOT_JUDGED),
             ("up_served", "max"),
             by=TARGET,
             attributed=True,
-            engine="vllm",
-            sglang_gap="only vLLM's targets are judged: the check stands for vLLM's refusal to "
-            "start when one max_model_len sequence does not fit the KV cache",
         ),
-        Signal(
-            "sglang_target_up",
-            "ratio",
-            "Scrape health of each SGLang target (1 up, 0 down).",
-            _target_up,
-            ("sglang_up", "max"),
-            by=TARGET,
-            engine="sglang",
+        *(
+            Signal(
+                target_up_of(e.name),
+                "ratio",
+                f"Scrape health of each {e.title} target (1 up, 0 down).",
+                {e.name: _target_up},
+                (f"{e.name}_up", "max"),
+                by=TARGET,
+            )
+            for e in registry.others()
         ),
     ]
 
@@ -241,7 +271,7 @@ def targets() -> list[Signal]:
 def _target_served(scope: q.Scope) -> str:
     """The same from Prometheus alone, remembering TARGET_MEMORY (diagnose remembers the
     lookback): 1 where vLLM's running gauge was seen, else 0 for every scraped target."""
-    seen = q.selector(q.MODEL_MAP_METRICS[0], scope.target_matchers())
+    seen = q.selector(registry.reference().running, scope.target_matchers())
     up = q.selector(UP, scope.target_matchers())
     return (
         f"group by (job, instance) (last_over_time({seen}[{TARGET_MEMORY}])) "

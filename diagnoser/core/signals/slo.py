@@ -8,8 +8,9 @@ from diagnoser.core import families_sglang as SG
 from diagnoser.core import promql as q
 from diagnoser.core import promql_series as rs
 from diagnoser.core import promql_sglang as sg
+from diagnoser.core.engines import Gap
 from diagnoser.core.family import Family
-from diagnoser.core.signals.base import ITL_STALL, SGLANG_ITL_STALL, Signal
+from diagnoser.core.signals.base import ITL_STALL, SGLANG_ITL_STALL, Signal, on
 from diagnoser.core.signals.names import ITL, TTFT
 from diagnoser.core.signals.traffic import REQUEST_RATE, SGLANG_REQUEST_RATE
 
@@ -24,13 +25,13 @@ def slo_attainment(
     return q.either(*(rs.share_at_or_below(n, threshold, bounds) for n in names))
 
 
-def sglang_attainment(fam: Family, threshold: float) -> tuple[q.Expr | None, str]:
-    """SGLang's share at or below ``threshold``, or None and why (not one of its bounds)."""
+def sglang_attainment(fam: Family, threshold: float) -> q.Expr | Gap:
+    """SGLang's share at or below ``threshold``, or why not (not one of its bounds)."""
     assert isinstance(fam.buckets, tuple)
     if threshold not in fam.buckets:
         near = ", ".join(buckets.le_label(b) for b in fam.buckets)
-        return None, f"{threshold:g} s is not a bound of SGLang's {fam.name} ({near})"
-    return sg.bucket_share(fam, buckets.le_label(threshold)), ""
+        return Gap(f"{threshold:g} s is not a bound of SGLang's {fam.name} ({near})")
+    return sg.bucket_share(fam, buckets.le_label(threshold))
 
 
 def signals(ttft_slo: float, itl_slo: float) -> list[Signal]:
@@ -38,12 +39,16 @@ def signals(ttft_slo: float, itl_slo: float) -> list[Signal]:
     ttft_slo_expr = slo_attainment(TTFT, ttft_slo, buckets.TTFT_BUCKETS)
     itl_slo_expr = slo_attainment(ITL, itl_slo, buckets.ITL_BUCKETS)
     stall_expr = slo_attainment(ITL, ITL_STALL, buckets.ITL_BUCKETS)
-    sg_ttft, ttft_gap = sglang_attainment(SG.TTFT, ttft_slo)
-    sg_itl, itl_gap = sglang_attainment(SG.ITL, itl_slo)
-    sg_stall, _ = sglang_attainment(SG.ITL, SGLANG_ITL_STALL)
-    assert sg_stall is not None
-    goodput = None
-    if sg_ttft is not None and sg_itl is not None:
+    sg_ttft = sglang_attainment(SG.TTFT, ttft_slo)
+    sg_itl = sglang_attainment(SG.ITL, itl_slo)
+    sg_stall = sglang_attainment(SG.ITL, SGLANG_ITL_STALL)
+    assert not isinstance(sg_stall, Gap)
+    goodput: q.Expr | Gap
+    if isinstance(sg_ttft, Gap):
+        goodput = sg_ttft
+    elif isinstance(sg_itl, Gap):
+        goodput = sg_itl
+    else:
         goodput = _product(SGLANG_REQUEST_RATE, sg_ttft, sg_itl)
     return [
         s(
@@ -51,20 +56,16 @@ def signals(ttft_slo: float, itl_slo: float) -> list[Signal]:
             "ratio",
             f"Share of requests with TTFT <= {ttft_slo:g} s (read at the largest bucket bound "
             "at or below it).",
-            ttft_slo_expr,
+            on(vllm=ttft_slo_expr, sglang=sg_ttft),
             ("vllm_time_to_first_token_seconds", "slo_attainment"),
-            sglang=sg_ttft,
-            sglang_gap=ttft_gap,
         ),
         s(
             "itl_slo_attainment",
             "ratio",
             f"Share of output tokens with ITL <= {itl_slo:g} s (read at the largest bucket "
             "bound at or below it).",
-            itl_slo_expr,
+            on(vllm=itl_slo_expr, sglang=sg_itl),
             ("vllm_inter_token_latency_seconds", "slo_attainment"),
-            sglang=sg_itl,
-            sglang_gap=itl_gap,
         ),
         s(
             "itl_stall_share",
@@ -72,19 +73,19 @@ def signals(ttft_slo: float, itl_slo: float) -> list[Signal]:
             f"Share of output tokens that came more than {ITL_STALL:g} s after the previous one "
             f"(SGLang: {SGLANG_ITL_STALL:g} s, the bound its ITL histogram has): stalled "
             "streams, counted even when too few to move the ITL p99.",
-            lambda sc: f"1 - ({stall_expr(sc)})",
+            on(
+                vllm=lambda sc: f"1 - ({stall_expr(sc)})",
+                sglang=lambda sc: f"1 - ({sg_stall(sc)})",
+            ),
             ("vllm_inter_token_latency_seconds", "stall_share"),
-            sglang=lambda sc: f"1 - ({sg_stall(sc)})",
         ),
         s(
             "goodput_rate",
             "req/s",
             "Requests per second meeting the TTFT SLO, scaled by the ITL SLO attainment "
             "(an estimate: vLLM exposes the two distributions separately).",
-            _product(REQUEST_RATE, ttft_slo_expr, itl_slo_expr),
+            on(vllm=_product(REQUEST_RATE, ttft_slo_expr, itl_slo_expr), sglang=goodput),
             ("vllm_goodput", "rate"),
-            sglang=goodput,
-            sglang_gap=ttft_gap or itl_gap,
         ),
     ]
 
@@ -143,11 +144,11 @@ def error_ratio(sli: str, ttft_seconds: float, itl_seconds: float) -> q.Expr:
         return q.either(availability_error_ratio(), sglang_availability_error_ratio())
     if sli == "ttft":
         vllm = latency_error_ratio(TTFT, ttft_seconds, buckets.TTFT_BUCKETS)
-        other, _ = sglang_attainment(SG.TTFT, ttft_seconds)
+        other = sglang_attainment(SG.TTFT, ttft_seconds)
     else:
         vllm = latency_error_ratio(ITL, itl_seconds, buckets.ITL_BUCKETS)
-        other, _ = sglang_attainment(SG.ITL, itl_seconds)
-    if other is None:
+        other = sglang_attainment(SG.ITL, itl_seconds)
+    if isinstance(other, Gap):
         return vllm
     sglang = other
     return q.either(vllm, lambda scope: f"1 - ({sglang(scope)})")

@@ -6,7 +6,8 @@ from diagnoser.core import families_sglang as SG
 from diagnoser.core import promql as q
 from diagnoser.core import promql_series as rs
 from diagnoser.core import promql_sglang as sg
-from diagnoser.core.signals.base import Signal
+from diagnoser.core.engines import Gap
+from diagnoser.core.signals.base import Signal, on
 from diagnoser.core.signals.names import (
     GENERATION,
     GENERATION_TOKENS,
@@ -45,41 +46,42 @@ def signals() -> list[Signal]:
             "request_rate",
             "req/s",
             "Finished requests per second, every finish reason.",
-            REQUEST_RATE,
+            on(vllm=REQUEST_RATE, sglang=SGLANG_REQUEST_RATE),
             ("vllm_request_success", "rate"),
-            sglang=SGLANG_REQUEST_RATE,
         ),
         s(
             "finished_rate_by_reason",
             "req/s",
             "Finished requests per second by finished_reason.",
-            q.counter_rate_by(SUCCESS, "finished_reason"),
+            on(vllm=q.counter_rate_by(SUCCESS, "finished_reason"), sglang=Gap(NO_FINISH_REASON)),
             ("vllm_request_success_by_reason", "rate"),
-            sglang_gap=NO_FINISH_REASON,
         ),
         s(
             "finished_share_by_reason",
             "ratio",
             "Share of finished requests by finished_reason.",
-            q.share_by(SUCCESS, "finished_reason"),
+            on(vllm=q.share_by(SUCCESS, "finished_reason"), sglang=Gap(NO_FINISH_REASON)),
             ("vllm_request_success_by_reason", "share"),
-            sglang_gap=NO_FINISH_REASON,
         ),
         s(
             "finished_length_share",
             "ratio",
             'Share of requests that stopped at max_tokens (finished_reason="length").',
-            q.share_of(SUCCESS, ('finished_reason="length"',), zero_if_absent=True),
+            on(
+                vllm=q.share_of(SUCCESS, ('finished_reason="length"',), zero_if_absent=True),
+                sglang=Gap(NO_FINISH_REASON + ", so answers cut at max_tokens are not told apart"),
+            ),
             ("vllm_request_success_length", "share"),
-            sglang_gap=NO_FINISH_REASON + ", so answers cut at max_tokens are not told apart",
         ),
         s(
             "finished_error_share",
             "ratio",
             "Share of requests that finished with an engine error (vLLM >= 0.14; 0 before).",
-            q.share_of(SUCCESS, ('finished_reason="error"',), zero_if_absent=True),
+            on(
+                vllm=q.share_of(SUCCESS, ('finished_reason="error"',), zero_if_absent=True),
+                sglang=Gap(NO_FINISH_REASON + ", so engine errors show only as HTTP 5xx"),
+            ),
             ("vllm_request_success_error", "share"),
-            sglang_gap=NO_FINISH_REASON + ", so engine errors show only as HTTP 5xx",
         ),
         s(
             "finished_abort_share",
@@ -87,9 +89,11 @@ def signals() -> list[Signal]:
             'Share of requests aborted (finished_reason="abort": the engine dropped them, or '
             "the client went away; 0 where vLLM does not count aborts). SGLang: "
             "sglang:num_aborted_requests_total over its finished requests.",
-            q.share_of(SUCCESS, ('finished_reason="abort"',), zero_if_absent=True),
+            on(
+                vllm=q.share_of(SUCCESS, ('finished_reason="abort"',), zero_if_absent=True),
+                sglang=q.ratio(sg.or_zero(sg.counter_rate(SG.ABORTED)), SGLANG_REQUEST_RATE),
+            ),
             ("vllm_request_success_abort", "share"),
-            sglang=q.ratio(sg.or_zero(sg.counter_rate(SG.ABORTED)), SGLANG_REQUEST_RATE),
         ),
         s(
             "prompt_tokens_rate",
@@ -97,17 +101,17 @@ def signals() -> list[Signal]:
             "Prompt tokens per second (cached ones included). SGLang: as each prefill chunk "
             "runs (sglang:prefill_effective_tokens_total), since its prompt-token counter "
             "moves only as each request finishes.",
-            q.counter_rate(PROMPT_TOKENS),
+            on(vllm=q.counter_rate(PROMPT_TOKENS), sglang=SGLANG_ADMITTED_TOKENS),
             ("vllm_prompt_tokens", "rate"),
-            sglang=SGLANG_ADMITTED_TOKENS,
         ),
         s(
             "generation_tokens_rate",
             "tokens/s",
             "Generated tokens per second (SGLang counts them as each request finishes).",
-            q.counter_rate(GENERATION_TOKENS),
+            on(
+                vllm=q.counter_rate(GENERATION_TOKENS), sglang=sg.counter_rate(SG.GENERATION_TOKENS)
+            ),
             ("vllm_generation_tokens", "rate"),
-            sglang=sg.counter_rate(SG.GENERATION_TOKENS),
         ),
         s(
             "prompt_tokens_per_request",
@@ -115,18 +119,16 @@ def signals() -> list[Signal]:
             "Prompt tokens per finished request, mean. SGLang: per request admitted (its "
             "prefill tokens over its queue-time observations), since SGLang writes its prompt "
             "histogram only as each request finishes, after the queue has moved.",
-            q.hist_mean(PROMPT),
+            on(vllm=q.hist_mean(PROMPT), sglang=SGLANG_PROMPT_PER_ADMISSION),
             ("vllm_request_prompt_tokens", "mean"),
-            sglang=SGLANG_PROMPT_PER_ADMISSION,
         ),
         s(
             "prompt_tokens_admitted_rate",
             "tokens/s",
             "Prompt tokens per second as their requests are admitted (vLLM: counted as each "
             "prefill ends; SGLang: each prefill chunk's fresh and cached tokens as it runs).",
-            ADMITTED_TOKENS,
+            on(vllm=ADMITTED_TOKENS, sglang=SGLANG_ADMITTED_TOKENS),
             ("vllm_prompt_tokens_admitted", "rate"),
-            sglang=SGLANG_ADMITTED_TOKENS,
         ),
         s(
             "prompt_tokens_per_admission",
@@ -135,53 +137,49 @@ def signals() -> list[Signal]:
             "requests admitted (vLLM: TTFT observations; SGLang: queue-time observations), "
             "both counted at admission, not at the finish. More requests leave it flat; "
             "longer prompts raise it before the queue they cause.",
-            q.ratio(ADMITTED_TOKENS, ADMISSIONS),
+            on(vllm=q.ratio(ADMITTED_TOKENS, ADMISSIONS), sglang=SGLANG_PROMPT_PER_ADMISSION),
             ("vllm_prompt_tokens_per_admission", "mean"),
-            sglang=SGLANG_PROMPT_PER_ADMISSION,
         ),
         s(
             "prompt_tokens_p50",
             "tokens",
             "Prompt tokens per request, median.",
-            q.quantile(0.5, PROMPT),
+            on(vllm=q.quantile(0.5, PROMPT), sglang=sg.quantile(0.5, SG.PROMPT)),
             ("vllm_request_prompt_tokens", "p50"),
-            sglang=sg.quantile(0.5, SG.PROMPT),
             ceiling="prompt_tokens_top_bound",
         ),
         s(
             "prompt_tokens_p95",
             "tokens",
             "Prompt tokens per request, 95th percentile.",
-            q.quantile(0.95, PROMPT),
+            on(vllm=q.quantile(0.95, PROMPT), sglang=sg.quantile(0.95, SG.PROMPT)),
             ("vllm_request_prompt_tokens", "p95"),
-            sglang=sg.quantile(0.95, SG.PROMPT),
             ceiling="prompt_tokens_top_bound",
         ),
         s(
             "prompt_tokens_p99",
             "tokens",
             "Prompt tokens per request, 99th percentile.",
-            q.quantile(0.99, PROMPT),
+            on(vllm=q.quantile(0.99, PROMPT), sglang=sg.quantile(0.99, SG.PROMPT)),
             ("vllm_request_prompt_tokens", "p99"),
-            sglang=sg.quantile(0.99, SG.PROMPT),
             ceiling="prompt_tokens_top_bound",
         ),
         s(
             "generation_tokens_per_request",
             "tokens",
             "Output tokens per finished request, mean.",
-            q.hist_mean(GENERATION),
+            on(vllm=q.hist_mean(GENERATION), sglang=sg.hist_mean(SG.GENERATION)),
             ("vllm_request_generation_tokens", "mean"),
-            sglang=sg.hist_mean(SG.GENERATION),
         ),
         *(
             s(
                 f"generation_tokens_p{p}",
                 "tokens",
                 f"Output tokens per finished request, {_NTH[p]}.",
-                q.quantile(p / 100, GENERATION),
+                on(
+                    vllm=q.quantile(p / 100, GENERATION), sglang=sg.quantile(p / 100, SG.GENERATION)
+                ),
                 ("vllm_request_generation_tokens", f"p{p}"),
-                sglang=sg.quantile(p / 100, SG.GENERATION),
                 ceiling="generation_tokens_top_bound",
             )
             for p in (50, 95, 99)
@@ -191,25 +189,25 @@ def signals() -> list[Signal]:
             "tokens",
             "The top finite bound of the server's prompt-token buckets (vLLM's end at its "
             "max_model_len: 1, 2, 5, 10, ... up to it): a quantile at it is a lower bound.",
-            rs.top_bound(PROMPT),
+            on(vllm=rs.top_bound(PROMPT), sglang=sg.top_bound(SG.PROMPT)),
             ("vllm_request_prompt_tokens", "top_bound"),
-            sglang=sg.top_bound(SG.PROMPT),
         ),
         s(
             "generation_tokens_top_bound",
             "tokens",
             "The top finite bound of the server's output-token buckets: a quantile at it is a "
             "lower bound.",
-            rs.top_bound(GENERATION),
+            on(vllm=rs.top_bound(GENERATION), sglang=sg.top_bound(SG.GENERATION)),
             ("vllm_request_generation_tokens", "top_bound"),
-            sglang=sg.top_bound(SG.GENERATION),
         ),
         s(
             "max_tokens_per_request",
             "tokens",
             "The max_tokens requests asked for, mean.",
-            q.hist_mean(MAX_TOKENS),
+            on(
+                vllm=q.hist_mean(MAX_TOKENS),
+                sglang=Gap("SGLang exports no histogram of the max_tokens requests ask for"),
+            ),
             ("vllm_request_params_max_tokens", "mean"),
-            sglang_gap="SGLang exports no histogram of the max_tokens requests ask for",
         ),
     ]

@@ -13,7 +13,7 @@ from grafanalib.core import (
     Templating,
 )
 
-from diagnoser.core import buckets
+from diagnoser.core import buckets, engines
 from diagnoser.outputs.dashboards.style import DS
 from diagnoser.site import Site
 
@@ -69,7 +69,7 @@ ENGINE_VARIABLE = Template(
     name="serving_engine",
     label="Engine",
     type="custom",
-    query="vllm,sglang",
+    query=",".join(engines.names()),
     includeAll=True,
     multi=True,
     default="$__all",

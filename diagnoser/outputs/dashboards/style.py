@@ -17,6 +17,7 @@ from typing import Any
 
 from grafanalib.core import GridPos, Heatmap, RowPanel, Stat, Table, Target, TimeSeries
 
+from diagnoser.core import engines
 from diagnoser.site import Site
 
 # What Grafana itself saves for a panel bound to the `datasource` variable.
@@ -109,17 +110,20 @@ class Board:
         return f"{text} Metrics: {names}." if names else text
 
     def engines_note(self, signals: Sequence[str]) -> str:
-        """A note saying the panel is vLLM only, and why, when a signal has no SGLang series
-        (it stays empty on SGLang's models); else "". Scrape health (``up``) is every
-        target's; a target-level signal that reads vLLM's series is vLLM's."""
+        """A note saying the panel is the reference engine's only, and why, when a signal has
+        no series on another engine (it stays empty on that engine's models); else "". Scrape
+        health (``up``) is every target's; a target-level signal that reads vLLM's series is
+        vLLM's."""
+        ref = engines.reference()
         sigs = [self.site.vocabulary[s] for s in signals]
         gaps = [
-            s.sglang_gap
+            s.gap(e.name)
+            for e in engines.others()
             for s in sigs
-            if not s.on_sglang
-            and (not s.target_level or any(f.startswith("vllm:") for f in s.families))
+            if s.gap(e.name)
+            and (not s.target_level or any(f.startswith(ref.prefix) for f in s.families))
         ]
-        return f" vLLM only: {gaps[0]}." if gaps else ""
+        return f" {ref.title} only: {gaps[0]}." if gaps else ""
 
     def families(self, *signals: str) -> list[str]:
         return [f for s in signals for f in self.site.vocabulary[s].families]
