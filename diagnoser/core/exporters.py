@@ -143,3 +143,7 @@ PROBE_REQUESTS = _o(
     labels=(*_PROBE, "outcome"),
 )
 UP = _o("up", _G, "prometheus", "Scrape health.")
+
+# The handlers that carry inference traffic: OpenAI's completions, chat completions and
+# responses APIs, and Anthropic's messages API (vLLM serves all four).
+INFERENCE_HANDLERS = 'handler=~"/v1/completions|/v1/chat/completions|/v1/responses|/v1/messages"'

@@ -5,9 +5,10 @@ added to histograms by the query builders). Each vLLM family carries what vLLM's
 declares (``vllm/v1/metrics/loggers.py``): type, help text, labels, default buckets, the label
 values it creates at start-up, and the versions that expose it by default (``since``,
 ``until``) or only behind ``--show-hidden-metrics-for-version`` (``hidden_until``). The
-signals read these names through :mod:`diagnoser.core.signals.names` and the simulator emits
-from this table, so a rename is one edit here. ``tests/data/vllm-*.json`` (written from the
-wheels by ``scripts/vllm-metrics-reference``) is what the conformance test holds it to.
+signals read these names from this table (renamed families under both names: ``*_NAMES``)
+and the simulator emits from it, so a rename is one edit here. ``tests/data/vllm-*.json``
+(written from the wheels by ``scripts/vllm-metrics-reference``) is what the conformance test
+holds it to.
 
 The families of what is scraped beside vLLM (its API server, dcgm-exporter, the probe) are
 rows of the same table, declared in :mod:`diagnoser.core.exporters` and re-exported here.
@@ -25,7 +26,69 @@ from diagnoser.core.buckets import (
     REQUEST_TOKENS,
     TTFT_BUCKETS,
 )
-from diagnoser.core.exporters import *  # noqa: F403  (the API server's, DCGM's, the probe's)
+from diagnoser.core.exporters import (  # the API server's, DCGM's and the probe's rows
+    DCGM_LABELS as DCGM_LABELS,
+)
+from diagnoser.core.exporters import (
+    DCGM_POD_LABELS as DCGM_POD_LABELS,
+)
+from diagnoser.core.exporters import (
+    GPU_FB_FREE as GPU_FB_FREE,
+)
+from diagnoser.core.exporters import (
+    GPU_FB_USED as GPU_FB_USED,
+)
+from diagnoser.core.exporters import (
+    GPU_POWER as GPU_POWER,
+)
+from diagnoser.core.exporters import (
+    GPU_SM_CLOCK as GPU_SM_CLOCK,
+)
+from diagnoser.core.exporters import (
+    GPU_TEMP as GPU_TEMP,
+)
+from diagnoser.core.exporters import (
+    GPU_UTIL as GPU_UTIL,
+)
+from diagnoser.core.exporters import (
+    GPU_XID as GPU_XID,
+)
+from diagnoser.core.exporters import (
+    HTTP_DURATION as HTTP_DURATION,
+)
+from diagnoser.core.exporters import (
+    HTTP_DURATION_HIGHR as HTTP_DURATION_HIGHR,
+)
+from diagnoser.core.exporters import (
+    HTTP_REQUEST_SIZE as HTTP_REQUEST_SIZE,
+)
+from diagnoser.core.exporters import (
+    HTTP_REQUESTS as HTTP_REQUESTS,
+)
+from diagnoser.core.exporters import (
+    HTTP_RESPONSE_SIZE as HTTP_RESPONSE_SIZE,
+)
+from diagnoser.core.exporters import (
+    PROBE_E2E as PROBE_E2E,
+)
+from diagnoser.core.exporters import (
+    PROBE_ITL as PROBE_ITL,
+)
+from diagnoser.core.exporters import (
+    PROBE_REQUESTS as PROBE_REQUESTS,
+)
+from diagnoser.core.exporters import (
+    PROBE_TTFT as PROBE_TTFT,
+)
+from diagnoser.core.exporters import (
+    PROCESS_CPU as PROCESS_CPU,
+)
+from diagnoser.core.exporters import (
+    PROCESS_START as PROCESS_START,
+)
+from diagnoser.core.exporters import (
+    UP as UP,
+)
 from diagnoser.core.family import FAMILIES as FAMILIES
 from diagnoser.core.family import Family as Family
 from diagnoser.core.family import family as family
@@ -473,3 +536,10 @@ CORRUPTED = _v(
 
 # --- SGLang (its own module: one row per family a default server exports) -------------------
 from diagnoser.core import families_sglang as sglang  # noqa: E402, F401
+
+# Families vLLM renamed, read under both names, newest first: a rename is one edit here.
+ITL_NAMES = (ITL.name, TPOT_OLD.name)
+TPOT_NAMES = (TPOT.name, TPOT_OLD.name)
+KV_USAGE_NAMES = (KV_USAGE.name, KV_USAGE_OLD.name)
+PREFIX_HITS_NAMES = (PREFIX_HITS.name, PREFIX_HITS_OLD.name)
+PREFIX_QUERIES_NAMES = (PREFIX_QUERIES.name, PREFIX_QUERIES_OLD.name)

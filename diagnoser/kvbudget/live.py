@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from diagnoser.core import families as F
 from diagnoser.core.printable import printable
-from diagnoser.core.signals.names import RUNNING
 from diagnoser.core.source import MetricSource
 from diagnoser.kvbudget.budget import blocks_for
 
@@ -101,7 +101,7 @@ def _models(
 ) -> dict[tuple[str, str, str], str]:
     """Each engine's model, from its running-requests gauge."""
     sel = "{" + ", ".join(selector) + "}" if selector else ""
-    query = f"max by (job, instance, engine, model_name) ({RUNNING}{sel})"
+    query = f"max by (job, instance, engine, model_name) ({F.RUNNING.name}{sel})"
     out = {}
     for s in source.query(query, at):
         lb = s.labels
@@ -150,10 +150,9 @@ def dcgm_gpu(source: MetricSource, at: float) -> tuple[str, float] | None:
     """The servers' GPU as dcgm-exporter reports it: its ``modelName`` and memory (framebuffer
     used plus free, MiB, as bytes); None without DCGM series. Several GPU models are
     ambiguous for one plan: ``UserError`` asks for --gpu."""
-    from diagnoser.core.signals.names import GPU_FB_FREE, GPU_FB_USED
     from diagnoser.errors import UserError
 
-    query = f"max by (modelName) ({GPU_FB_USED} + {GPU_FB_FREE})"
+    query = f"max by (modelName) ({F.GPU_FB_USED.name} + {F.GPU_FB_FREE.name})"
     found = {s.labels.get("modelName", ""): float(s.v[-1]) for s in source.query(query, at)}
     found = {k: v for k, v in found.items() if v > 0}
     if not found:

@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from diagnoser.core import engines as registry
+from diagnoser.core import families as F
 from diagnoser.core.printable import printable
-from diagnoser.core.signals import names as N
 from diagnoser.core.source import MetricSource
 from diagnoser.errors import UserError
 from diagnoser.kvbudget.live import read_live
@@ -117,19 +117,19 @@ def measure(source: MetricSource, selector: tuple[str, ...], start: float, end: 
     def total(name: str) -> float:
         return _scalar(source, f"sum(increase({name}{_sel(selector)}[{span}]))", end) or 0.0
 
-    kv = _scalar(source, f"avg(avg_over_time({_either(N.KV_USAGE, selector)}[{span}]))", end)
-    prefill = read_buckets(source, (N.PREFILL,), selector, span, end)
-    waiting = _scalar(source, f"sum(avg_over_time({N.WAITING}{_sel(selector)}[{span}]))", end)
+    kv = _scalar(source, f"avg(avg_over_time({_either(F.KV_USAGE_NAMES, selector)}[{span}]))", end)
+    prefill = read_buckets(source, (F.PREFILL.name,), selector, span, end)
+    waiting = _scalar(source, f"sum(avg_over_time({F.WAITING.name}{_sel(selector)}[{span}]))", end)
     return Observed(
-        ttft=read_buckets(source, (N.TTFT,), selector, span, end),
-        itl=read_buckets(source, N.ITL[:1], selector, span, end)
-        if _has(source, N.ITL[0], selector, end, span)
-        else read_buckets(source, N.ITL[1:], selector, span, end),
+        ttft=read_buckets(source, (F.TTFT.name,), selector, span, end),
+        itl=read_buckets(source, F.ITL_NAMES[:1], selector, span, end)
+        if _has(source, F.ITL_NAMES[0], selector, end, span)
+        else read_buckets(source, F.ITL_NAMES[1:], selector, span, end),
         kv_usage=kv,
-        preemptions=total(N.PREEMPTIONS),
+        preemptions=total(F.PREEMPTIONS.name),
         waiting=waiting,
-        finished=total(N.SUCCESS),
-        generation_tokens=total(N.GENERATION_TOKENS),
+        finished=total(F.SUCCESS.name),
+        generation_tokens=total(F.GENERATION_TOKENS.name),
         seconds=end - start,
         prefill=prefill if prefill.count > 0 else None,
     )
@@ -146,8 +146,11 @@ def arrival_rates(
     change in those inside the servers (running or waiting)."""
     sel = _sel(selector)
     w = f"{int(step)}s"
-    done = source.query_range(f"sum(increase({N.SUCCESS}{sel}[{w}]))", start + step, end, step)
-    inside = source.query_range(f"sum({N.WAITING}{sel}) + sum({N.RUNNING}{sel})", start, end, step)
+    ended = f"sum(increase({F.SUCCESS.name}{sel}[{w}]))"
+    done = source.query_range(ended, start + step, end, step)
+    inside = source.query_range(
+        f"sum({F.WAITING.name}{sel}) + sum({F.RUNNING.name}{sel})", start, end, step
+    )
     n = round((end - start) / step)
     grid = start + step * np.arange(n + 1)
     finished = _on(grid[1:], done)
@@ -209,25 +212,28 @@ def fit_window(
     reasons = {
         s.labels.get("finished_reason", ""): float(s.v[-1])
         for s in source.query(
-            f"sum by (finished_reason) (increase({N.SUCCESS}{_sel(scope)}[{span}]))", end
+            f"sum by (finished_reason) (increase({F.SUCCESS.name}{_sel(scope)}[{span}]))", end
         )
         if len(s.v)
     }
     length_share = reasons.get("length", 0.0) / max(1.0, sum(reasons.values()))
-    prompt_b = read_buckets(source, (N.PROMPT,), scope, span, end)
-    output_b = read_buckets(source, (N.GENERATION,), scope, span, end)
+    prompt_b = read_buckets(source, (F.PROMPT.name,), scope, span, end)
+    output_b = read_buckets(source, (F.GENERATION.name,), scope, span, end)
     try:
         prompt = fit_lognormal(prompt_b)
         output = fit_lognormal(output_b, length_share)
     except ValueError:
         raise FitError(
             f"{shown}: no prompt or output token histogram in the window "
-            f"({N.PROMPT}, {N.GENERATION}); the lengths cannot be fitted"
+            f"({F.PROMPT.name}, {F.GENERATION.name}); the lengths cannot be fitted"
         ) from None
-    hits = _scalar(source, f"sum(increase({_either(N.PREFIX_HITS, scope)}[{span}]))", end)
-    queries = _scalar(source, f"sum(increase({_either(N.PREFIX_QUERIES, scope)}[{span}]))", end)
+    hit = _either(F.PREFIX_HITS_NAMES, scope)
+    hits = _scalar(source, f"sum(increase({hit}[{span}]))", end)
+    queries = _scalar(
+        source, f"sum(increase({_either(F.PREFIX_QUERIES_NAMES, scope)}[{span}]))", end
+    )
     prefix = hits / queries if hits is not None and queries else None
-    counted = source.query(f"count by (job, instance, engine) ({N.RUNNING}{_sel(scope)})", end)
+    counted = source.query(f"count by (job, instance, engine) ({F.RUNNING.name}{_sel(scope)})", end)
     servers = {(s.labels.get("job", ""), s.labels.get("instance", "")) for s in counted}
     instances = max(1, len(servers))
     engines = max(1, round(len(counted) / instances))
@@ -284,7 +290,7 @@ def models_with_traffic(
     """The models that finished requests in the window, busiest first."""
     span = f"{int(end - start)}s"
     found = source.query(
-        f"sum by (model_name) (increase({N.SUCCESS}{_sel(selector)}[{span}])) > 0", end
+        f"sum by (model_name) (increase({F.SUCCESS.name}{_sel(selector)}[{span}])) > 0", end
     )
     ranked = sorted(found, key=lambda s: -float(s.v[-1]) if len(s.v) else 0.0)
     return [s.labels.get("model_name", "") for s in ranked]

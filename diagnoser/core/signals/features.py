@@ -6,42 +6,24 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from diagnoser.core import families as F
 from diagnoser.core import promql as q
 from diagnoser.core.engines import Gap
 from diagnoser.core.signals.base import Signal, on
-from diagnoser.core.signals.names import (
-    GENERATION_TOKENS,
-    ITL,
-    KV_FETCH_BY_STAGE,
-    KV_OFFLOAD_ALLOC_FAILURES,
-    KV_OFFLOAD_CPU_USAGE,
-    KV_OFFLOAD_LOAD_BYTES,
-    KV_OFFLOAD_LOAD_TIME,
-    KV_OFFLOAD_STORE_BYTES,
-    KV_OFFLOAD_STORE_TIME,
-    NIXL_FAILED,
-    NIXL_XFER_TIME,
-    PROMPT_TOKENS_BY_SOURCE,
-    SPEC_ACCEPTED,
-    SPEC_ACCEPTED_PER_POS,
-    SPEC_DRAFT_TOKENS,
-    SPEC_DRAFTS,
-    TTFT,
-)
 
-ACCEPTED = q.counter_rate(SPEC_ACCEPTED)
+ACCEPTED = q.counter_rate(F.SPEC_ACCEPTED.name)
 
 
 def _acceptance_length(scope: q.Scope) -> str:
     """Tokens a decode step yields per draft: the target model's own token plus those of the
     draft it accepted."""
-    return f"1 + {q.ratio(ACCEPTED, q.counter_rate(SPEC_DRAFTS))(scope)}"
+    return f"1 + {q.ratio(ACCEPTED, q.counter_rate(F.SPEC_DRAFTS.name))(scope)}"
 
 
 def _acceptance_by_position(scope: q.Scope) -> str:
     """The share of drafts whose token at each position was accepted."""
-    per_pos = q.counter_rate_by(SPEC_ACCEPTED_PER_POS, "position")(scope)
-    drafts = q.counter_rate(SPEC_DRAFTS)(scope)
+    per_pos = q.counter_rate_by(F.SPEC_ACCEPTED_PER_POS.name, "position")(scope)
+    drafts = q.counter_rate(F.SPEC_DRAFTS.name)(scope)
     return f"{per_pos} / ignoring (position) group_left () ({drafts} > 0)"
 
 
@@ -49,9 +31,9 @@ def _tokens_per_decode_step(scope: q.Scope) -> str:
     """Output tokens per request and decode step: vLLM observes one inter-token latency per
     request and step however many tokens the step gave it, and counts every token; the first
     token of each request (counted, with its TTFT, not as a decode step) is taken off."""
-    tokens = q.counter_rate(GENERATION_TOKENS)(scope)
-    first = q.hist_rate(TTFT)(scope)
-    steps = q.either(*(q.hist_rate(name) for name in ITL))(scope)
+    tokens = q.counter_rate(F.GENERATION_TOKENS.name)(scope)
+    first = q.hist_rate(F.TTFT.name)(scope)
+    steps = q.either(*(q.hist_rate(name) for name in F.ITL_NAMES))(scope)
     return f"({tokens} - {first}) / (({steps}) > 0)"
 
 
@@ -71,7 +53,7 @@ def speculative_decoding() -> list[Signal]:
             "spec_decode_acceptance_rate",
             "ratio",
             "Share of draft tokens the target model accepted (speculative decoding).",
-            on(vllm=q.ratio(ACCEPTED, q.counter_rate(SPEC_DRAFT_TOKENS))),
+            on(vllm=q.ratio(ACCEPTED, q.counter_rate(F.SPEC_DRAFT_TOKENS.name))),
             ("vllm_spec_decode_acceptance", "ratio"),
         ),
         s(
@@ -93,7 +75,7 @@ def speculative_decoding() -> list[Signal]:
             "spec_decode_draft_tokens_rate",
             "tokens/s",
             "Draft tokens proposed per second (speculative decoding).",
-            on(vllm=q.counter_rate(SPEC_DRAFT_TOKENS)),
+            on(vllm=q.counter_rate(F.SPEC_DRAFT_TOKENS.name)),
             ("vllm_spec_decode_num_draft_tokens", "rate"),
         ),
         s(
@@ -113,14 +95,14 @@ def kv_offload() -> list[Signal]:
             "kv_offload_load_bytes_rate",
             "B/s",
             "KV-cache bytes loaded back to the GPU from offload storage per second.",
-            on(vllm=q.counter_rate(KV_OFFLOAD_LOAD_BYTES)),
+            on(vllm=q.counter_rate(F.KV_OFFLOAD_LOAD_BYTES.name)),
             ("vllm_kv_offload_load_bytes", "rate"),
         ),
         s(
             "kv_offload_store_bytes_rate",
             "B/s",
             "KV-cache bytes stored from the GPU to offload storage per second.",
-            on(vllm=q.counter_rate(KV_OFFLOAD_STORE_BYTES)),
+            on(vllm=q.counter_rate(F.KV_OFFLOAD_STORE_BYTES.name)),
             ("vllm_kv_offload_store_bytes", "rate"),
         ),
         s(
@@ -129,7 +111,8 @@ def kv_offload() -> list[Signal]:
             "Bytes loaded per second spent loading: the offload tier's read bandwidth.",
             on(
                 vllm=q.ratio(
-                    q.counter_rate(KV_OFFLOAD_LOAD_BYTES), q.counter_rate(KV_OFFLOAD_LOAD_TIME)
+                    q.counter_rate(F.KV_OFFLOAD_LOAD_BYTES.name),
+                    q.counter_rate(F.KV_OFFLOAD_LOAD_TIME.name),
                 )
             ),
             ("vllm_kv_offload_load_bandwidth", "ratio"),
@@ -140,7 +123,8 @@ def kv_offload() -> list[Signal]:
             "Bytes stored per second spent storing: the offload tier's write bandwidth.",
             on(
                 vllm=q.ratio(
-                    q.counter_rate(KV_OFFLOAD_STORE_BYTES), q.counter_rate(KV_OFFLOAD_STORE_TIME)
+                    q.counter_rate(F.KV_OFFLOAD_STORE_BYTES.name),
+                    q.counter_rate(F.KV_OFFLOAD_STORE_TIME.name),
                 )
             ),
             ("vllm_kv_offload_store_bandwidth", "ratio"),
@@ -150,14 +134,14 @@ def kv_offload() -> list[Signal]:
             "ratio",
             "CPU KV-cache space pinned by transfers in flight (0-1), the fullest engine; "
             "sustained near 1, stores are dropped.",
-            on(vllm=q.gauge("max", KV_OFFLOAD_CPU_USAGE)),
+            on(vllm=q.gauge("max", F.KV_OFFLOAD_CPU_USAGE.name)),
             ("vllm_kv_offload_cpu_cache_usage", "max"),
         ),
         s(
             "kv_offload_allocation_failures_rate",
             "1/s",
             "KV offload stores per second that found no room in the offload tier.",
-            on(vllm=q.counter_rate(KV_OFFLOAD_ALLOC_FAILURES)),
+            on(vllm=q.counter_rate(F.KV_OFFLOAD_ALLOC_FAILURES.name)),
             ("vllm_kv_offload_allocation_failure", "rate"),
         ),
     ]
@@ -165,8 +149,8 @@ def kv_offload() -> list[Signal]:
 
 def _transfer_failure_share(scope: q.Scope) -> str:
     """Failed KV loads over all that ended (completed: the transfer-time histogram's count)."""
-    failed = q.counter_rate(NIXL_FAILED)(scope)
-    done = q.counter_rate(f"{NIXL_XFER_TIME}_count")(scope)
+    failed = q.counter_rate(F.NIXL_FAILED.name)(scope)
+    done = q.counter_rate(f"{F.NIXL_XFER_TIME.name}_count")(scope)
     return f"({failed}) / ((({failed}) + ({done})) > 0)"
 
 
@@ -189,7 +173,7 @@ def kv_transfer() -> list[Signal]:
             "vllm:prompt_tokens_by_source_total, vLLM >= 0.16): 0 without a KV connector.",
             on(
                 vllm=q.counter_rate(
-                    PROMPT_TOKENS_BY_SOURCE, extra=('source="external_kv_transfer"',)
+                    F.PROMPT_TOKENS_BY_SOURCE.name, extra=('source="external_kv_transfer"',)
                 )
             ),
             ("vllm_prompt_tokens_kv_transfer", "rate"),
@@ -198,7 +182,7 @@ def kv_transfer() -> list[Signal]:
             "nixl_transfer_time_p95",
             "s",
             "Duration of a NIXL KV-cache transfer, 95th percentile (disaggregated prefill).",
-            on(vllm=q.quantile(0.95, NIXL_XFER_TIME)),
+            on(vllm=q.quantile(0.95, F.NIXL_XFER_TIME.name)),
             ("vllm_nixl_xfer_time_seconds", "p95"),
         ),
         s(
@@ -206,14 +190,14 @@ def kv_transfer() -> list[Signal]:
             "1/s",
             "Failed NIXL KV-cache transfers per second: each fails a request or makes it "
             "compute its prefill locally.",
-            on(vllm=q.counter_rate(NIXL_FAILED)),
+            on(vllm=q.counter_rate(F.NIXL_FAILED.name)),
             ("vllm_nixl_num_failed_transfers", "rate"),
         ),
         s(
             "kv_fetch_waiting_by_stage",
             "requests",
             "Waiting requests by stage of their KV load from another instance (a KV consumer).",
-            on(vllm=q.gauge_by("sum", KV_FETCH_BY_STAGE, "stage")),
+            on(vllm=q.gauge_by("sum", F.KV_FETCH_BY_STAGE.name, "stage")),
             ("vllm_num_requests_kv_fetch_by_stage", "sum"),
         ),
     ]

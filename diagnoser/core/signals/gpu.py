@@ -3,29 +3,21 @@ their pod in Kubernetes (dcgm-exporter's pod mapping), through their host elsewh
 
 from __future__ import annotations
 
+from diagnoser.core import families as F
 from diagnoser.core import promql as q
 from diagnoser.core.signals.base import Signal, everywhere
-from diagnoser.core.signals.names import (
-    GPU_FB_FREE,
-    GPU_FB_USED,
-    GPU_POWER,
-    GPU_SM_CLOCK,
-    GPU_TEMP,
-    GPU_UTIL,
-    GPU_XID,
-)
 
 
 def _gpu_util(sel: str) -> str:
-    return f"{GPU_UTIL}{sel} / 100"
+    return f"{F.GPU_UTIL.name}{sel} / 100"
 
 
 def _gpu_fb_used(sel: str) -> str:
-    return f"{GPU_FB_USED}{sel} * 1048576"
+    return f"{F.GPU_FB_USED.name}{sel} * 1048576"
 
 
 def _gpu_fb_share(sel: str) -> str:
-    used, free = f"{GPU_FB_USED}{sel}", f"{GPU_FB_FREE}{sel}"
+    used, free = f"{F.GPU_FB_USED.name}{sel}", f"{F.GPU_FB_FREE.name}{sel}"
     return f"{used} / (({used} + {free}) > 0)"
 
 
@@ -63,14 +55,14 @@ def signals() -> list[Signal]:
             "W",
             "Power drawn by the model's GPUs (DCGM), summed: near the boards' power limit the "
             "clocks come down.",
-            everywhere(q.on_gpus(_plain(GPU_POWER), fn="sum")),
+            everywhere(q.on_gpus(_plain(F.GPU_POWER.name), fn="sum")),
             ("dcgm_power_usage_watts", "sum"),
         ),
         s(
             "gpu_temperature_max",
             "celsius",
             "GPU temperature (DCGM), the hottest of the model's GPUs.",
-            everywhere(q.on_gpus(_plain(GPU_TEMP), fn="max")),
+            everywhere(q.on_gpus(_plain(F.GPU_TEMP.name), fn="max")),
             ("dcgm_gpu_temp_celsius", "max"),
         ),
         s(
@@ -78,14 +70,14 @@ def signals() -> list[Signal]:
             "Hz",
             "SM clock (DCGM), the slowest of the model's GPUs: a busy GPU below its boost clock "
             "is throttled (power or heat).",
-            everywhere(q.on_gpus(_plain(GPU_SM_CLOCK, " * 1000000"), fn="min")),
+            everywhere(q.on_gpus(_plain(F.GPU_SM_CLOCK.name, " * 1000000"), fn="min")),
             ("dcgm_sm_clock_hertz", "min"),
         ),
         s(
             "gpu_xid_last",
             "xid",
             "The last XID error code of the model's GPUs (DCGM), the highest; 0 means none.",
-            everywhere(q.on_gpus(_plain(GPU_XID), fn="max")),
+            everywhere(q.on_gpus(_plain(F.GPU_XID.name), fn="max")),
             ("dcgm_xid_errors", "max"),
         ),
     ]

@@ -3,12 +3,12 @@ request's life (queue, prefill, decode, outside the engine)."""
 
 from __future__ import annotations
 
+from diagnoser.core import families as F
 from diagnoser.core import families_sglang as SG
 from diagnoser.core import promql as q
 from diagnoser.core import promql_sglang as sg
 from diagnoser.core.engines import Gap
 from diagnoser.core.signals.base import SGLANG_ITL_STALL, Signal, latency, on
-from diagnoser.core.signals.names import DECODE, E2E, ITL, PREFILL, PROMPT, QUEUE, TPOT, TTFT
 
 # SGLang times the prefill from a request's first forward to its last prompt chunk.
 PREFILL_STAGE = ('stage="prefill_forward"',)
@@ -20,20 +20,24 @@ def signals() -> list[Signal]:
     out = [
         *latency(
             "ttft",
-            TTFT,
+            F.TTFT.name,
             "Time to first token (server side, from arrival)",
             "vllm_time_to_first_token_seconds",
             SG.TTFT,
         ),
         *latency(
             "itl",
-            ITL,
+            F.ITL_NAMES,
             "Inter-token latency (gap between output tokens)",
             "vllm_inter_token_latency_seconds",
             SG.ITL,
         ),
         *latency(
-            "e2e", E2E, "End-to-end request latency", "vllm_e2e_request_latency_seconds", SG.E2E
+            "e2e",
+            F.E2E.name,
+            "End-to-end request latency",
+            "vllm_e2e_request_latency_seconds",
+            SG.E2E,
         ),
     ]
     out += [
@@ -46,9 +50,9 @@ def signals() -> list[Signal]:
             "whole prefill (scheduler.py:3993-4001 of 0.5.23) and the ITL median rises once "
             "prefills fill half the steps: on SGLang ITL p25, free of prefills until they fill "
             "three steps in four.",
-            on(vllm=q.quantile(0.5, *ITL), sglang=sg.quantile(0.25, SG.ITL)),
+            on(vllm=q.quantile(0.5, *F.ITL_NAMES), sglang=sg.quantile(0.25, SG.ITL)),
             ("vllm_inter_token_latency_seconds", "decode"),
-            quantile_of=ITL,
+            quantile_of=F.ITL_NAMES,
         ),
         s(
             "itl_decode_p95",
@@ -57,11 +61,11 @@ def signals() -> list[Signal]:
             "on vLLM; on SGLang, which runs each prefill alone while every stream waits, the "
             "gaps up to 0.4 s (its stall bound) alone.",
             on(
-                vllm=q.quantile(0.95, *ITL),
+                vllm=q.quantile(0.95, *F.ITL_NAMES),
                 sglang=sg.quantile_up_to(0.95, SG.ITL, SGLANG_ITL_STALL),
             ),
             ("vllm_inter_token_latency_seconds", "decode_p95"),
-            quantile_of=ITL,
+            quantile_of=F.ITL_NAMES,
         ),
         *(
             s(
@@ -69,9 +73,9 @@ def signals() -> list[Signal]:
                 "s",
                 f"Time per output token of finished requests (each request's mean gap), {p}th "
                 "percentile.",
-                on(vllm=q.quantile(p / 100, *TPOT), sglang=sg.quantile(p / 100, SG.TPOT)),
+                on(vllm=q.quantile(p / 100, *F.TPOT_NAMES), sglang=sg.quantile(p / 100, SG.TPOT)),
                 ("vllm_request_time_per_output_token_seconds", f"p{p}"),
-                quantile_of=TPOT,
+                quantile_of=F.TPOT_NAMES,
             )
             for p in (50, 95, 99)
         ),
@@ -79,14 +83,14 @@ def signals() -> list[Signal]:
             "tpot_mean",
             "s",
             "Time per output token, mean over finished requests.",
-            on(vllm=q.hist_mean(*TPOT), sglang=sg.hist_mean(SG.TPOT)),
+            on(vllm=q.hist_mean(*F.TPOT_NAMES), sglang=sg.hist_mean(SG.TPOT)),
             ("vllm_request_time_per_output_token_seconds", "mean"),
         ),
         s(
             "queue_time_mean",
             "s",
             "Time a request waits in the engine's queue, mean.",
-            on(vllm=q.hist_mean(QUEUE), sglang=sg.hist_mean(SG.QUEUE)),
+            on(vllm=q.hist_mean(F.QUEUE.name), sglang=sg.hist_mean(SG.QUEUE)),
             ("vllm_request_queue_time_seconds", "mean"),
         ),
         *(
@@ -94,7 +98,7 @@ def signals() -> list[Signal]:
                 f"queue_time_p{p}",
                 "s",
                 f"Time a request waits in the engine's queue, {p}th percentile.",
-                on(vllm=q.quantile(p / 100, QUEUE), sglang=sg.quantile(p / 100, SG.QUEUE)),
+                on(vllm=q.quantile(p / 100, F.QUEUE.name), sglang=sg.quantile(p / 100, SG.QUEUE)),
                 ("vllm_request_queue_time_seconds", f"p{p}"),
             )
             for p in (50, 95, 99)
@@ -103,14 +107,17 @@ def signals() -> list[Signal]:
             "prefill_time_mean",
             "s",
             "Time from scheduling to the first token (prefill), mean.",
-            on(vllm=q.hist_mean(PREFILL), sglang=SGLANG_PREFILL_MEAN),
+            on(vllm=q.hist_mean(F.PREFILL.name), sglang=SGLANG_PREFILL_MEAN),
             ("vllm_request_prefill_time_seconds", "mean"),
         ),
         s(
             "prefill_time_p95",
             "s",
             "Prefill time, 95th percentile.",
-            on(vllm=q.quantile(0.95, PREFILL), sglang=sg.quantile(0.95, SG.STAGE, PREFILL_STAGE)),
+            on(
+                vllm=q.quantile(0.95, F.PREFILL.name),
+                sglang=sg.quantile(0.95, SG.STAGE, PREFILL_STAGE),
+            ),
             ("vllm_request_prefill_time_seconds", "p95"),
         ),
         s(
@@ -119,7 +126,7 @@ def signals() -> list[Signal]:
             "Time from the first to the last token (decode), mean. SGLang: mean e2e minus mean "
             "TTFT (it has no decode-time histogram).",
             on(
-                vllm=q.hist_mean(DECODE),
+                vllm=q.hist_mean(F.DECODE.name),
                 sglang=q.difference(sg.hist_mean(SG.E2E), sg.hist_mean(SG.TTFT)),
             ),
             ("vllm_request_decode_time_seconds", "mean"),
@@ -130,7 +137,7 @@ def signals() -> list[Signal]:
                 "s",
                 f"Time from the first to the last token (decode), {p}th percentile.",
                 on(
-                    vllm=q.quantile(p / 100, DECODE),
+                    vllm=q.quantile(p / 100, F.DECODE.name),
                     sglang=Gap("SGLang has no decode-time histogram"),
                 ),
                 ("vllm_request_decode_time_seconds", f"p{p}"),
@@ -145,7 +152,8 @@ def signals() -> list[Signal]:
             "at the finish, so during a sharp change the two lag by a request's decode time.",
             on(
                 vllm=q.difference(
-                    q.hist_mean(TTFT), q.total(q.hist_mean(QUEUE), q.hist_mean(PREFILL))
+                    q.hist_mean(F.TTFT.name),
+                    q.total(q.hist_mean(F.QUEUE.name), q.hist_mean(F.PREFILL.name)),
                 ),
                 sglang=q.difference(
                     sg.hist_mean(SG.TTFT), q.total(sg.hist_mean(SG.QUEUE), SGLANG_PREFILL_MEAN)
@@ -159,7 +167,7 @@ def signals() -> list[Signal]:
             "Mean prefill time divided by mean prompt length: rises when prefill grows faster "
             "than the prompt (attention at long context).",
             on(
-                vllm=q.ratio(q.hist_mean(PREFILL), q.hist_mean(PROMPT)),
+                vllm=q.ratio(q.hist_mean(F.PREFILL.name), q.hist_mean(F.PROMPT.name)),
                 sglang=q.ratio(SGLANG_PREFILL_MEAN, sg.hist_mean(SG.PROMPT)),
             ),
             ("vllm_prefill_seconds_per_prompt_token", "mean"),

@@ -3,11 +3,11 @@ the probe is a target of its own, often outside the cluster."""
 
 from __future__ import annotations
 
+from diagnoser.core import families as F
 from diagnoser.core import families_sglang as SG
 from diagnoser.core import promql as q
 from diagnoser.core import promql_sglang as sg
 from diagnoser.core.signals.base import Signal, everywhere, on
-from diagnoser.core.signals.names import PROBE_E2E, PROBE_ITL, PROBE_REQUESTS, PROBE_TTFT, TTFT
 
 
 def _probe_quantile(p: float, family: str, *, by_bucket: bool) -> q.Expr:
@@ -18,7 +18,9 @@ def _first_token_share(scope: q.Scope) -> str:
     """Mean TTFT over mean e2e per prompt class, the lowest class per scope: a long prompt's
     first token is most of its request anyway, so only the short classes tell buffering."""
     per_class = scope.with_by(*scope.by, "prompt_bucket")
-    share = q.ratio(q.on_probe(q.hist_mean(PROBE_TTFT)), q.on_probe(q.hist_mean(PROBE_E2E)))
+    share = q.ratio(
+        q.on_probe(q.hist_mean(F.PROBE_TTFT.name)), q.on_probe(q.hist_mean(F.PROBE_E2E.name))
+    )
     return q.agg("min", scope, share(per_class))
 
 
@@ -29,42 +31,42 @@ def signals() -> list[Signal]:
             "probe_ttft_p50",
             "s",
             "Client-side TTFT (probe), median over prompt buckets.",
-            everywhere(_probe_quantile(0.5, PROBE_TTFT, by_bucket=False)),
+            everywhere(_probe_quantile(0.5, F.PROBE_TTFT.name, by_bucket=False)),
             ("llm_probe_ttft_seconds", "p50"),
         ),
         s(
             "probe_ttft_p95",
             "s",
             "Client-side TTFT (probe), 95th percentile.",
-            everywhere(_probe_quantile(0.95, PROBE_TTFT, by_bucket=False)),
+            everywhere(_probe_quantile(0.95, F.PROBE_TTFT.name, by_bucket=False)),
             ("llm_probe_ttft_seconds", "p95"),
         ),
         s(
             "probe_ttft_p50_by_bucket",
             "s",
             "Client-side TTFT median per prompt-length bucket.",
-            everywhere(_probe_quantile(0.5, PROBE_TTFT, by_bucket=True)),
+            everywhere(_probe_quantile(0.5, F.PROBE_TTFT.name, by_bucket=True)),
             ("llm_probe_ttft_seconds_by_bucket", "p50"),
         ),
         s(
             "probe_ttft_p95_by_bucket",
             "s",
             "Client-side TTFT p95 per prompt-length bucket.",
-            everywhere(_probe_quantile(0.95, PROBE_TTFT, by_bucket=True)),
+            everywhere(_probe_quantile(0.95, F.PROBE_TTFT.name, by_bucket=True)),
             ("llm_probe_ttft_seconds_by_bucket", "p95"),
         ),
         s(
             "probe_itl_p95_by_bucket",
             "s",
             "Client-side ITL p95 per prompt-length bucket.",
-            everywhere(_probe_quantile(0.95, PROBE_ITL, by_bucket=True)),
+            everywhere(_probe_quantile(0.95, F.PROBE_ITL.name, by_bucket=True)),
             ("llm_probe_itl_seconds_by_bucket", "p95"),
         ),
         s(
             "probe_e2e_p50",
             "s",
             "Client-side end-to-end latency (probe), median.",
-            everywhere(_probe_quantile(0.5, PROBE_E2E, by_bucket=False)),
+            everywhere(_probe_quantile(0.5, F.PROBE_E2E.name, by_bucket=False)),
             ("llm_probe_e2e_seconds", "p50"),
         ),
         s(
@@ -73,8 +75,8 @@ def signals() -> list[Signal]:
             "Share of probe requests that did not end ok.",
             everywhere(
                 q.ratio(
-                    q.on_probe(q.counter_rate(PROBE_REQUESTS, extra=('outcome!="ok"',))),
-                    q.on_probe(q.counter_rate(PROBE_REQUESTS)),
+                    q.on_probe(q.counter_rate(F.PROBE_REQUESTS.name, extra=('outcome!="ok"',))),
+                    q.on_probe(q.counter_rate(F.PROBE_REQUESTS.name)),
                 )
             ),
             ("llm_probe_requests_failed", "share"),
@@ -88,13 +90,13 @@ def signals() -> list[Signal]:
             on(
                 vllm=q.difference(
                     lambda sc: q.agg(
-                        "min", sc, _probe_quantile(0.95, PROBE_TTFT, by_bucket=True)(sc)
+                        "min", sc, _probe_quantile(0.95, F.PROBE_TTFT.name, by_bucket=True)(sc)
                     ),
-                    q.quantile(0.95, TTFT),
+                    q.quantile(0.95, F.TTFT.name),
                 ),
                 sglang=q.difference(
                     lambda sc: q.agg(
-                        "min", sc, _probe_quantile(0.95, PROBE_TTFT, by_bucket=True)(sc)
+                        "min", sc, _probe_quantile(0.95, F.PROBE_TTFT.name, by_bucket=True)(sc)
                     ),
                     sg.quantile(0.95, SG.TTFT),
                 ),

@@ -3,6 +3,7 @@ engine steps."""
 
 from __future__ import annotations
 
+from diagnoser.core import families as F
 from diagnoser.core import families_sglang as SG
 from diagnoser.core import promql as q
 from diagnoser.core import promql_series as rs
@@ -10,23 +11,6 @@ from diagnoser.core import promql_sglang as sg
 from diagnoser.core.buckets import le_label
 from diagnoser.core.engines import Gap
 from diagnoser.core.signals.base import Signal, on
-from diagnoser.core.signals.names import (
-    GENERATION_TOKENS,
-    KV_USAGE,
-    LORA_INFO,
-    PREEMPTIONS,
-    PREFILL_COMPUTED,
-    PREFIX_HITS,
-    PREFIX_QUERIES,
-    PROMPT,
-    PROMPT_TOKENS,
-    PROMPT_TOKENS_BY_SOURCE,
-    PROMPT_TOKENS_CACHED_BY_SOURCE,
-    RUNNING,
-    STEP_TOKENS,
-    WAITING,
-    WAITING_BY_REASON,
-)
 from diagnoser.core.signals.traffic import REQUEST_RATE, SGLANG_REQUEST_RATE
 
 # A prompt this long is a long prefill: the 1-2-5 token buckets' first bound above 4096 (and a
@@ -39,7 +23,7 @@ LONG_PREFILL_BOUNDS = (LONG_PREFILL, le_label(2000))
 SGLANG_RETRACTIONS = sg.or_zero(sg.counter_rate(SG.RETRACTIONS))
 # vLLM's preemption counter, 0 where the model's finished requests are counted: a counter is
 # born at its first increment where the exporter creates no child ahead of it (vLLM 0.8).
-PREEMPTION_RATE = rs.zero_where(q.counter_rate(PREEMPTIONS), REQUEST_RATE)
+PREEMPTION_RATE = rs.zero_where(q.counter_rate(F.PREEMPTIONS.name), REQUEST_RATE)
 NO_STEP_TOKENS = "SGLang exports no histogram of tokens per engine step"
 
 
@@ -84,10 +68,10 @@ def _lora_slot_waits() -> q.Expr:
 
     def inner(matchers: tuple[str, ...], window: str, keep: tuple[str, ...]) -> str:
         by = ", ".join(("job", "instance", *keep))
-        latest = f"topk by ({by}) (1, {q.selector(LORA_INFO, matchers)})"
+        latest = f"topk by ({by}) (1, {q.selector(F.LORA_INFO.name, matchers)})"
         full = " or ".join(
             q.selector(
-                LORA_INFO,
+                F.LORA_INFO.name,
                 matchers,
                 f'max_lora="{k}"',
                 'running_lora_adapters=~"[^,]+' + (f'(,[^,]+){{{k - 1}}}"' if k > 1 else '"'),
@@ -96,10 +80,9 @@ def _lora_slot_waits() -> q.Expr:
         )
         # Deferred: skipped by the scheduler (an adapter slot among the reasons; vLLM >= 0.20),
         # else every waiting request.
-        deferred = q.selector(WAITING_BY_REASON, matchers, 'reason="deferred"')
-        waiting = (
-            f"(sum by ({by}) ({deferred}) or sum by ({by}) ({q.selector(WAITING, matchers)})) > 0"
-        )
+        deferred = q.selector(F.WAITING_BY_REASON.name, matchers, 'reason="deferred"')
+        every = q.selector(F.WAITING.name, matchers)
+        waiting = f"(sum by ({by}) ({deferred}) or sum by ({by}) ({every})) > 0"
         now = (
             f"(count by ({by}) ({latest} and ({full})) and on ({by}) ({waiting}))"
             f" or (count by ({by}) ({latest}) * 0)"
@@ -130,7 +113,7 @@ def signals() -> list[Signal]:
             "the rate window) over the mean of the model's servers: 1 when the router spreads "
             "the load evenly, the number of servers when one takes it all.",
             on(
-                vllm=_load_imbalance(RUNNING, WAITING),
+                vllm=_load_imbalance(F.RUNNING.name, F.WAITING.name),
                 sglang=_load_imbalance(SG.RUNNING.name, SG.WAITING.name),
             ),
             ("vllm_server_load_imbalance", "ratio"),
@@ -144,20 +127,20 @@ def signals() -> list[Signal]:
             f"with --max-loras above {MAX_LORAS_JUDGED}.",
             on(vllm=_lora_slot_waits(), sglang=_sglang_lora_slot_waits),
             ("vllm_lora_slot_waits", "ratio"),
-            optional=(WAITING_BY_REASON,),
+            optional=(F.WAITING_BY_REASON.name,),
         ),
         s(
             "engines",
             "engines",
             "Engines reporting (one per data-parallel rank of each server), counted now.",
-            on(vllm=q.gauge("count", RUNNING), sglang=sg.gauge("count", SG.RUNNING)),
+            on(vllm=q.gauge("count", F.RUNNING.name), sglang=sg.gauge("count", SG.RUNNING)),
             ("vllm_engines", "count"),
         ),
         s(
             "requests_running",
             "requests",
             "Requests in the running batch, summed over engines.",
-            on(vllm=q.gauge("sum", RUNNING), sglang=sg.gauge("sum", SG.RUNNING)),
+            on(vllm=q.gauge("sum", F.RUNNING.name), sglang=sg.gauge("sum", SG.RUNNING)),
             ("vllm_num_requests_running", "sum"),
             per_instance=True,
         ),
@@ -165,7 +148,7 @@ def signals() -> list[Signal]:
             "requests_waiting",
             "requests",
             "Requests waiting to be scheduled.",
-            on(vllm=q.gauge("sum", WAITING), sglang=sg.gauge("sum", SG.WAITING)),
+            on(vllm=q.gauge("sum", F.WAITING.name), sglang=sg.gauge("sum", SG.WAITING)),
             ("vllm_num_requests_waiting", "sum"),
             per_instance=True,
         ),
@@ -174,7 +157,7 @@ def signals() -> list[Signal]:
             "requests",
             "Waiting requests by reason: capacity or deferred (vLLM >= 0.20).",
             on(
-                vllm=q.gauge_by("sum", WAITING_BY_REASON, "reason"),
+                vllm=q.gauge_by("sum", F.WAITING_BY_REASON.name, "reason"),
                 sglang=Gap("SGLang does not say why a request waits"),
             ),
             ("vllm_num_requests_waiting_by_reason", "sum"),
@@ -184,7 +167,7 @@ def signals() -> list[Signal]:
             "ratio",
             "KV-cache blocks in use (0-1), the fullest engine (SGLang: sglang:token_usage, "
             "the fullest of its token pools).",
-            on(vllm=q.gauge("max", *KV_USAGE), sglang=sg.gauge("max", SG.TOKEN_USAGE)),
+            on(vllm=q.gauge("max", *F.KV_USAGE_NAMES), sglang=sg.gauge("max", SG.TOKEN_USAGE)),
             ("vllm_kv_cache_usage", "max"),
             per_instance=True,
         ),
@@ -198,9 +181,10 @@ def signals() -> list[Signal]:
             "samples for a rate (just started) is not judged.",
             on(
                 vllm=q.stalled(
-                    lambda scope: q.selector(RUNNING, scope.matchers),
+                    lambda scope: q.selector(F.RUNNING.name, scope.matchers),
                     lambda scope: (
-                        f"rate({q.selector(GENERATION_TOKENS, scope.matchers)}[{scope.window}])"
+                        f"rate({q.selector(F.GENERATION_TOKENS.name, scope.matchers)}"
+                        f"[{scope.window}])"
                     ),
                 ),
                 sglang=sg.stalled(),
@@ -232,21 +216,21 @@ def signals() -> list[Signal]:
             "of the requests whose first token it carries, uncached tokens only from vLLM 0.23 "
             "(vllm:iteration_tokens_total). Not a step's size: a chunked prompt counts once, "
             "whole, in the batch that ends its prefill; steps with no output are not counted.",
-            on(vllm=q.hist_mean(STEP_TOKENS), sglang=Gap(NO_STEP_TOKENS)),
+            on(vllm=q.hist_mean(F.STEP_TOKENS.name), sglang=Gap(NO_STEP_TOKENS)),
             ("vllm_iteration_tokens", "mean"),
         ),
         s(
             "output_batch_tokens_p99",
             "tokens",
             "Tokens per engine output batch, 99th percentile (16384 means more).",
-            on(vllm=q.quantile(0.99, STEP_TOKENS), sglang=Gap(NO_STEP_TOKENS)),
+            on(vllm=q.quantile(0.99, F.STEP_TOKENS.name), sglang=Gap(NO_STEP_TOKENS)),
             ("vllm_iteration_tokens", "p99"),
         ),
         s(
             "output_batches_rate",
             "1/s",
             "Engine steps per second that produced output (one observation each).",
-            on(vllm=q.hist_rate(STEP_TOKENS), sglang=Gap(NO_STEP_TOKENS)),
+            on(vllm=q.hist_rate(F.STEP_TOKENS.name), sglang=Gap(NO_STEP_TOKENS)),
             ("vllm_iteration_steps", "rate"),
         ),
         s(
@@ -259,8 +243,8 @@ def signals() -> list[Signal]:
             "5000 (a max_model_len under 5000), more than 2000.",
             on(
                 vllm=q.either(
-                    *(rs.rate_above(PREFILL_COMPUTED, le) for le in LONG_PREFILL_BOUNDS),
-                    *(rs.rate_above(PROMPT, le) for le in LONG_PREFILL_BOUNDS),
+                    *(rs.rate_above(F.PREFILL_COMPUTED.name, le) for le in LONG_PREFILL_BOUNDS),
+                    *(rs.rate_above(F.PROMPT.name, le) for le in LONG_PREFILL_BOUNDS),
                 ),
                 sglang=sg.rate_above(SG.PROMPT_UNCACHED, LONG_PREFILL),
             ),
@@ -276,8 +260,10 @@ def signals() -> list[Signal]:
             "sum, as requests finish).",
             on(
                 vllm=q.either(
-                    q.counter_rate(PROMPT_TOKENS_BY_SOURCE, extra=('source="local_compute"',)),
-                    q.counter_rate(PROMPT_TOKENS),
+                    q.counter_rate(
+                        F.PROMPT_TOKENS_BY_SOURCE.name, extra=('source="local_compute"',)
+                    ),
+                    q.counter_rate(F.PROMPT_TOKENS.name),
                 ),
                 sglang=q.either(
                     sg.counter_rate(SG.PREFILL_EFFECTIVE_TOKENS, ('mode="input"',)),
@@ -293,7 +279,7 @@ def signals() -> list[Signal]:
             "local_cache_hit (the prefix cache), external_kv_transfer (another instance, "
             "disaggregated prefill); vllm:prompt_tokens_by_source_total, vLLM >= 0.16.",
             on(
-                vllm=q.counter_rate_by(PROMPT_TOKENS_BY_SOURCE, "source"),
+                vllm=q.counter_rate_by(F.PROMPT_TOKENS_BY_SOURCE.name, "source"),
                 sglang=Gap("SGLang counts cached prompt tokens, not tokens by source"),
             ),
             ("vllm_prompt_tokens_by_source", "rate"),
@@ -305,7 +291,7 @@ def signals() -> list[Signal]:
             "memory), host (offloaded to CPU memory), disk, p2p (another vLLM instance), "
             "external_unspecified; vllm:prompt_tokens_cached_by_source_total, vLLM >= 0.32.",
             on(
-                vllm=q.counter_rate_by(PROMPT_TOKENS_CACHED_BY_SOURCE, "source"),
+                vllm=q.counter_rate_by(F.PROMPT_TOKENS_CACHED_BY_SOURCE.name, "source"),
                 sglang=Gap("SGLang counts cached prompt tokens, not hits by tier"),
             ),
             ("vllm_prompt_tokens_cached_by_source", "rate"),
@@ -315,7 +301,9 @@ def signals() -> list[Signal]:
             "ratio",
             "Share of prompt tokens served from the prefix cache.",
             on(
-                vllm=q.ratio(q.counter_rate(*PREFIX_HITS), q.counter_rate(*PREFIX_QUERIES)),
+                vllm=q.ratio(
+                    q.counter_rate(*F.PREFIX_HITS_NAMES), q.counter_rate(*F.PREFIX_QUERIES_NAMES)
+                ),
                 sglang=q.ratio(
                     sg.or_zero(sg.counter_rate(SG.CACHED_TOKENS)), sg.counter_rate(SG.PROMPT_TOKENS)
                 ),

@@ -5,21 +5,14 @@ their target on (job, instance)."""
 from __future__ import annotations
 
 from diagnoser.core import engines as registry
+from diagnoser.core import families as F
 from diagnoser.core import families_sglang as SG
 from diagnoser.core import promql as q
 from diagnoser.core import promql_series as rs
 from diagnoser.core import promql_sglang as sg
 from diagnoser.core.engines import Gap
+from diagnoser.core.exporters import INFERENCE_HANDLERS
 from diagnoser.core.signals.base import TARGET, Signal, everywhere, on
-from diagnoser.core.signals.names import (
-    HTTP_DURATION,
-    HTTP_REQUESTS,
-    INFERENCE_HANDLERS,
-    PROCESS_CPU,
-    PROCESS_START,
-    SUCCESS,
-    UP,
-)
 
 
 def api_requests(status: str | None) -> q.Expr:
@@ -27,7 +20,7 @@ def api_requests(status: str | None) -> q.Expr:
 
     def inner(matchers: tuple[str, ...], window: str, keep: tuple[str, ...]) -> str:
         extra = (INFERENCE_HANDLERS,) + ((f'status="{status}"',) if status else ())
-        sel = q.selector(HTTP_REQUESTS, matchers, *extra)
+        sel = q.selector(F.HTTP_REQUESTS.name, matchers, *extra)
         return f"sum by ({', '.join(('job', 'instance', *keep))}) (rate({sel}[{window}]))"
 
     return q.on_targets(inner)
@@ -50,11 +43,11 @@ def _per_target(family: str) -> q.TargetExpr:
 
 
 def _api_cpu(matchers: tuple[str, ...], window: str, keep: tuple[str, ...]) -> str:
-    return f"rate({q.selector(PROCESS_CPU, matchers)}[{window}])"
+    return f"rate({q.selector(F.PROCESS_CPU.name, matchers)}[{window}])"
 
 
 def _api_restarts(matchers: tuple[str, ...], window: str, keep: tuple[str, ...]) -> str:
-    return f"changes({q.selector(PROCESS_START, matchers)}[{window}])"
+    return f"changes({q.selector(F.PROCESS_START.name, matchers)}[{window}])"
 
 
 def restarts() -> list[Signal]:
@@ -66,7 +59,9 @@ def restarts() -> list[Signal]:
             "server's start time changed, or its counters reset): a loop counts up on one "
             "server, a rolling deploy counts one per server at a time.",
             on(
-                vllm=q.either(q.on_targets(_api_restarts, "max"), q.counter_resets(SUCCESS, "max")),
+                vllm=q.either(
+                    q.on_targets(_api_restarts, "max"), q.counter_resets(F.SUCCESS.name, "max")
+                ),
                 sglang=sg.counter_resets(SG.REALTIME_TOKENS, "max"),
             ),
             ("vllm_restarts", "changes"),
@@ -115,7 +110,7 @@ def api_server() -> list[Signal]:
             "HTTP requests per second by handler and status class, every handler (the API "
             "server's /metrics, /health and /ping are not counted).",
             on(
-                vllm=q.on_targets(_per_target(HTTP_REQUESTS), extra_by=_BY_STATUS),
+                vllm=q.on_targets(_per_target(F.HTTP_REQUESTS.name), extra_by=_BY_STATUS),
                 sglang=Gap(
                     "reads the vLLM API server's http_* families (SGLang's are sglang:http_*)"
                 ),
@@ -128,8 +123,8 @@ def api_server() -> list[Signal]:
             "HTTP request duration by handler, mean: for a streamed answer, the whole stream.",
             on(
                 vllm=q.ratio(
-                    q.on_targets(_per_target(f"{HTTP_DURATION}_sum"), extra_by=_BY),
-                    q.on_targets(_per_target(f"{HTTP_DURATION}_count"), extra_by=_BY),
+                    q.on_targets(_per_target(f"{F.HTTP_DURATION.name}_sum"), extra_by=_BY),
+                    q.on_targets(_per_target(f"{F.HTTP_DURATION.name}_count"), extra_by=_BY),
                 ),
                 sglang=Gap(
                     "reads the vLLM API server's http_* families (SGLang's are sglang:http_*)"
@@ -272,7 +267,7 @@ def _target_served(scope: q.Scope) -> str:
     """The same from Prometheus alone, remembering TARGET_MEMORY (diagnose remembers the
     lookback): 1 where vLLM's running gauge was seen, else 0 for every scraped target."""
     seen = q.selector(registry.reference().running, scope.target_matchers())
-    up = q.selector(UP, scope.target_matchers())
+    up = q.selector(F.UP.name, scope.target_matchers())
     return (
         f"group by (job, instance) (last_over_time({seen}[{TARGET_MEMORY}])) "
         f"or (max by (job, instance) ({up}) * 0)"
@@ -280,4 +275,4 @@ def _target_served(scope: q.Scope) -> str:
 
 
 def _target_up(scope: q.Scope) -> str:
-    return f"max by (job, instance) ({q.selector(UP, scope.target_matchers())})"
+    return f"max by (job, instance) ({q.selector(F.UP.name, scope.target_matchers())})"

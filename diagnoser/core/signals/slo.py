@@ -4,6 +4,7 @@ stalled streams, and goodput."""
 from __future__ import annotations
 
 from diagnoser.core import buckets
+from diagnoser.core import families as F
 from diagnoser.core import families_sglang as SG
 from diagnoser.core import promql as q
 from diagnoser.core import promql_series as rs
@@ -11,7 +12,6 @@ from diagnoser.core import promql_sglang as sg
 from diagnoser.core.engines import Gap
 from diagnoser.core.family import Family
 from diagnoser.core.signals.base import ITL_STALL, SGLANG_ITL_STALL, Signal, on
-from diagnoser.core.signals.names import ITL, TTFT
 from diagnoser.core.signals.traffic import REQUEST_RATE, SGLANG_REQUEST_RATE
 
 
@@ -36,9 +36,9 @@ def sglang_attainment(fam: Family, threshold: float) -> q.Expr | Gap:
 
 def signals(ttft_slo: float, itl_slo: float) -> list[Signal]:
     s = Signal
-    ttft_slo_expr = slo_attainment(TTFT, ttft_slo, buckets.TTFT_BUCKETS)
-    itl_slo_expr = slo_attainment(ITL, itl_slo, buckets.ITL_BUCKETS)
-    stall_expr = slo_attainment(ITL, ITL_STALL, buckets.ITL_BUCKETS)
+    ttft_slo_expr = slo_attainment(F.TTFT.name, ttft_slo, buckets.TTFT_BUCKETS)
+    itl_slo_expr = slo_attainment(F.ITL_NAMES, itl_slo, buckets.ITL_BUCKETS)
+    stall_expr = slo_attainment(F.ITL_NAMES, ITL_STALL, buckets.ITL_BUCKETS)
     sg_ttft = sglang_attainment(SG.TTFT, ttft_slo)
     sg_itl = sglang_attainment(SG.ITL, itl_slo)
     sg_stall = sglang_attainment(SG.ITL, SGLANG_ITL_STALL)
@@ -102,12 +102,11 @@ def availability_error_ratio() -> q.Expr:
     requests the engine finished with ``finished_reason="error"`` (a request counted by both
     counts twice: an upper bound). Without HTTP metrics, the engine's side alone. A family
     that has not seen a failure yet has no series for it, so each part falls back to zero."""
-    from diagnoser.core.signals.names import SUCCESS
     from diagnoser.core.signals.server import api_requests
 
     http_failed, http_all = api_requests("5xx"), api_requests(None)
-    failed = q.counter_rate(SUCCESS, extra=('finished_reason="error"',))
-    finished = q.counter_rate(SUCCESS)
+    failed = q.counter_rate(F.SUCCESS.name, extra=('finished_reason="error"',))
+    finished = q.counter_rate(F.SUCCESS.name)
 
     def build(scope: q.Scope) -> str:
         f, h, e, n = http_failed(scope), http_all(scope), failed(scope), finished(scope)
@@ -143,10 +142,10 @@ def error_ratio(sli: str, ttft_seconds: float, itl_seconds: float) -> q.Expr:
     if sli == "availability":
         return q.either(availability_error_ratio(), sglang_availability_error_ratio())
     if sli == "ttft":
-        vllm = latency_error_ratio(TTFT, ttft_seconds, buckets.TTFT_BUCKETS)
+        vllm = latency_error_ratio(F.TTFT.name, ttft_seconds, buckets.TTFT_BUCKETS)
         other = sglang_attainment(SG.TTFT, ttft_seconds)
     else:
-        vllm = latency_error_ratio(ITL, itl_seconds, buckets.ITL_BUCKETS)
+        vllm = latency_error_ratio(F.ITL_NAMES, itl_seconds, buckets.ITL_BUCKETS)
         other = sglang_attainment(SG.ITL, itl_seconds)
     if isinstance(other, Gap):
         return vllm

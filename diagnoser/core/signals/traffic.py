@@ -2,23 +2,15 @@
 
 from __future__ import annotations
 
+from diagnoser.core import families as F
 from diagnoser.core import families_sglang as SG
 from diagnoser.core import promql as q
 from diagnoser.core import promql_series as rs
 from diagnoser.core import promql_sglang as sg
 from diagnoser.core.engines import Gap
 from diagnoser.core.signals.base import Signal, on
-from diagnoser.core.signals.names import (
-    GENERATION,
-    GENERATION_TOKENS,
-    MAX_TOKENS,
-    PROMPT,
-    PROMPT_TOKENS,
-    SUCCESS,
-    TTFT,
-)
 
-REQUEST_RATE = q.counter_rate(SUCCESS)
+REQUEST_RATE = q.counter_rate(F.SUCCESS.name)
 _NTH = {50: "median", 95: "95th percentile", 99: "99th percentile"}
 SGLANG_REQUEST_RATE = sg.counter_rate(SG.REQUESTS)
 NO_FINISH_REASON = "SGLang exports no finished_reason (it counts only aborts apart)"
@@ -29,8 +21,8 @@ NO_FINISH_REASON = "SGLang exports no finished_reason (it counts only aborts apa
 # realtime_tokens_total (replays included), and observes the queue time once per request at
 # its first forward (req_time_stats.py:802-813): both at admission, while its prompt
 # histogram and counters wait for the request to finish.
-ADMITTED_TOKENS = q.counter_rate(PROMPT_TOKENS)
-ADMISSIONS = q.hist_rate(TTFT)
+ADMITTED_TOKENS = q.counter_rate(F.PROMPT_TOKENS.name)
+ADMISSIONS = q.hist_rate(F.TTFT.name)
 SGLANG_ADMITTED_TOKENS = q.either(
     sg.counter_rate(SG.PREFILL_EFFECTIVE_TOKENS),
     sg.counter_rate(SG.REALTIME_TOKENS, ('mode=~"prefill_compute|prefill_cache"',)),
@@ -53,14 +45,17 @@ def signals() -> list[Signal]:
             "finished_rate_by_reason",
             "req/s",
             "Finished requests per second by finished_reason.",
-            on(vllm=q.counter_rate_by(SUCCESS, "finished_reason"), sglang=Gap(NO_FINISH_REASON)),
+            on(
+                vllm=q.counter_rate_by(F.SUCCESS.name, "finished_reason"),
+                sglang=Gap(NO_FINISH_REASON),
+            ),
             ("vllm_request_success_by_reason", "rate"),
         ),
         s(
             "finished_share_by_reason",
             "ratio",
             "Share of finished requests by finished_reason.",
-            on(vllm=q.share_by(SUCCESS, "finished_reason"), sglang=Gap(NO_FINISH_REASON)),
+            on(vllm=q.share_by(F.SUCCESS.name, "finished_reason"), sglang=Gap(NO_FINISH_REASON)),
             ("vllm_request_success_by_reason", "share"),
         ),
         s(
@@ -68,7 +63,7 @@ def signals() -> list[Signal]:
             "ratio",
             'Share of requests that stopped at max_tokens (finished_reason="length").',
             on(
-                vllm=q.share_of(SUCCESS, ('finished_reason="length"',), zero_if_absent=True),
+                vllm=q.share_of(F.SUCCESS.name, ('finished_reason="length"',), zero_if_absent=True),
                 sglang=Gap(NO_FINISH_REASON + ", so answers cut at max_tokens are not told apart"),
             ),
             ("vllm_request_success_length", "share"),
@@ -78,7 +73,7 @@ def signals() -> list[Signal]:
             "ratio",
             "Share of requests that finished with an engine error (vLLM >= 0.14; 0 before).",
             on(
-                vllm=q.share_of(SUCCESS, ('finished_reason="error"',), zero_if_absent=True),
+                vllm=q.share_of(F.SUCCESS.name, ('finished_reason="error"',), zero_if_absent=True),
                 sglang=Gap(NO_FINISH_REASON + ", so engine errors show only as HTTP 5xx"),
             ),
             ("vllm_request_success_error", "share"),
@@ -90,7 +85,7 @@ def signals() -> list[Signal]:
             "the client went away; 0 where vLLM does not count aborts). SGLang: "
             "sglang:num_aborted_requests_total over its finished requests.",
             on(
-                vllm=q.share_of(SUCCESS, ('finished_reason="abort"',), zero_if_absent=True),
+                vllm=q.share_of(F.SUCCESS.name, ('finished_reason="abort"',), zero_if_absent=True),
                 sglang=q.ratio(sg.or_zero(sg.counter_rate(SG.ABORTED)), SGLANG_REQUEST_RATE),
             ),
             ("vllm_request_success_abort", "share"),
@@ -101,7 +96,7 @@ def signals() -> list[Signal]:
             "Prompt tokens per second (cached ones included). SGLang: as each prefill chunk "
             "runs (sglang:prefill_effective_tokens_total), since its prompt-token counter "
             "moves only as each request finishes.",
-            on(vllm=q.counter_rate(PROMPT_TOKENS), sglang=SGLANG_ADMITTED_TOKENS),
+            on(vllm=q.counter_rate(F.PROMPT_TOKENS.name), sglang=SGLANG_ADMITTED_TOKENS),
             ("vllm_prompt_tokens", "rate"),
         ),
         s(
@@ -109,7 +104,8 @@ def signals() -> list[Signal]:
             "tokens/s",
             "Generated tokens per second (SGLang counts them as each request finishes).",
             on(
-                vllm=q.counter_rate(GENERATION_TOKENS), sglang=sg.counter_rate(SG.GENERATION_TOKENS)
+                vllm=q.counter_rate(F.GENERATION_TOKENS.name),
+                sglang=sg.counter_rate(SG.GENERATION_TOKENS),
             ),
             ("vllm_generation_tokens", "rate"),
         ),
@@ -119,7 +115,7 @@ def signals() -> list[Signal]:
             "Prompt tokens per finished request, mean. SGLang: per request admitted (its "
             "prefill tokens over its queue-time observations), since SGLang writes its prompt "
             "histogram only as each request finishes, after the queue has moved.",
-            on(vllm=q.hist_mean(PROMPT), sglang=SGLANG_PROMPT_PER_ADMISSION),
+            on(vllm=q.hist_mean(F.PROMPT.name), sglang=SGLANG_PROMPT_PER_ADMISSION),
             ("vllm_request_prompt_tokens", "mean"),
         ),
         s(
@@ -144,7 +140,7 @@ def signals() -> list[Signal]:
             "prompt_tokens_p50",
             "tokens",
             "Prompt tokens per request, median.",
-            on(vllm=q.quantile(0.5, PROMPT), sglang=sg.quantile(0.5, SG.PROMPT)),
+            on(vllm=q.quantile(0.5, F.PROMPT.name), sglang=sg.quantile(0.5, SG.PROMPT)),
             ("vllm_request_prompt_tokens", "p50"),
             ceiling="prompt_tokens_top_bound",
         ),
@@ -152,7 +148,7 @@ def signals() -> list[Signal]:
             "prompt_tokens_p95",
             "tokens",
             "Prompt tokens per request, 95th percentile.",
-            on(vllm=q.quantile(0.95, PROMPT), sglang=sg.quantile(0.95, SG.PROMPT)),
+            on(vllm=q.quantile(0.95, F.PROMPT.name), sglang=sg.quantile(0.95, SG.PROMPT)),
             ("vllm_request_prompt_tokens", "p95"),
             ceiling="prompt_tokens_top_bound",
         ),
@@ -160,7 +156,7 @@ def signals() -> list[Signal]:
             "prompt_tokens_p99",
             "tokens",
             "Prompt tokens per request, 99th percentile.",
-            on(vllm=q.quantile(0.99, PROMPT), sglang=sg.quantile(0.99, SG.PROMPT)),
+            on(vllm=q.quantile(0.99, F.PROMPT.name), sglang=sg.quantile(0.99, SG.PROMPT)),
             ("vllm_request_prompt_tokens", "p99"),
             ceiling="prompt_tokens_top_bound",
         ),
@@ -168,7 +164,7 @@ def signals() -> list[Signal]:
             "generation_tokens_per_request",
             "tokens",
             "Output tokens per finished request, mean.",
-            on(vllm=q.hist_mean(GENERATION), sglang=sg.hist_mean(SG.GENERATION)),
+            on(vllm=q.hist_mean(F.GENERATION.name), sglang=sg.hist_mean(SG.GENERATION)),
             ("vllm_request_generation_tokens", "mean"),
         ),
         *(
@@ -177,7 +173,8 @@ def signals() -> list[Signal]:
                 "tokens",
                 f"Output tokens per finished request, {_NTH[p]}.",
                 on(
-                    vllm=q.quantile(p / 100, GENERATION), sglang=sg.quantile(p / 100, SG.GENERATION)
+                    vllm=q.quantile(p / 100, F.GENERATION.name),
+                    sglang=sg.quantile(p / 100, SG.GENERATION),
                 ),
                 ("vllm_request_generation_tokens", f"p{p}"),
                 ceiling="generation_tokens_top_bound",
@@ -189,7 +186,7 @@ def signals() -> list[Signal]:
             "tokens",
             "The top finite bound of the server's prompt-token buckets (vLLM's end at its "
             "max_model_len: 1, 2, 5, 10, ... up to it): a quantile at it is a lower bound.",
-            on(vllm=rs.top_bound(PROMPT), sglang=sg.top_bound(SG.PROMPT)),
+            on(vllm=rs.top_bound(F.PROMPT.name), sglang=sg.top_bound(SG.PROMPT)),
             ("vllm_request_prompt_tokens", "top_bound"),
         ),
         s(
@@ -197,7 +194,7 @@ def signals() -> list[Signal]:
             "tokens",
             "The top finite bound of the server's output-token buckets: a quantile at it is a "
             "lower bound.",
-            on(vllm=rs.top_bound(GENERATION), sglang=sg.top_bound(SG.GENERATION)),
+            on(vllm=rs.top_bound(F.GENERATION.name), sglang=sg.top_bound(SG.GENERATION)),
             ("vllm_request_generation_tokens", "top_bound"),
         ),
         s(
@@ -205,7 +202,7 @@ def signals() -> list[Signal]:
             "tokens",
             "The max_tokens requests asked for, mean.",
             on(
-                vllm=q.hist_mean(MAX_TOKENS),
+                vllm=q.hist_mean(F.MAX_TOKENS.name),
                 sglang=Gap("SGLang exports no histogram of the max_tokens requests ask for"),
             ),
             ("vllm_request_params_max_tokens", "mean"),

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from grafanalib.core import Dashboard
 
-from diagnoser.core.signals.names import CACHE_CONFIG
+from diagnoser.core import families as F
 from diagnoser.outputs.dashboards.frame import dashboard
 from diagnoser.outputs.dashboards.style import Board, series, stat, table, table_target
 from diagnoser.site import Site
@@ -300,7 +300,7 @@ def build(site: Site) -> Dashboard:
                 "data-parallel engines). Engines of one model that differ here are a partial "
                 "rollout. vLLM only: SGLang exports its KV capacity as "
                 "sglang:max_total_num_tokens.",
-                (CACHE_CONFIG, "vllm:num_requests_running"),
+                (F.CACHE_CONFIG.name, "vllm:num_requests_running"),
             ),
             transformations=[
                 {"id": "organize", "options": {"excludeByName": {"Time": True, "Value": True}}}

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from grafanalib.core import Dashboard, Stat, Table
 
+from diagnoser.core import families as F
 from diagnoser.core import families_sglang as SG
 from diagnoser.core import promql as q
 from diagnoser.core import promql_series as rs
 from diagnoser.core import promql_sglang as sg
-from diagnoser.core.signals.names import E2E, ITL, LORA_INFO, TTFT
 from diagnoser.outputs.dashboards import models, slo_row
 from diagnoser.outputs.dashboards.frame import FIRING_ALERTS, dashboard
 from diagnoser.outputs.dashboards.style import (
@@ -34,14 +34,14 @@ UID = "servediag-overview"
 def slo_expr(board: Board, kind: str) -> str:
     scope = board.site.scope(window=RATE, matchers=FLEET)
     if kind == "ttft":
-        vllm = rs.bucket_share(TTFT, "$ttft_slo")
+        vllm = rs.bucket_share(F.TTFT.name, "$ttft_slo")
         return q.either(vllm, sg.bucket_share(SG.TTFT, "$ttft_slo"))(scope)
-    vllm = q.either(*(rs.bucket_share(name, "$itl_slo") for name in ITL))
+    vllm = q.either(*(rs.bucket_share(name, "$itl_slo") for name in F.ITL_NAMES))
     return q.either(vllm, sg.bucket_share(SG.ITL, "$itl_slo"))(scope)
 
 
 def slo_stat(grid: Board, title: str, kind: str) -> Stat:
-    families = (TTFT,) if kind == "ttft" else ITL
+    families = (F.TTFT.name,) if kind == "ttft" else F.ITL_NAMES
     return stat_panel(
         grid,
         title,
@@ -159,7 +159,7 @@ def latency(g: Board) -> list[object]:
         heatmap(
             g,
             "TTFT distribution",
-            (TTFT,),
+            (F.TTFT.name,),
             "s",
             "First tokens per second in each TTFT bucket. Two bands (a fast one and a slow one) "
             "are two populations, such as cached and uncached prompts, that a percentile hides.",
@@ -167,7 +167,7 @@ def latency(g: Board) -> list[object]:
         heatmap(
             g,
             "ITL distribution",
-            ITL,
+            F.ITL_NAMES,
             "s",
             "Output steps per second in each inter-token bucket. A second band high above the "
             "main one is decode stalled behind long prefills (prefill interference); "
@@ -176,7 +176,7 @@ def latency(g: Board) -> list[object]:
         heatmap(
             g,
             "End-to-end distribution",
-            (E2E,),
+            (F.E2E.name,),
             "s",
             "Finished requests per second in each end-to-end latency bucket: a band at the "
             "client's timeout, or at the longest answers, shows here first.",
@@ -351,14 +351,14 @@ def lora(g: Board) -> list[object]:
         table(
             g,
             "LoRA adapters by server",
-            [table_target(f"topk by (job, instance) (1, {LORA_INFO}{{{selector}}})")],
+            [table_target(f"topk by (job, instance) (1, {F.LORA_INFO.name}{{{selector}}})")],
             description=g.describe(
                 "Per server, the adapters running and waiting and the slots for them (max_lora), "
                 "as last reported. Adapters waiting while as many run as max_lora allows: "
                 "requests wait for an adapter slot, not for the GPU; raise --max-loras or "
                 "spread the adapters over servers. vLLM only: SGLang exports no adapter "
                 "series.",
-                (LORA_INFO,),
+                (F.LORA_INFO.name,),
             ),
             transformations=[
                 {

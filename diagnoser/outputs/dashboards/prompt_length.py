@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from grafanalib.core import Dashboard
 
-from diagnoser.core.signals.names import PROMPT
+from diagnoser.core import families as F
 from diagnoser.outputs.dashboards.frame import dashboard
 from diagnoser.outputs.dashboards.style import Board, heatmap, series
 from diagnoser.site import Site
@@ -50,7 +50,7 @@ def build(site: Site) -> Dashboard:
         heatmap(
             g,
             "Prompt length distribution (requests per bucket)",
-            (PROMPT,),
+            (F.PROMPT.name,),
             "short",
             "Finished requests per second in each prompt-token bucket: a new band of long "
             "prompts (a retrieval launch, a longer history) shows here before it shows in the "
