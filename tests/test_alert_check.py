@@ -69,7 +69,9 @@ def without_promtool(monkeypatch, library: bool) -> None:
         monkeypatch.setattr(promcheck, "_promql_parser", lambda: None)
 
 
-@pytest.fixture(params=["promtool", "promql-parser", "no parser"])
+@pytest.fixture(
+    params=[pytest.param("promtool", marks=pytest.mark.prometheus), "promql-parser", "no parser"]
+)
 def checker(request, monkeypatch):
     if request.param == "promtool" and not HAS_PROMTOOL:
         pytest.skip("promtool is not installed")

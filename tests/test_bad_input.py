@@ -347,6 +347,7 @@ def test_usage_errors_are_one_line_naming_the_option(args, says):
     one_line(run(*args), 2, says)
 
 
+@pytest.mark.prometheus
 def test_a_throwaway_prometheus_refuses_a_second_start(tmp_path):
     from diagnoser.lab.promserver import Prometheus, PrometheusError
 

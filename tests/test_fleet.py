@@ -55,6 +55,7 @@ def test_replicated_instances_keep_their_gpus_and_split_between_clusters(tmp_pat
     }
 
 
+@pytest.mark.prometheus
 def test_each_model_is_backfilled_into_its_own_blocks(tmp_path, monkeypatch):
     monkeypatch.setenv("SERVEDIAG_CACHE", str(tmp_path))
     shape = fleet.Shape(models=2, instances=2, duration="10m")

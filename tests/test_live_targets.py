@@ -99,6 +99,7 @@ def test_every_target_has_its_own_path_and_no_target_labels(live):
     assert status == 404 and "/targets" in text
 
 
+@pytest.mark.prometheus
 def test_prometheus_discovers_the_targets_and_keeps_their_labels(tmp_path, live):
     scrape = {
         "job_name": "vllm",

@@ -211,7 +211,9 @@ def test_generate_writes_nothing_prometheus_would_refuse(tmp_path, config, code,
     assert not (tmp_path / "out").exists()
 
 
-@pytest.mark.parametrize("parser", ["promtool", "promql-parser"])
+@pytest.mark.parametrize(
+    "parser", [pytest.param("promtool", marks=pytest.mark.prometheus), "promql-parser"]
+)
 def test_the_whole_rule_files_are_checked_before_writing(site, monkeypatch, parser):
     """What only the site config shapes (the SLO rules) is checked as a whole file: an
     expression no playbook carries, which Prometheus refuses, is found by promtool and,

@@ -466,6 +466,7 @@ def _start_probe(url: str, port: int, log: IO[bytes], classes: str) -> subproces
     )
 
 
+@pytest.mark.prometheus
 def test_the_probe_signals_alert_and_panels_read_the_real_probe(live_sim, tmp_path):
     from diagnoser.catalog.shapes.growth import grows_with
     from diagnoser.core.promql import Scope

@@ -68,6 +68,7 @@ def backfilled(tmp_path_factory):
         yield prom, directory, prov, config
 
 
+@pytest.mark.prometheus
 def test_the_command_on_a_real_servers_window_predicts_what_the_lab_recorded(backfilled):
     prom, directory, prov, config = backfilled
     e = whatif.find(prov["experiment"])

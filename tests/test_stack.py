@@ -203,6 +203,7 @@ def test_promtool_checks_the_prometheus_config_and_its_rules(promtool_bin):
     assert "rules/recording.rules.yaml" in out and "rules/alerts.rules.yaml" in out
 
 
+@pytest.mark.prometheus
 def test_amtool_checks_the_alertmanager_config():
     proc = _run(
         _tool("amtool", "prometheus-alertmanager"), "check-config", "deploy/alertmanager.yml"

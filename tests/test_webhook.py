@@ -87,6 +87,7 @@ def make_hook(site, loaded, source=None, **kw: Any) -> tuple[Webhook, list[dict[
     return hook, records
 
 
+@pytest.mark.prometheus
 def test_a_firing_playbook_alert_arrives_diagnosed(site, loaded):
     hook, records = make_hook(site, loaded)
     with running(hook) as url:
@@ -111,6 +112,7 @@ BAD = [
 ]
 
 
+@pytest.mark.prometheus
 def test_a_bad_payload_is_answered_400_and_logged(site, loaded, caplog):
     hook, records = make_hook(site, loaded)
     caplog.set_level(logging.WARNING, logger="servediag.webhook")
@@ -130,6 +132,7 @@ def test_a_bad_payload_is_answered_400_and_logged(site, loaded, caplog):
     assert any("not JSON" in m for m in refused)
 
 
+@pytest.mark.prometheus
 def test_resolved_and_undiagnosable_alerts_are_not_diagnosed(site, loaded):
     hook, records = make_hook(site, loaded)
     advisory = alert(playbook="hidden-tail")
@@ -145,6 +148,7 @@ def test_resolved_and_undiagnosable_alerts_are_not_diagnosed(site, loaded):
     assert ("alerts", "queued") not in counts and records == []
 
 
+@pytest.mark.prometheus
 def test_a_symptom_page_arrives_with_the_cause_found(site, loaded):
     """An alert without a playbook (an SLO burning, a target down) gets the model's whole
     diagnosis: the cause it finds leads the record and the message."""
@@ -164,6 +168,7 @@ def test_a_symptom_page_arrives_with_the_cause_found(site, loaded):
     assert window["start"] < window["end"]
 
 
+@pytest.mark.prometheus
 def test_duplicates_within_the_window_are_skipped(site, loaded):
     clock = [1000.0]
     hook, records = make_hook(site, loaded, dedupe_window=600, clock=lambda: clock[0])
@@ -205,6 +210,7 @@ class HeldSource:
         return self.inner.query(expr, at)
 
 
+@pytest.mark.prometheus
 def test_the_queue_is_bounded_and_a_group_runs_one_diagnosis_at_a_time(site, loaded, caplog):
     source = HeldSource(loaded[0])
     hook, records = make_hook(site, loaded, source=source, workers=2, max_pending=3)
@@ -268,6 +274,7 @@ def chat_server(status: int = 200) -> Iterator[tuple[str, list[dict[str, Any]]]]
         server.server_close()
 
 
+@pytest.mark.prometheus
 def test_diagnoses_are_forwarded_to_a_slack_compatible_webhook(site, catalog, loaded):
     with chat_server() as (chat_url, received):
         hook, records = make_hook(site, loaded, forwarder=SlackForwarder(chat_url, site))
@@ -285,6 +292,7 @@ def test_diagnoses_are_forwarded_to_a_slack_compatible_webhook(site, catalog, lo
     assert f"*Runbook:* <{top['runbook']}|{SCENARIO}>" in text
 
 
+@pytest.mark.prometheus
 def test_a_chat_outage_is_logged_and_the_diagnosis_still_emitted(site, loaded, caplog):
     caplog.set_level(logging.ERROR, logger="servediag.webhook")
     with chat_server(status=500) as (chat_url, received):
