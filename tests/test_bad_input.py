@@ -319,6 +319,7 @@ def test_vllm_targets_must_be_label_matchers(tmp_path, value):
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.prometheus
 def test_generate_into_an_unwritable_out_is_one_line(tmp_path):
     (tmp_path / "a-file").write_text("")
     res = run("generate", "--out", str(tmp_path / "a-file" / "deploy"))

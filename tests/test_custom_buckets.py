@@ -110,6 +110,7 @@ def test_bad_bounds_are_one_line_naming_the_field(tmp_path, text, says):
         load_config(_config(tmp_path, text))
 
 
+@pytest.mark.prometheus
 def test_generate_says_when_a_threshold_is_not_a_bound_and_the_rules_read_below(tmp_path):
     path = _config(
         tmp_path,

@@ -59,6 +59,7 @@ def test_sglang_targets_must_be_label_matchers(tmp_path, value):
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.prometheus
 def test_sglang_targets_that_are_matchers_reach_the_rules(tmp_path):
     cfg = tmp_path / "site.yaml"
     cfg.write_text('sglang_targets: \' job="sglang-prod", cluster=~"a|b" \'\n')

@@ -152,6 +152,7 @@ def _ask(which: str, url: str) -> None:
             assert b"llm_probe_requests_total" in resp.read()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("which", ["webhook", "probe"])
 def test_connections_beyond_the_cap_take_no_thread(which, site, monkeypatch):
     """Each connection took a thread (and a file descriptor) for as long as its client kept

@@ -115,6 +115,7 @@ def _copy(src: Path, dst: Path) -> Path:
     return dst
 
 
+@pytest.mark.prometheus
 def test_generate_refuses_a_link_where_a_file_goes_and_keeps_its_target(
     tmp_path, generated, victim
 ):
@@ -127,6 +128,7 @@ def test_generate_refuses_a_link_where_a_file_goes_and_keeps_its_target(
     assert victim.read_text() == "precious\n"
 
 
+@pytest.mark.prometheus
 def test_generate_refuses_a_directory_where_a_file_goes(tmp_path, generated):
     root = _copy(generated, tmp_path / "out")
     rules = root / "rules" / "alerts.rules.yaml"
@@ -136,6 +138,7 @@ def test_generate_refuses_a_directory_where_a_file_goes(tmp_path, generated):
         one_line(run(*args), 2, f"--out: {rules} is a directory")
 
 
+@pytest.mark.prometheus
 def test_a_generated_file_that_is_not_utf8_is_stale_and_rewritten(tmp_path, generated):
     root = _copy(generated, tmp_path / "out")
     rules = root / "rules" / "alerts.rules.yaml"
@@ -147,6 +150,7 @@ def test_a_generated_file_that_is_not_utf8_is_stale_and_rewritten(tmp_path, gene
     assert rules.read_bytes() == (generated / "rules" / "alerts.rules.yaml").read_bytes()
 
 
+@pytest.mark.prometheus
 def test_a_page_under_runbooks_that_is_not_ours_stays(tmp_path, generated, victim):
     root = _copy(generated, tmp_path / "out")
     odd = root / "runbooks" / "zzz.md"
@@ -158,6 +162,7 @@ def test_a_page_under_runbooks_that_is_not_ours_stays(tmp_path, generated, victi
     assert odd.read_bytes() == b"x\xff not UTF-8" and victim.read_text() == "precious\n"
 
 
+@pytest.mark.prometheus
 def test_a_failure_midway_leaves_every_old_file_whole(tmp_path, generated, monkeypatch):
     """The disk fills up while the fifth changed file is written: nothing is replaced (a
     dashboard used to be left truncated), and no temporary file stays behind."""

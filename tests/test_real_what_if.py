@@ -37,6 +37,7 @@ def _close(a: object, b: object, path: str = "") -> list[str]:
     return [] if a == b else [f"{path}: {a!r} != {b!r}"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("directory", RUNS, ids=lambda d: d.name)
 def test_a_recorded_experiment_replays_to_its_recorded_result(directory: Path):
     result, _ = whatif.replayed(directory)

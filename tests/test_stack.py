@@ -212,6 +212,7 @@ def test_amtool_checks_the_alertmanager_config():
     assert "SUCCESS" in proc.stdout
 
 
+@pytest.mark.prometheus
 @pytest.mark.parametrize(
     ("labels", "receiver"),
     [
