@@ -263,6 +263,7 @@ def test_every_sent_receiver_calls_the_diagnosis_webhook():
     assert urls["discard"] == []
 
 
+@pytest.mark.slow
 def test_the_files_the_dockerfile_copies_build_the_wheel(tmp_path):
     """What `pip install .` sees inside the image: only the copied files, and enough of them."""
     import sys
