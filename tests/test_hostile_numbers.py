@@ -15,6 +15,7 @@ import urllib.request
 import pytest
 from clitest import SCENARIO, one_line, run
 from loopback import answer, post_alerts, serve
+from model_config import CONFIG
 
 from diagnoser.lab.promserver import free_port
 
@@ -114,18 +115,6 @@ def test_a_scenario_with_a_hostile_number_is_one_line(tmp_path, old, new, says):
 
 
 # --- a model's config.json ------------------------------------------------------------------
-
-CONFIG = {
-    "architectures": ["LlamaForCausalLM"],
-    "hidden_size": 4096,
-    "intermediate_size": 14336,
-    "num_attention_heads": 32,
-    "num_hidden_layers": 32,
-    "num_key_value_heads": 8,
-    "vocab_size": 128256,
-    "max_position_embeddings": 131072,
-    "torch_dtype": "bfloat16",
-}
 
 
 @pytest.mark.parametrize(

@@ -20,8 +20,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import loopback
+import notifications
 import pytest
 from loopback import post_alerts as post
+from notifications import PLAYBOOK, notification
 
 from diagnoser.core.source import PrometheusSource
 from diagnoser.lab import harness
@@ -31,28 +33,13 @@ from diagnoser.webhook.http import serve
 from diagnoser.webhook.notify import SlackForwarder
 from diagnoser.webhook.receiver import Webhook
 
-SCENARIO = "context-length-rejections"
+SCENARIO = PLAYBOOK  # a Prometheus serving the scenario of the alerts' playbook
 MODEL = "qwen3-8b"
 RUNBOOK = "https://runbooks.example/context-length-rejections"
 
 
 def alert(model: str = MODEL, status: str = "firing", **labels: str) -> dict[str, Any]:
-    return {
-        "status": status,
-        "labels": {
-            "alertname": "VllmRequestsRejected",
-            "severity": "warning",
-            "playbook": SCENARIO,
-            "model_name": model,
-            **labels,
-        },
-        "annotations": {"summary": "Requests are refused.", "runbook_url": RUNBOOK},
-        "startsAt": "2026-11-29T03:00:00Z",
-    }
-
-
-def notification(*alerts: dict[str, Any], group: str = "{}:{alertname=x}") -> dict[str, Any]:
-    return {"version": "4", "groupKey": group, "status": "firing", "alerts": list(alerts)}
+    return notifications.alert(model, status, runbook=RUNBOOK, **labels)
 
 
 def wait_for(what: Callable[[], Any], timeout: float = 60.0) -> Any:

@@ -24,6 +24,7 @@ import loopback
 import pytest
 from loopback import EMPTY, answer, drip, elapsed, serve
 from loopback import post_alerts as post
+from notifications import alert, notification
 
 from diagnoser.core.source import PrometheusSource
 from diagnoser.lab.promserver import free_port
@@ -31,27 +32,6 @@ from diagnoser.webhook import http as webhook_http
 from diagnoser.webhook.notify import NotifyError, SlackForwarder
 from diagnoser.webhook.payload import Notification
 from diagnoser.webhook.receiver import Webhook
-
-PLAYBOOK = "context-length-rejections"
-
-
-def alert(model: str = "m-1", **labels: str) -> dict[str, Any]:
-    return {
-        "status": "firing",
-        "labels": {
-            "alertname": "VllmRequestsRejected",
-            "severity": "warning",
-            "playbook": PLAYBOOK,
-            "model_name": model,
-            **labels,
-        },
-        "annotations": {"summary": "Requests are refused."},
-        "startsAt": "2026-11-29T03:00:00Z",
-    }
-
-
-def notification(*alerts: dict[str, Any], group: str = "g") -> dict[str, Any]:
-    return {"version": "4", "groupKey": group, "status": "firing", "alerts": list(alerts)}
 
 
 def wait_for(what: Callable[[], Any], timeout: float = 20.0) -> Any:

@@ -23,31 +23,13 @@ import pytest
 import yaml
 from loopback import EMPTY, Faulty, answer, serve
 from loopback import post_alerts as post
+from notifications import alert, notification
 
 from diagnoser.cli.webhook import webhook_cmd
 from diagnoser.lab.promserver import free_port
 from diagnoser.webhook.stop import stop_signals
 
 ROOT = Path(__file__).resolve().parent.parent
-PLAYBOOK = "context-length-rejections"
-
-
-def alert(model: str) -> dict[str, Any]:
-    return {
-        "status": "firing",
-        "labels": {
-            "alertname": "VllmRequestsRejected",
-            "severity": "warning",
-            "playbook": PLAYBOOK,
-            "model_name": model,
-        },
-        "annotations": {"summary": "Requests are refused."},
-        "startsAt": "2026-11-29T03:00:00Z",
-    }
-
-
-def notification(model: str) -> dict[str, Any]:
-    return {"version": "4", "groupKey": model, "status": "firing", "alerts": [alert(model)]}
 
 
 def wait_for(what: Callable[[], Any], timeout: float = 30.0) -> Any:
@@ -112,7 +94,7 @@ def records(out: str) -> list[dict[str, Any]]:
 
 def accept(url: str, models: list[str]) -> None:
     for m in models:
-        code, answered = post(url, notification(m))
+        code, answered = post(url, notification(alert(m), group=m))
         assert code == 200, answered
 
 
