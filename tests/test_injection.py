@@ -11,11 +11,9 @@ import json
 import re
 
 import pytest
-from click.testing import CliRunner
+from clitest import cli, proc_one_line, run
 from loopback import answer, serve
-from test_input_files import cli, one_line
 
-from diagnoser.cli import main
 from diagnoser.lab.promserver import free_port
 
 EVIL = (
@@ -30,11 +28,6 @@ DANGER = [
     re.compile(r"(?i)\bwww\.evil"),
     re.compile(r"<img"),
 ]
-
-
-def run(*args: str):
-    runner = CliRunner(env={"PROMETHEUS_URL": None, "SERVEDIAG_CONFIG": None})
-    return runner.invoke(main, list(args), catch_exceptions=False)
 
 
 def harmless(text: str, html: bool = True) -> None:
@@ -107,7 +100,7 @@ def test_every_command_that_loads_a_bad_runbook_url_refuses_it(tmp_path, command
         "webhook": ["webhook", "--listen", f"127.0.0.1:{free_port()}", *prom],
     }[command]
     proc = cli(*args, "--config", str(cfg), timeout=30)
-    one_line(proc, f"{cfg}: runbook_url: {{other}} is not a field it can hold")
+    proc_one_line(proc, f"{cfg}: runbook_url: {{other}} is not a field it can hold")
 
 
 def test_a_good_runbook_url_fills_in_the_id_with_braces_of_its_own(tmp_path):

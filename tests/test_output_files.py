@@ -12,10 +12,8 @@ import os
 from pathlib import Path
 
 import pytest
-from clitest import SCENARIO, one_line, run
+from clitest import SCENARIO, cli, one_line, proc_one_line, run
 from loopback import EMPTY, answer, serve
-from test_input_files import cli
-from test_input_files import one_line as proc_one_line
 
 
 @pytest.fixture

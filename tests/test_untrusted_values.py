@@ -8,10 +8,9 @@ from __future__ import annotations
 import json
 
 import pytest
-from click.testing import CliRunner
+from clitest import run
 from loopback import answer, serve
 
-from diagnoser.cli import main
 from diagnoser.core.exposition import write_openmetrics
 from diagnoser.lab.promserver import Prometheus, backfill
 from diagnoser.sim.run import simulate
@@ -80,11 +79,6 @@ def prom(tmp_path_factory):
     backfill(odd, data)
     with Prometheus(data) as server:
         yield server
-
-
-def run(*args: str):
-    runner = CliRunner(env={"PROMETHEUS_URL": None, "SERVEDIAG_CONFIG": None})
-    return runner.invoke(main, list(args), catch_exceptions=False)
 
 
 def diagnose_json(prom, *args: str, since: str = "1h") -> dict:
