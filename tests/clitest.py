@@ -8,9 +8,11 @@ import resource
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from click.testing import CliRunner
+from loopback import answer, serve
 
 from diagnoser.cli import main
 
@@ -37,6 +39,13 @@ def run(*args: str):
     environment."""
     runner = CliRunner(env={"PROMETHEUS_URL": None, "SERVEDIAG_CONFIG": None})
     return runner.invoke(main, list(args), catch_exceptions=False)
+
+
+def diagnose_answered(body: bytes | dict[str, Any], *args: str):
+    """``servediag diagnose ARGS`` in this process against a loopback server that answers
+    every query with ``body``."""
+    with serve(lambda h, f: answer(h, body)) as prom:
+        return run("diagnose", "--prometheus-url", prom.url, *args)
 
 
 def one_line(res, code: int, *says: str) -> str:

@@ -13,7 +13,7 @@ import urllib.error
 import urllib.request
 
 import pytest
-from clitest import SCENARIO, one_line, run
+from clitest import SCENARIO, diagnose_answered, one_line, run
 from loopback import answer, post_alerts, serve
 from model_config import CONFIG
 
@@ -168,8 +168,7 @@ def _matrix(values: list, metric: dict | None = None) -> bytes:
     ],
 )
 def test_an_answer_with_hostile_numbers_or_shapes_is_a_source_failure(body):
-    with serve(lambda h, f: answer(h, body)) as prom:
-        res = run("diagnose", "--prometheus-url", prom.url, "--until", "1700000000")
+    res = diagnose_answered(body, "--until", "1700000000")
     one_line(res, 3, "not in Prometheus's format")
 
 
@@ -183,8 +182,7 @@ def _every_query(value: str, every: int = 2) -> bytes:
 
 def test_series_of_nan_only_are_no_value_not_a_warning():
     body = _every_query("NaN", every=1)  # numpy warns on the peak of an all-NaN series
-    with serve(lambda h, f: answer(h, body)) as prom:
-        res = run("diagnose", "--prometheus-url", prom.url, "--until", "1700000000")
+    res = diagnose_answered(body, "--until", "1700000000")
     assert res.exit_code == 0 and not res.stderr, res.stderr[-2000:]
 
 
@@ -192,18 +190,7 @@ def test_series_of_nan_only_are_no_value_not_a_warning():
 @pytest.mark.parametrize("fmt", ["text", "json", "markdown", "html"])
 def test_values_that_overflow_are_reported_not_a_traceback(value, fmt):
     body = _every_query(value)
-    with serve(lambda h, f: answer(h, body)) as prom:
-        res = run(
-            "diagnose",
-            "--prometheus-url",
-            prom.url,
-            "--until",
-            "1700000000",
-            "--timeout",
-            "60",
-            "--format",
-            fmt,
-        )
+    res = diagnose_answered(body, "--until", "1700000000", "--timeout", "60", "--format", fmt)
     assert res.exit_code == 0, res.stderr[-2000:]
     if fmt == "json":
         doc = strict_json(res.stdout)
@@ -212,16 +199,7 @@ def test_values_that_overflow_are_reported_not_a_traceback(value, fmt):
 
 def test_json_writes_nan_and_infinity_as_null_and_says_where():
     body = _every_query("1e200")  # sums and shares overflow to infinity, or NaN
-    with serve(lambda h, f: answer(h, body)) as prom:
-        res = run(
-            "diagnose",
-            "--prometheus-url",
-            prom.url,
-            "--until",
-            "1700000000",
-            "--format",
-            "json",
-        )
+    res = diagnose_answered(body, "--until", "1700000000", "--format", "json")
     assert res.exit_code == 0, res.stderr[-2000:]
     doc = strict_json(res.stdout)
     assert doc["non_finite"], "1e200 in every series should overflow somewhere"

@@ -11,8 +11,7 @@ import json
 import re
 
 import pytest
-from clitest import cli, proc_one_line, run
-from loopback import answer, serve
+from clitest import cli, diagnose_answered, proc_one_line, run
 
 from diagnoser.lab.promserver import free_port
 
@@ -167,16 +166,7 @@ def _answer_with_model(name: str) -> bytes:
 
 def test_the_markdown_report_shows_a_label_value_as_text_only():
     body = _answer_with_model(EVIL)
-    with serve(lambda h, f: answer(h, body)) as prom:
-        res = run(
-            "diagnose",
-            "--prometheus-url",
-            prom.url,
-            "--until",
-            "1700000000",
-            "--format",
-            "markdown",
-        )
+    res = diagnose_answered(body, "--until", "1700000000", "--format", "markdown")
     assert res.exit_code == 0, res.stderr[-2000:]
     assert "model_name=" in res.stdout
     harmless(res.stdout)

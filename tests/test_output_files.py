@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 
 import pytest
-from clitest import SCENARIO, cli, one_line, proc_one_line, run
+from clitest import SCENARIO, cli, diagnose_answered, one_line, proc_one_line, run
 from loopback import EMPTY, answer, serve
 
 
@@ -30,8 +30,7 @@ def victim(tmp_path) -> Path:
 def test_diagnose_output_that_is_a_link_is_refused_and_its_target_kept(tmp_path, victim):
     out = tmp_path / "report.html"
     out.symlink_to(victim)
-    with serve(lambda h, f: answer(h, EMPTY)) as prom:
-        res = run("diagnose", "--prometheus-url", prom.url, "--output", str(out))
+    res = diagnose_answered(EMPTY, "--output", str(out))
     one_line(res, 2, f"--output {out}: is a symbolic link")
     assert victim.read_text() == "precious\n" and out.is_symlink()
 
@@ -50,18 +49,9 @@ def test_diagnose_output_replaces_a_regular_file_whole_keeping_its_mode(tmp_path
     out = tmp_path / "report.json"
     out.write_text("old")
     out.chmod(0o640)
-    with serve(lambda h, f: answer(h, EMPTY)) as prom:
-        res = run(
-            "diagnose",
-            "--prometheus-url",
-            prom.url,
-            "--until",
-            "1700000000",
-            "--format",
-            "json",
-            "--output",
-            str(out),
-        )
+    res = diagnose_answered(
+        EMPTY, "--until", "1700000000", "--format", "json", "--output", str(out)
+    )
     assert res.exit_code == 0, res.stderr[-2000:]
     assert json.loads(out.read_text())["findings"] == []
     assert out.stat().st_mode & 0o777 == 0o640
