@@ -10,8 +10,6 @@ import json
 import select
 import signal
 import socket
-import subprocess
-import sys
 import threading
 import time
 import urllib.error
@@ -25,6 +23,7 @@ import pytest
 from loopback import EMPTY, answer, drip, elapsed, serve
 from loopback import post_alerts as post
 from notifications import alert, notification
+from webhook_process import start
 
 from diagnoser.core.source import PrometheusSource
 from diagnoser.lab.promserver import free_port
@@ -93,32 +92,6 @@ def make_hook(site, source: Any, **kw: Any) -> tuple[Webhook, list[dict[str, Any
     return hook, records
 
 
-def _cli(*args: str) -> list[str]:
-    return [sys.executable, "-m", "diagnoser", "webhook", *args]
-
-
-def _start(prom_url: str, *args: str) -> tuple[subprocess.Popen[str], str]:
-    port = free_port()
-    proc = subprocess.Popen(
-        _cli("--listen", f"127.0.0.1:{port}", "--prometheus-url", prom_url, *args),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    url = f"http://127.0.0.1:{port}"
-
-    def up() -> bool:
-        try:
-            with urllib.request.urlopen(f"{url}/healthz", timeout=2) as resp:
-                return resp.status == 200
-        except OSError:
-            assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
-            return False
-
-    wait_for(up, 60)
-    return proc, url
-
-
 # --- every alert answered 200 gets a record ----------------------------------------------
 
 
@@ -128,7 +101,7 @@ def test_sigterm_drains_the_queue_and_emits_what_is_left_as_undone():
             answer(h, EMPTY)
 
     with serve(slow) as api:
-        proc, url = _start(api.url, "--workers", "1", "--drain-timeout", "2s", "--timeout", "30")
+        proc, url = start(api.url, "--workers", "1", "--drain-timeout", "2s", "--timeout", "30")
         for i in range(6):
             assert post(url, notification(alert(f"m-{i}"), group=f"g{i}"))[0] == 200
         proc.send_signal(signal.SIGTERM)
@@ -376,7 +349,7 @@ def test_a_number_of_thousands_of_digits_is_answered_400(site, prometheus, body)
 
 
 def test_a_label_value_cannot_forge_a_log_line(prometheus):
-    proc, url = _start(prometheus)
+    proc, url = start(prometheus)
     forged = "m-1\n2026-11-29 03:00:00,000 ERROR forged: all models down"
     try:
         assert post(url, notification(alert(forged)))[0] == 200
