@@ -24,12 +24,12 @@ import notifications
 import pytest
 from loopback import post_alerts as post
 from notifications import PLAYBOOK, notification
+from webhooks import running
 
 from diagnoser.core.source import PrometheusSource
 from diagnoser.lab import harness
 from diagnoser.lab.promserver import Prometheus, free_port, listening
 from diagnoser.report.chat import message
-from diagnoser.webhook.http import serve
 from diagnoser.webhook.notify import SlackForwarder
 from diagnoser.webhook.receiver import Webhook
 
@@ -51,20 +51,6 @@ def loaded(tmp_path_factory) -> Iterator[tuple[str, float]]:
     prepared = harness.prepare([SCENARIO], tmp_path_factory.mktemp("tsdb"))[SCENARIO]
     with Prometheus(prepared.data_dir) as prom:
         yield prom.url, prepared.end
-
-
-@contextlib.contextmanager
-def running(hook: Webhook) -> Iterator[str]:
-    port, ready, stop = free_port(), threading.Event(), threading.Event()
-    thread = threading.Thread(target=serve, args=(hook, "127.0.0.1", port, ready, stop))
-    thread.start()
-    try:
-        assert ready.wait(10)
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        stop.set()
-        thread.join(15)
-    assert not thread.is_alive()
 
 
 def make_hook(site, loaded, source=None, **kw: Any) -> tuple[Webhook, list[dict[str, Any]]]:

@@ -23,7 +23,7 @@ import pytest
 from loopback import EMPTY, answer, drip, elapsed, serve
 from loopback import post_alerts as post
 from notifications import alert, notification
-from webhook_process import start
+from webhooks import start
 
 from diagnoser.core.source import PrometheusSource
 from diagnoser.lab.promserver import free_port

@@ -23,7 +23,7 @@ import yaml
 from loopback import EMPTY, Faulty, answer, serve
 from loopback import post_alerts as post
 from notifications import alert, notification
-from webhook_process import health, start
+from webhooks import health, start
 
 from diagnoser.cli.webhook import webhook_cmd
 from diagnoser.webhook.stop import stop_signals

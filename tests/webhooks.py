@@ -1,18 +1,40 @@
-"""A real ``servediag webhook`` process on a free loopback port, started and waited for
-until it answers its health check."""
+"""The webhook receiver on a free loopback port for a test: served in a thread of the test's
+process, or a real ``servediag webhook`` process started and waited for until it answers."""
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
 import sys
+import threading
 import urllib.error
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import IO, Any
 
 import loopback
 
 from diagnoser.lab.promserver import free_port
+from diagnoser.webhook import http as webhook_http
+from diagnoser.webhook.receiver import Webhook
+
+
+@contextlib.contextmanager
+def running(hook: Webhook, drain: float = webhook_http.DRAIN_TIMEOUT) -> Iterator[str]:
+    """``hook`` served in a thread of this process: its URL. On leaving, the server stops,
+    draining for up to ``drain`` seconds, and its thread must have ended."""
+    port, ready, stop = free_port(), threading.Event(), threading.Event()
+    thread = threading.Thread(
+        target=webhook_http.serve, args=(hook, "127.0.0.1", port, ready, stop, drain)
+    )
+    thread.start()
+    try:
+        assert ready.wait(10)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        stop.set()
+        thread.join(30)
+    assert not thread.is_alive()
 
 
 def health(url: str) -> int:
