@@ -14,6 +14,7 @@ import urllib.request
 
 import pytest
 from clitest import SCENARIO, diagnose_answered, one_line, run
+from live_simulator import live_simulator
 from loopback import answer, post_alerts, serve
 from model_config import CONFIG
 
@@ -287,24 +288,12 @@ def test_json_nested_thousands_deep_from_v1_models_is_one_line():
 
 @pytest.fixture
 def simulator(tmp_path):
-    from diagnoser.sim.live import serve as serve_live
     from diagnoser.sim.scenario import load_scenario
 
     path = tmp_path / "s.yaml"
     path.write_text(textwrap.dedent(SCENARIO))
-    port, ready, stop = free_port(), threading.Event(), threading.Event()
-    thread = threading.Thread(
-        target=serve_live,
-        args=(load_scenario(path), "127.0.0.1", port),
-        kwargs={"ready": ready, "stop": stop},
-        daemon=True,
-    )
-    thread.start()
-    assert ready.wait(10)
-    yield f"http://127.0.0.1:{port}"
-    stop.set()
-    thread.join(10)
-    assert not thread.is_alive()
+    with live_simulator(load_scenario(path)) as address:
+        yield f"http://{address}"
 
 
 def _post(url: str, body: bytes) -> tuple[int, dict]:
