@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import textwrap
-import threading
 import urllib.error
 import urllib.request
 
@@ -17,6 +16,7 @@ from clitest import SCENARIO, diagnose_answered, one_line, run
 from live_simulator import live_simulator
 from loopback import answer, post_alerts, serve
 from model_config import CONFIG
+from webhooks import running
 
 from diagnoser.lab.promserver import free_port
 
@@ -333,23 +333,12 @@ def test_the_simulators_chat_endpoint_answers_deep_json_400_and_keeps_serving(si
 
 def test_a_webhook_body_with_a_number_of_thousands_of_digits_is_answered_400(site):
     from diagnoser.core.source import PrometheusSource
-    from diagnoser.webhook import http as webhook_http
     from diagnoser.webhook.receiver import Webhook
 
     records: list = []
     hook = Webhook(PrometheusSource(f"http://127.0.0.1:{free_port()}"), site, records.append)
-    port, ready, stop = free_port(), threading.Event(), threading.Event()
-    thread = threading.Thread(
-        target=webhook_http.serve, args=(hook, "127.0.0.1", port, ready, stop, 5.0)
-    )
-    thread.start()
-    try:
-        assert ready.wait(10)
-        url = f"http://127.0.0.1:{port}"
+    with running(hook, drain=5.0) as url:
         body = b'{"version": "4", "groupKey": "g", "alerts": [], "x": ' + HUGE.encode() + b"}"
         code, answered = post_alerts(url, body)
         assert code == 400 and "digits (at most" in answered["error"]
         assert post_alerts(url, {"version": "4", "groupKey": "g", "alerts": []})[0] == 200
-    finally:
-        stop.set()
-        thread.join(30)
