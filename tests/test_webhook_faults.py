@@ -5,7 +5,6 @@ HTTP edge holds against floods, deep JSON, forged log lines and slow clients."""
 
 from __future__ import annotations
 
-import contextlib
 import json
 import select
 import signal
@@ -23,10 +22,9 @@ import pytest
 from loopback import EMPTY, answer, drip, elapsed, serve
 from loopback import post_alerts as post
 from notifications import alert, notification
-from webhooks import start
+from webhooks import running, start
 
 from diagnoser.core.source import PrometheusSource
-from diagnoser.lab.promserver import free_port
 from diagnoser.webhook import http as webhook_http
 from diagnoser.webhook.notify import NotifyError, SlackForwarder
 from diagnoser.webhook.payload import Notification
@@ -70,22 +68,6 @@ class Broken:
         raise ValueError("boom")
 
 
-@contextlib.contextmanager
-def running(hook: Webhook, drain: float = 5.0) -> Iterator[tuple[str, threading.Event]]:
-    port, ready, stop = free_port(), threading.Event(), threading.Event()
-    thread = threading.Thread(
-        target=webhook_http.serve, args=(hook, "127.0.0.1", port, ready, stop, drain)
-    )
-    thread.start()
-    try:
-        assert ready.wait(10)
-        yield f"http://127.0.0.1:{port}", stop
-    finally:
-        stop.set()
-        thread.join(30)
-    assert not thread.is_alive()
-
-
 def make_hook(site, source: Any, **kw: Any) -> tuple[Webhook, list[dict[str, Any]]]:
     records: list[dict[str, Any]] = []
     hook = Webhook(source, site, records.append, **kw)
@@ -120,7 +102,8 @@ def test_sigterm_drains_the_queue_and_emits_what_is_left_as_undone():
 def test_while_draining_notifications_get_503_and_running_jobs_are_not_emitted_twice(site):
     source = Held()
     hook, records = make_hook(site, source, workers=1)
-    with running(hook, drain=3.0) as (url, stop):
+    stop = threading.Event()
+    with running(hook, drain=3.0, stop=stop) as url:
         assert post(url, notification(alert("m-a"), group="A"))[0] == 200
         wait_for(lambda: source.started)
         assert post(url, notification(alert("m-b"), group="B"))[0] == 200
@@ -150,7 +133,7 @@ def test_an_internal_error_is_emitted_counted_told_and_not_remembered(site):
     with serve(chat_ok) as hooks:
         forwarder = SlackForwarder(hooks.url + "/hooks/T/B/secret", site)
         hook, records = make_hook(site, Broken(), forwarder=forwarder)
-        with running(hook) as (url, _):
+        with running(hook, drain=5.0) as url:
             assert post(url, notification(alert()))[0] == 200
             wait_for(lambda: len(chat) == 1)
             # Alertmanager's resend is diagnosed, not skipped as a duplicate.
@@ -169,7 +152,7 @@ def test_an_answer_with_a_null_metric_gives_a_record_with_the_error(site):
     body = {"status": "success", "data": {"result": [{"metric": None, "values": [[1, "1"]]}]}}
     with serve(lambda h, f: answer(h, body)) as api:
         hook, records = make_hook(site, PrometheusSource(api.url))
-        with running(hook) as (url, _):
+        with running(hook, drain=5.0) as url:
             assert post(url, notification(alert()))[0] == 200
             wait_for(lambda: records)
             assert post(url, notification(alert()))[0] == 200
@@ -190,7 +173,7 @@ def test_a_partial_answer_is_said_in_the_record_and_the_chat_message(site):
     with serve(lambda h, f: answer(h, warned)) as api, serve(chat_ok) as hooks:
         forwarder = SlackForwarder(hooks.url + "/hooks/T/B/secret", site)
         hook, records = make_hook(site, PrometheusSource(api.url), forwarder=forwarder)
-        with running(hook) as (url, _):
+        with running(hook, drain=5.0) as url:
             assert post(url, notification(alert()))[0] == 200
             wait_for(lambda: chat)
     (record,) = records
@@ -211,7 +194,7 @@ def test_a_chat_webhook_redirect_is_a_failed_delivery(site, prometheus, caplog):
     with serve(moved) as chat:
         forwarder = SlackForwarder(chat.url + "/hooks/T/B/secret", site)
         hook, _ = make_hook(site, PrometheusSource(prometheus), forwarder=forwarder)
-        with running(hook) as (url, _):
+        with running(hook, drain=5.0) as url:
             assert post(url, notification(alert()))[0] == 200
             wait_for(lambda: hook.counters.snapshot().get(("forwards", "error")))
     assert [s.method for s in chat.seen] == ["POST"]  # never resent as a GET
@@ -262,7 +245,7 @@ def test_a_chat_webhook_retry_after_beyond_the_timeout_is_not_waited_for(site):
 def test_the_queue_bounds_alerts_not_groups(site):
     source = Held()
     hook, records = make_hook(site, source, workers=1, max_pending=3)
-    with running(hook) as (url, _):
+    with running(hook, drain=5.0) as url:
         assert post(url, notification(alert("m-a"), group="A"))[0] == 200
         wait_for(lambda: source.started)
         three = [alert(f"m-b{i}") for i in range(3)]
@@ -311,7 +294,7 @@ def test_a_flood_of_concurrent_posts_gets_answers_not_resets(site, prometheus):
         except (OSError, ValueError) as exc:
             return type(exc).__name__
 
-    with running(hook) as (url, _), ThreadPoolExecutor(200) as pool:
+    with running(hook, drain=5.0) as url, ThreadPoolExecutor(200) as pool:
         start = threading.Barrier(200)
         outcomes = list(pool.map(lambda i: (start.wait(), one(i))[1], range(200)))
     assert all(o in (200, 503) for o in outcomes), sorted(map(str, outcomes))
@@ -321,7 +304,7 @@ def test_a_flood_of_concurrent_posts_gets_answers_not_resets(site, prometheus):
 def test_json_nested_too_deeply_is_answered_400(site, prometheus):
     hook, _ = make_hook(site, PrometheusSource(prometheus))
     deep = b'{"alerts": ' + b"[" * 5000 + b"]" * 5000 + b"}"
-    with running(hook) as (url, _):
+    with running(hook, drain=5.0) as url:
         code, answered = post(url, deep)
         assert code == 400 and "nested too deeply" in answered["error"]
         assert post(url, notification(alert()))[0] == 200  # still serving
@@ -340,7 +323,7 @@ def test_a_number_of_thousands_of_digits_is_answered_400(site, prometheus, body)
     """It was answered nothing: Python refuses to read an integer of over 4,300 digits with
     a ValueError that is not a JSON error, and the connection was closed without a word."""
     hook, _ = make_hook(site, PrometheusSource(prometheus))
-    with running(hook) as (url, _):
+    with running(hook, drain=5.0) as url:
         code, answered = post(url, body)
         assert code == 400, answered
         assert "digits" in answered["error"] and "set_int_max_str_digits" not in answered["error"]
@@ -387,7 +370,7 @@ def test_slow_clients_are_not_held(site, prometheus, monkeypatch):
     monkeypatch.setattr(webhook_http, "CLIENT_TIMEOUT", 1.0)
     monkeypatch.setattr(webhook_http, "CLIENT_DEADLINE", 2.0)
     hook, _ = make_hook(site, PrometheusSource(prometheus))
-    with running(hook) as (url, _):
+    with running(hook, drain=5.0) as url:
         port = int(url.rsplit(":", 1)[1])
         with socket.create_connection(("127.0.0.1", port)) as silent:
             assert _closed_within(silent, 10) is not None  # sends nothing

@@ -20,10 +20,16 @@ from diagnoser.webhook.receiver import Webhook
 
 
 @contextlib.contextmanager
-def running(hook: Webhook, drain: float = webhook_http.DRAIN_TIMEOUT) -> Iterator[str]:
-    """``hook`` served in a thread of this process: its URL. On leaving, the server stops,
-    draining for up to ``drain`` seconds, and its thread must have ended."""
-    port, ready, stop = free_port(), threading.Event(), threading.Event()
+def running(
+    hook: Webhook,
+    drain: float = webhook_http.DRAIN_TIMEOUT,
+    stop: threading.Event | None = None,
+) -> Iterator[str]:
+    """``hook`` served in a thread of this process: its URL. On leaving, or once the test
+    sets ``stop``, the server stops, draining for up to ``drain`` seconds; its thread must
+    have ended."""
+    port, ready = free_port(), threading.Event()
+    stop = stop or threading.Event()
     thread = threading.Thread(
         target=webhook_http.serve, args=(hook, "127.0.0.1", port, ready, stop, drain)
     )
