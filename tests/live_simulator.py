@@ -4,11 +4,11 @@ process."""
 from __future__ import annotations
 
 import contextlib
-import threading
 from collections.abc import Iterator
 from typing import Any
 
-from diagnoser.lab.promserver import free_port
+from loopback import in_thread
+
 from diagnoser.sim.live import serve
 from diagnoser.sim.scenario import Scenario
 
@@ -17,18 +17,5 @@ from diagnoser.sim.scenario import Scenario
 def live_simulator(sc: Scenario, **options: Any) -> Iterator[str]:
     """``sc`` served live (``options`` as ``sim.live.serve`` takes them): its host:port once
     it listens. On leaving, it stops and its thread must have ended."""
-    port, ready, stop = free_port(), threading.Event(), threading.Event()
-    thread = threading.Thread(
-        target=serve,
-        args=(sc, "127.0.0.1", port),
-        kwargs={"ready": ready, "stop": stop, **options},
-        daemon=True,
-    )
-    thread.start()
-    try:
-        assert ready.wait(10)
-        yield f"127.0.0.1:{port}"
-    finally:
-        stop.set()
-        thread.join(10)
-    assert not thread.is_alive()
+    with in_thread(serve, sc, join=10, **options) as address:
+        yield address

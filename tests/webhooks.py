@@ -28,19 +28,8 @@ def running(
     """``hook`` served in a thread of this process: its URL. On leaving, or once the test
     sets ``stop``, the server stops, draining for up to ``drain`` seconds; its thread must
     have ended."""
-    port, ready = free_port(), threading.Event()
-    stop = stop or threading.Event()
-    thread = threading.Thread(
-        target=webhook_http.serve, args=(hook, "127.0.0.1", port, ready, stop, drain)
-    )
-    thread.start()
-    try:
-        assert ready.wait(10)
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        stop.set()
-        thread.join(30)
-    assert not thread.is_alive()
+    with loopback.in_thread(webhook_http.serve, hook, stop, drain=drain) as address:
+        yield f"http://{address}"
 
 
 def health(url: str) -> int:
