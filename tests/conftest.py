@@ -201,8 +201,8 @@ def _mark_server_tests(item: pytest.Item) -> None:
 
 
 def write_stand_ins(directory: Path) -> None:
-    """A script in ``directory`` for each of ``SERVER_BINARIES`` that says which test run
-    stood in for it and exits with ``STAND_IN_EXIT``."""
+    """A script in ``directory`` for each of ``SERVER_BINARIES`` that says on stderr it is a
+    stand-in (the test that ran it lacks the prometheus mark) and exits ``STAND_IN_EXIT``."""
     for name in SERVER_BINARIES:
         script = directory / name
         script.write_text(
