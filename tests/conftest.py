@@ -4,6 +4,7 @@ import contextlib
 import json
 import os
 import shutil
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -156,18 +157,88 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         (ROOT / ".pytest-durations.json").write_text(json.dumps(doc, indent=0) + "\n")
 
 
+# --- the fast loop: what needs a server is marked (make test-fast leaves it out) -------------
+# A test that runs promtool or starts a Prometheus, an Alertmanager or VictoriaMetrics is
+# marked ``prometheus``. Asking for one of these fixtures, however indirectly, marks a test
+# here; a test that starts a server itself, or through a fixture of its own module, carries
+# the mark in its module (``pytestmark`` or ``@pytest.mark.prometheus``). ``promtool``, the
+# older mark, implies it. What ``--without-servers`` does keeps the marks honest.
+SERVER_FIXTURES = frozenset(
+    {"promtool_bin", "scenario_library", "prometheus_for", "prometheus_with_rules"}
+)
+
+# Every binary a test or the lab finds on PATH to run a server or promtool.
+SERVER_BINARIES = (
+    "prometheus",
+    "promtool",
+    "alertmanager",
+    "prometheus-alertmanager",
+    "amtool",
+    "victoria-metrics",
+    "vmctl",
+)
+
+# Set to the stand-ins' directory once it is first on PATH (pytest-xdist's workers inherit it).
+STAND_INS_ENV = "SERVEDIAG_SERVER_STAND_INS"
+
+STAND_IN_EXIT = 97
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--without-servers",
+        action="store_true",
+        help="put stand-ins that fail first on PATH for every server binary and promtool: "
+        "with -m 'not prometheus', a test that needs one but lacks the mark fails",
+    )
+
+
+def _mark_server_tests(item: pytest.Item) -> None:
+    info = getattr(item, "_fixtureinfo", None)
+    closure = set(info.names_closure) if info is not None else set()
+    if closure & SERVER_FIXTURES or item.get_closest_marker("promtool"):
+        item.add_marker(pytest.mark.prometheus)
+
+
+def write_stand_ins(directory: Path) -> None:
+    """A script in ``directory`` for each of ``SERVER_BINARIES`` that says on stderr it is a
+    stand-in (the test that ran it lacks the prometheus mark) and exits ``STAND_IN_EXIT``."""
+    for name in SERVER_BINARIES:
+        script = directory / name
+        script.write_text(
+            "#!/bin/sh\n"
+            f"echo '{name} is stood in for (pytest --without-servers): "
+            "the test that ran it needs the prometheus mark' >&2\n"
+            f"exit {STAND_IN_EXIT}\n",
+            encoding="utf-8",
+        )
+        script.chmod(0o755)
+
+
+def _stand_in_for_servers(config: pytest.Config) -> None:
+    directory = Path(tempfile.mkdtemp(prefix="servediag-without-servers-"))
+    write_stand_ins(directory)
+    os.environ[STAND_INS_ENV] = str(directory)
+    os.environ["PATH"] = os.pathsep.join([str(directory), os.environ.get("PATH", "")])
+    config.add_cleanup(lambda: shutil.rmtree(directory, ignore_errors=True))
+
+
 # --- parallel workers (make test runs pytest-xdist with --dist loadgroup) --------------------
 
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "xdist_group(name): run on one pytest-xdist worker")
+    if config.getoption("without_servers") and STAND_INS_ENV not in os.environ:
+        _stand_in_for_servers(config)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """A module whose tests share a module-scoped fixture (a Prometheus with a simulated
-    fleet, say) runs on one worker, so the fixture is built once; the rest spread."""
+    fleet, say) runs on one worker, so the fixture is built once; the rest spread. A test
+    that asks for a server fixture of this file is marked ``prometheus``."""
     grouped = config.getoption("loadgroup", False)
     for item in items:
+        _mark_server_tests(item)
         info = getattr(item, "_fixtureinfo", None)
         defs = info.name2fixturedefs.values() if info is not None else ()
         if any(d and d[-1].scope == "module" for d in defs):

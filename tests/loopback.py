@@ -1,5 +1,6 @@
-"""Real servers on loopback that misbehave on purpose: each request runs a function of the
-test's, which may drip bytes, redirect, echo the request, or answer a gzip bomb."""
+"""Real servers on loopback: ones that misbehave on purpose (each request runs a function of
+the test's, which may drip bytes, redirect, echo the request, or answer a gzip bomb), and a
+server of the package's (the webhook's receiver, the live simulator) run in a thread."""
 
 from __future__ import annotations
 
@@ -13,6 +14,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+
+from diagnoser.lab.promserver import free_port
 
 
 @dataclass
@@ -68,6 +71,33 @@ def serve(respond: Respond, host: str = "127.0.0.1") -> Iterator[Faulty]:
         box[0].release.set()
         server.shutdown()
         server.server_close()
+
+
+@contextlib.contextmanager
+def in_thread(
+    serve: Callable[..., None],
+    what: Any,
+    stop: threading.Event | None = None,
+    join: float = 30.0,
+    **options: Any,
+) -> Iterator[str]:
+    """``serve(what, host, port, ready=, stop=, **options)`` (the webhook's receiver, the
+    live simulator) in a thread of this process on a free loopback port: its host:port once
+    it is ready. On leaving, or once the test sets ``stop``, it stops; its thread must have
+    ended within ``join`` seconds."""
+    port, ready = free_port(), threading.Event()
+    stop = stop or threading.Event()
+    kwargs = {"ready": ready, "stop": stop, **options}
+    thread = threading.Thread(target=serve, args=(what, "127.0.0.1", port), kwargs=kwargs)
+    thread.daemon = True
+    thread.start()
+    try:
+        assert ready.wait(10)
+        yield f"127.0.0.1:{port}"
+    finally:
+        stop.set()
+        thread.join(join)
+    assert not thread.is_alive()
 
 
 def answer(

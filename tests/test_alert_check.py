@@ -9,10 +9,9 @@ import shutil
 
 import pytest
 import yaml
-from click.testing import CliRunner
+from clitest import run
 
 from diagnoser.catalog import builtin_dir, load_catalog
-from diagnoser.cli import main
 from diagnoser.outputs import promcheck
 from diagnoser.outputs.gotemplate import template_problem
 from diagnoser.outputs.promcheck import balance_problem
@@ -20,11 +19,6 @@ from diagnoser.outputs.rules import alert_rule
 from diagnoser.site import Site, SiteConfig
 
 HAS_PROMTOOL = shutil.which("promtool") is not None
-
-
-def run(*args: str):
-    runner = CliRunner(env={"PROMETHEUS_URL": None, "SERVEDIAG_CONFIG": None})
-    return runner.invoke(main, list(args), catch_exceptions=False)
 
 
 def mine(tmp_path, edit) -> tuple:
@@ -69,7 +63,9 @@ def without_promtool(monkeypatch, library: bool) -> None:
         monkeypatch.setattr(promcheck, "_promql_parser", lambda: None)
 
 
-@pytest.fixture(params=["promtool", "promql-parser", "no parser"])
+@pytest.fixture(
+    params=[pytest.param("promtool", marks=pytest.mark.prometheus), "promql-parser", "no parser"]
+)
 def checker(request, monkeypatch):
     if request.param == "promtool" and not HAS_PROMTOOL:
         pytest.skip("promtool is not installed")

@@ -12,6 +12,7 @@ import socket
 import pytest
 from clitest import SCENARIO, one_line, run
 from loopback import answer, serve
+from model_config import CONFIG
 
 from diagnoser.lab.promserver import free_port
 
@@ -97,19 +98,6 @@ def test_kv_budget_refuses_numbers_that_are_not_finite(option, value):
 def test_kv_budget_at_nan_is_one_line():
     res = run("kv-budget", "--prometheus-url", unreachable(), "--at", "nan")
     one_line(res, 2, "--at: 'nan'")
-
-
-CONFIG = {
-    "architectures": ["LlamaForCausalLM"],
-    "hidden_size": 4096,
-    "intermediate_size": 14336,
-    "num_attention_heads": 32,
-    "num_hidden_layers": 32,
-    "num_key_value_heads": 8,
-    "vocab_size": 128256,
-    "max_position_embeddings": 131072,
-    "torch_dtype": "bfloat16",
-}
 
 
 @pytest.mark.parametrize(
@@ -319,6 +307,7 @@ def test_vllm_targets_must_be_label_matchers(tmp_path, value):
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.prometheus
 def test_generate_into_an_unwritable_out_is_one_line(tmp_path):
     (tmp_path / "a-file").write_text("")
     res = run("generate", "--out", str(tmp_path / "a-file" / "deploy"))
@@ -347,6 +336,7 @@ def test_usage_errors_are_one_line_naming_the_option(args, says):
     one_line(run(*args), 2, says)
 
 
+@pytest.mark.prometheus
 def test_a_throwaway_prometheus_refuses_a_second_start(tmp_path):
     from diagnoser.lab.promserver import Prometheus, PrometheusError
 

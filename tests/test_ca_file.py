@@ -16,17 +16,10 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
-from click.testing import CliRunner
+from clitest import cli, proc_one_line, run
 from loopback import EMPTY
 
-from diagnoser.cli import main
-
 BROKEN_PEM = "-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n"
-
-
-def run(*args: str):
-    runner = CliRunner(env={"PROMETHEUS_URL": None, "SERVEDIAG_CONFIG": None})
-    return runner.invoke(main, list(args), catch_exceptions=False)
 
 
 def with_ca(command: str, ca: str) -> list[str]:
@@ -66,13 +59,11 @@ def test_a_missing_ca_file_is_one_line(tmp_path, command):
 
 
 def test_a_fifo_as_ca_file_is_refused_at_once(tmp_path):
-    from test_input_files import cli, one_line
-
     fifo = tmp_path / "ca.pem"
     os.mkfifo(fifo)
     for command in ("diagnose", "kv-budget", "probe"):
         proc = cli(*with_ca(command, str(fifo)), timeout=30)
-        one_line(proc, f"--ca-file {fifo}: is a FIFO (named pipe), not a regular file")
+        proc_one_line(proc, f"--ca-file {fifo}: is a FIFO (named pipe), not a regular file")
 
 
 @pytest.fixture

@@ -167,6 +167,7 @@ def test_validate_reports_a_malformed_playbook_in_one_line_with_exit_2(tmp_path)
     assert "Traceback" not in proc.stderr
 
 
+@pytest.mark.prometheus
 def test_validate_accepts_the_builtin_catalog():
     proc = _cli("catalog", "validate", str(builtin_dir()))
     assert proc.returncode == 0, proc.stderr

@@ -86,11 +86,13 @@ def test_signals_prints_promql_for_one_signal():
     assert run("signals", "nope").exit_code == 2
 
 
+@pytest.mark.prometheus
 def test_generate_check_passes_on_the_committed_files():
     res = CliRunner().invoke(main, ["generate", "--check", "--out", str(ROOT)])
     assert res.exit_code == 0, res.output
 
 
+@pytest.mark.prometheus
 def test_generate_check_reports_a_stale_file(tmp_path):
     assert run("generate", "--out", str(tmp_path)).exit_code == 0
     page = tmp_path / "runbooks" / "hidden-tail.md"
@@ -100,6 +102,7 @@ def test_generate_check_reports_a_stale_file(tmp_path):
     assert "stale: runbooks/hidden-tail.md" in res.output
 
 
+@pytest.mark.prometheus
 def test_generate_keeps_files_that_it_did_not_write(tmp_path):
     (tmp_path / "runbooks").mkdir()
     mine = tmp_path / "runbooks" / "our-oncall-notes.md"

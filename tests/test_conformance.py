@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
+from scrape import parsed
 
 from diagnoser.core import families as F
 from diagnoser.core.buckets import request_token_buckets
@@ -104,22 +105,6 @@ def exposition(
     server.collect()
     server.record_metrics(rec, sim.t, {})
     return text_exposition(rec)
-
-
-def parsed(text: str) -> dict[str, tuple[str, set[frozenset[str]], set[tuple[float, ...]]]]:
-    """Exposed name -> (type, label-name sets, bucket bound lists), as Prometheus reads it."""
-    out: dict[str, tuple[str, set[frozenset[str]], set[tuple[float, ...]]]] = {}
-    for fam in text_string_to_metric_families(text):
-        name = fam.name + ("_total" if fam.type == "counter" else "")
-        labelsets: set[frozenset[str]] = set()
-        bounds: dict[frozenset[tuple[str, str]], list[float]] = {}
-        for s in fam.samples:
-            labels = {k: v for k, v in s.labels.items() if k not in ("le", "quantile")}
-            labelsets.add(frozenset(labels))
-            if s.name.endswith("_bucket") and s.labels["le"] != "+Inf":
-                bounds.setdefault(frozenset(labels.items()), []).append(float(s.labels["le"]))
-        out[name] = (fam.type, labelsets, {tuple(b) for b in bounds.values()})
-    return out
 
 
 def bucket_list(fam: dict[str, Any]) -> tuple[float, ...]:

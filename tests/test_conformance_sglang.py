@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
+from scrape import parsed
 
 from diagnoser.core import families as F
 from diagnoser.core.exposition import Recorder, text_exposition
@@ -214,27 +215,6 @@ def exposed(tmp_path_factory) -> str:
     rec = Recorder(history=False)
     server.record_metrics(rec, sim.t, {})
     return text_exposition(rec)
-
-
-def parsed(text: str) -> dict[str, tuple[str, set[frozenset[str]], set[tuple[float, ...]]]]:
-    out: dict[str, tuple[str, set[frozenset[str]], set[tuple[float, ...]]]] = {}
-    for fam in text_string_to_metric_families(text):
-        name = fam.name + ("_total" if fam.type == "counter" else "")
-        labelsets: set[frozenset[str]] = set()
-        bounds: dict[frozenset[tuple[str, str]], list[float]] = {}
-        for s in fam.samples:
-            labels = {k: v for k, v in s.labels.items() if k not in ("le", "quantile")}
-            if fam.type == "gauge" and "le" in s.labels:  # a GaugeHistogram's own le
-                labels["le"] = s.labels["le"]
-            labelsets.add(frozenset(labels))
-            if s.name.endswith("_bucket") and s.labels["le"] != "+Inf":
-                bounds.setdefault(frozenset(labels.items()), []).append(float(s.labels["le"]))
-        out[name] = (
-            fam.type,
-            {frozenset(ls) for ls in labelsets},
-            set(map(tuple, bounds.values())),
-        )
-    return out
 
 
 def test_every_registered_family_is_exported_or_has_a_reason():

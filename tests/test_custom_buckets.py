@@ -110,6 +110,7 @@ def test_bad_bounds_are_one_line_naming_the_field(tmp_path, text, says):
         load_config(_config(tmp_path, text))
 
 
+@pytest.mark.prometheus
 def test_generate_says_when_a_threshold_is_not_a_bound_and_the_rules_read_below(tmp_path):
     path = _config(
         tmp_path,
@@ -146,6 +147,7 @@ def custom(tmp_path_factory):
         yield prom, prepared.end
 
 
+@pytest.mark.prometheus
 def test_diagnose_reads_the_servers_bounds_and_says_where_it_read(custom, site):
     prom, end = custom
     window = Window.plan(CUSTOM.labels.window, end)
@@ -168,6 +170,7 @@ def test_diagnose_reads_the_servers_bounds_and_says_where_it_read(custom, site):
     assert data.ceilings["itl_p95"] == (5.0,)
 
 
+@pytest.mark.prometheus
 def test_the_json_says_which_bound_the_share_was_read_at(custom, tmp_path):
     prom, end = custom
     res = run(
@@ -189,6 +192,7 @@ def test_the_json_says_which_bound_the_share_was_read_at(custom, tmp_path):
     assert health["slo"]["availability"]["read_at_seconds"] == []
 
 
+@pytest.mark.prometheus
 def test_without_reading_the_bounds_the_default_bucket_is_missing(custom, site):
     """What the reading buys: the default 1 s bucket does not exist on this server."""
     prom, end = custom

@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from diagnoser.lab.promserver import listening
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -30,6 +32,7 @@ def demo(cwd: Path, *args: str, path: str | None = None) -> subprocess.Completed
     )
 
 
+@pytest.mark.prometheus
 def test_the_demo_announces_each_step_and_leaves_nothing_running(tmp_path):
     proc = demo(tmp_path, "--scenario", "context-length-rejections")
     assert proc.returncode == 0, proc.stderr

@@ -24,6 +24,7 @@ def _series(path: Path) -> list[tuple[str, dict[str, str]]]:
     return out
 
 
+@pytest.mark.prometheus
 def test_replicated_instances_keep_their_gpus_and_split_between_clusters(tmp_path):
     shape = fleet.Shape(models=1, instances=4, clusters=2, duration="10m")
     _, record = fleet._build_model((0, str(tmp_path), END, shape), keep_text=True)
@@ -55,6 +56,7 @@ def test_replicated_instances_keep_their_gpus_and_split_between_clusters(tmp_pat
     }
 
 
+@pytest.mark.prometheus
 def test_each_model_is_backfilled_into_its_own_blocks(tmp_path, monkeypatch):
     monkeypatch.setenv("SERVEDIAG_CACHE", str(tmp_path))
     shape = fleet.Shape(models=2, instances=2, duration="10m")

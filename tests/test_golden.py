@@ -18,6 +18,8 @@ from diagnoser.lab.promserver import Prometheus
 from diagnoser.report.text import text
 from diagnoser.sim import library
 
+pytestmark = pytest.mark.prometheus
+
 GOLDEN = Path(__file__).parent / "golden"
 END = 1793534400.0  # 2026-11-01T12:00:00Z: a fixed end, so times in the reports are stable
 SCENARIOS = ["retrieval-launch", "healthy-steady", "kv-cannot-fit-max-model-len"]

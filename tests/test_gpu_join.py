@@ -29,6 +29,7 @@ def bare_metal(tmp_path_factory):
     prom.close()
 
 
+@pytest.mark.prometheus
 def test_the_bare_metal_scenario_has_no_pod_labels(bare_metal):
     prom, end = bare_metal
     for family in ("vllm:num_requests_running", "DCGM_FI_DEV_GPU_UTIL"):
@@ -37,6 +38,7 @@ def test_the_bare_metal_scenario_has_no_pod_labels(bare_metal):
         assert all("namespace" not in s["metric"] for s in series), family
 
 
+@pytest.mark.prometheus
 def test_the_gpu_panels_show_data_on_bare_metal(bare_metal):
     prom, end = bare_metal
     board = json.loads((HERE.parent / "dashboards" / "gpu-frontend.json").read_text())
@@ -52,6 +54,7 @@ def test_the_gpu_panels_show_data_on_bare_metal(bare_metal):
     assert not empty, f"GPU panels with no data on bare metal: {empty}"
 
 
+@pytest.mark.prometheus
 @pytest.mark.parametrize("where", ["bare-metal", "kubernetes"])
 def test_each_gpu_is_counted_once(where, bare_metal, scenario_library, prometheus_for):
     if where == "bare-metal":
@@ -81,6 +84,7 @@ namespace="llm",pod="m3-0",container="vllm"}} 100 {t}
 """
 
 
+@pytest.mark.prometheus
 def test_pods_and_hosts_in_one_fleet_and_a_host_shared_by_two_models(tmp_path):
     """m3 runs in Kubernetes (its GPU maps to its pod), m1 on bare metal on node-a and node-b;
     node-a also runs m2, so which of its GPUs serves which model cannot be told: node-a is
@@ -114,6 +118,7 @@ def _documented_bare_metal_scrape() -> list[dict]:
     return list(yaml.safe_load(example))
 
 
+@pytest.mark.prometheus
 def test_the_documented_relabelling_gives_vllm_and_dcgm_one_host(tmp_path):
     """Prometheus itself applies the example's relabelling: each vLLM server, scraped by IP,
     gets the instance HOST:PORT of the machine whose dcgm-exporter it shares a host with."""

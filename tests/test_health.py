@@ -66,6 +66,7 @@ def strict(tmp_path_factory):
     return Site.build(load_config(path), Site.default().catalog)
 
 
+@pytest.mark.prometheus
 def test_an_incident_that_began_hours_before_the_window_is_found_and_dated(served, strict):
     result = run(served, strict, "aged-prompts")
     top = result.findings[0]
@@ -80,6 +81,7 @@ def test_an_incident_that_began_hours_before_the_window_is_found_and_dated(serve
     assert "No known problem pattern" not in text
 
 
+@pytest.mark.prometheus
 def test_without_a_lookback_an_abnormal_state_is_still_reported(served, site):
     result = run(served, site, "aged-stop-token", lookback=0)
     top = result.findings[0]
@@ -91,6 +93,7 @@ def test_without_a_lookback_an_abnormal_state_is_still_reported(served, site):
     assert looked.findings[0].basis == "lookback"
 
 
+@pytest.mark.prometheus
 def test_answers_cut_by_a_low_max_tokens_are_not_taken_for_an_ignored_stop_token(served, site):
     """Both states are a high length share; only the cap being the typical answer's length
     tells a lowered max_tokens from a stop token ignored, with no change to go by."""
@@ -107,6 +110,7 @@ def test_answers_cut_by_a_low_max_tokens_are_not_taken_for_an_ignored_stop_token
     assert looked.findings[0].basis == "lookback"
 
 
+@pytest.mark.prometheus
 def test_a_lookback_longer_than_the_data_says_how_far_it_went(served, strict):
     result = run(served, strict, "aged-prompts", lookback=30 * 86400)
     assert result.reach is not None and result.reach.first_sample is not None
@@ -115,6 +119,7 @@ def test_a_lookback_longer_than_the_data_says_how_far_it_went(served, strict):
     assert "the data goes back to" in render(result, "text")
 
 
+@pytest.mark.prometheus
 def test_a_restart_loop_is_a_finding_whatever_the_error_counters_say(served, site):
     result = run(served, site, "loop")
     assert result.findings[0].playbook.id == "gpu-memory-contention"
@@ -124,6 +129,7 @@ def test_a_restart_loop_is_a_finding_whatever_the_error_counters_say(served, sit
     assert "engine_restarts" in evidence and "targets_down" in evidence
 
 
+@pytest.mark.prometheus
 def test_a_server_that_died_is_reported_for_its_model(served, site):
     result = run(served, site, "crash")
     (health,) = result.health
@@ -141,6 +147,7 @@ def test_a_server_that_died_is_reported_for_its_model(served, site):
     assert np.nanmin(served_flag.series["target_served"].v) == 1.0
 
 
+@pytest.mark.prometheus
 def test_an_unexplained_sick_model_is_said_to_be_in_words_that_cannot_pass_for_healthy(
     served, site
 ):
@@ -160,6 +167,7 @@ def test_an_unexplained_sick_model_is_said_to_be_in_words_that_cannot_pass_for_h
     assert "is unhealthy and no known problem pattern explains it" in render(result, "html")
 
 
+@pytest.mark.prometheus
 def test_a_healthy_model_reports_its_slos_met(served, site):
     doc = to_json(run(served, site, "healthy"))
     (h,) = doc["health"]

@@ -8,13 +8,15 @@ from __future__ import annotations
 
 import json
 import textwrap
-import threading
 import urllib.error
 import urllib.request
 
 import pytest
-from clitest import SCENARIO, one_line, run
+from clitest import SCENARIO, diagnose_answered, one_line, run
+from live_simulator import live_simulator
 from loopback import answer, post_alerts, serve
+from model_config import CONFIG
+from webhooks import running
 
 from diagnoser.lab.promserver import free_port
 
@@ -115,18 +117,6 @@ def test_a_scenario_with_a_hostile_number_is_one_line(tmp_path, old, new, says):
 
 # --- a model's config.json ------------------------------------------------------------------
 
-CONFIG = {
-    "architectures": ["LlamaForCausalLM"],
-    "hidden_size": 4096,
-    "intermediate_size": 14336,
-    "num_attention_heads": 32,
-    "num_hidden_layers": 32,
-    "num_key_value_heads": 8,
-    "vocab_size": 128256,
-    "max_position_embeddings": 131072,
-    "torch_dtype": "bfloat16",
-}
-
 
 @pytest.mark.parametrize(
     ("quantization", "says"),
@@ -179,8 +169,7 @@ def _matrix(values: list, metric: dict | None = None) -> bytes:
     ],
 )
 def test_an_answer_with_hostile_numbers_or_shapes_is_a_source_failure(body):
-    with serve(lambda h, f: answer(h, body)) as prom:
-        res = run("diagnose", "--prometheus-url", prom.url, "--until", "1700000000")
+    res = diagnose_answered(body, "--until", "1700000000")
     one_line(res, 3, "not in Prometheus's format")
 
 
@@ -194,8 +183,7 @@ def _every_query(value: str, every: int = 2) -> bytes:
 
 def test_series_of_nan_only_are_no_value_not_a_warning():
     body = _every_query("NaN", every=1)  # numpy warns on the peak of an all-NaN series
-    with serve(lambda h, f: answer(h, body)) as prom:
-        res = run("diagnose", "--prometheus-url", prom.url, "--until", "1700000000")
+    res = diagnose_answered(body, "--until", "1700000000")
     assert res.exit_code == 0 and not res.stderr, res.stderr[-2000:]
 
 
@@ -203,18 +191,7 @@ def test_series_of_nan_only_are_no_value_not_a_warning():
 @pytest.mark.parametrize("fmt", ["text", "json", "markdown", "html"])
 def test_values_that_overflow_are_reported_not_a_traceback(value, fmt):
     body = _every_query(value)
-    with serve(lambda h, f: answer(h, body)) as prom:
-        res = run(
-            "diagnose",
-            "--prometheus-url",
-            prom.url,
-            "--until",
-            "1700000000",
-            "--timeout",
-            "60",
-            "--format",
-            fmt,
-        )
+    res = diagnose_answered(body, "--until", "1700000000", "--timeout", "60", "--format", fmt)
     assert res.exit_code == 0, res.stderr[-2000:]
     if fmt == "json":
         doc = strict_json(res.stdout)
@@ -223,16 +200,7 @@ def test_values_that_overflow_are_reported_not_a_traceback(value, fmt):
 
 def test_json_writes_nan_and_infinity_as_null_and_says_where():
     body = _every_query("1e200")  # sums and shares overflow to infinity, or NaN
-    with serve(lambda h, f: answer(h, body)) as prom:
-        res = run(
-            "diagnose",
-            "--prometheus-url",
-            prom.url,
-            "--until",
-            "1700000000",
-            "--format",
-            "json",
-        )
+    res = diagnose_answered(body, "--until", "1700000000", "--format", "json")
     assert res.exit_code == 0, res.stderr[-2000:]
     doc = strict_json(res.stdout)
     assert doc["non_finite"], "1e200 in every series should overflow somewhere"
@@ -320,24 +288,12 @@ def test_json_nested_thousands_deep_from_v1_models_is_one_line():
 
 @pytest.fixture
 def simulator(tmp_path):
-    from diagnoser.sim.live import serve as serve_live
     from diagnoser.sim.scenario import load_scenario
 
     path = tmp_path / "s.yaml"
     path.write_text(textwrap.dedent(SCENARIO))
-    port, ready, stop = free_port(), threading.Event(), threading.Event()
-    thread = threading.Thread(
-        target=serve_live,
-        args=(load_scenario(path), "127.0.0.1", port),
-        kwargs={"ready": ready, "stop": stop},
-        daemon=True,
-    )
-    thread.start()
-    assert ready.wait(10)
-    yield f"http://127.0.0.1:{port}"
-    stop.set()
-    thread.join(10)
-    assert not thread.is_alive()
+    with live_simulator(load_scenario(path)) as address:
+        yield f"http://{address}"
 
 
 def _post(url: str, body: bytes) -> tuple[int, dict]:
@@ -377,23 +333,12 @@ def test_the_simulators_chat_endpoint_answers_deep_json_400_and_keeps_serving(si
 
 def test_a_webhook_body_with_a_number_of_thousands_of_digits_is_answered_400(site):
     from diagnoser.core.source import PrometheusSource
-    from diagnoser.webhook import http as webhook_http
     from diagnoser.webhook.receiver import Webhook
 
     records: list = []
     hook = Webhook(PrometheusSource(f"http://127.0.0.1:{free_port()}"), site, records.append)
-    port, ready, stop = free_port(), threading.Event(), threading.Event()
-    thread = threading.Thread(
-        target=webhook_http.serve, args=(hook, "127.0.0.1", port, ready, stop, 5.0)
-    )
-    thread.start()
-    try:
-        assert ready.wait(10)
-        url = f"http://127.0.0.1:{port}"
+    with running(hook, drain=5.0) as url:
         body = b'{"version": "4", "groupKey": "g", "alerts": [], "x": ' + HUGE.encode() + b"}"
         code, answered = post_alerts(url, body)
         assert code == 400 and "digits (at most" in answered["error"]
         assert post_alerts(url, {"version": "4", "groupKey": "g", "alerts": []})[0] == 200
-    finally:
-        stop.set()
-        thread.join(30)

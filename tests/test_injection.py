@@ -11,11 +11,8 @@ import json
 import re
 
 import pytest
-from click.testing import CliRunner
-from loopback import answer, serve
-from test_input_files import cli, one_line
+from clitest import cli, diagnose_answered, proc_one_line, run
 
-from diagnoser.cli import main
 from diagnoser.lab.promserver import free_port
 
 EVIL = (
@@ -30,11 +27,6 @@ DANGER = [
     re.compile(r"(?i)\bwww\.evil"),
     re.compile(r"<img"),
 ]
-
-
-def run(*args: str):
-    runner = CliRunner(env={"PROMETHEUS_URL": None, "SERVEDIAG_CONFIG": None})
-    return runner.invoke(main, list(args), catch_exceptions=False)
 
 
 def harmless(text: str, html: bool = True) -> None:
@@ -59,6 +51,7 @@ def test_sglang_targets_must_be_label_matchers(tmp_path, value):
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.prometheus
 def test_sglang_targets_that_are_matchers_reach_the_rules(tmp_path):
     cfg = tmp_path / "site.yaml"
     cfg.write_text('sglang_targets: \' job="sglang-prod", cluster=~"a|b" \'\n')
@@ -106,7 +99,7 @@ def test_every_command_that_loads_a_bad_runbook_url_refuses_it(tmp_path, command
         "webhook": ["webhook", "--listen", f"127.0.0.1:{free_port()}", *prom],
     }[command]
     proc = cli(*args, "--config", str(cfg), timeout=30)
-    one_line(proc, f"{cfg}: runbook_url: {{other}} is not a field it can hold")
+    proc_one_line(proc, f"{cfg}: runbook_url: {{other}} is not a field it can hold")
 
 
 def test_a_good_runbook_url_fills_in_the_id_with_braces_of_its_own(tmp_path):
@@ -173,16 +166,7 @@ def _answer_with_model(name: str) -> bytes:
 
 def test_the_markdown_report_shows_a_label_value_as_text_only():
     body = _answer_with_model(EVIL)
-    with serve(lambda h, f: answer(h, body)) as prom:
-        res = run(
-            "diagnose",
-            "--prometheus-url",
-            prom.url,
-            "--until",
-            "1700000000",
-            "--format",
-            "markdown",
-        )
+    res = diagnose_answered(body, "--until", "1700000000", "--format", "markdown")
     assert res.exit_code == 0, res.stderr[-2000:]
     assert "model_name=" in res.stdout
     harmless(res.stdout)

@@ -8,46 +8,10 @@ from __future__ import annotations
 
 import json
 import os
-import resource
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from clitest import SCENARIO
-
-ROOT = Path(__file__).resolve().parent.parent
-
-
-def _limits() -> None:
-    resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))
-
-
-def cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    """``servediag ARGS`` as a process of its own, under 2 GiB of memory and ``timeout``."""
-    env = {k: v for k, v in os.environ.items() if k not in ("PROMETHEUS_URL", "SERVEDIAG_CONFIG")}
-    env["PYTHONPATH"] = str(ROOT)
-    try:
-        return subprocess.run(
-            [sys.executable, "-m", "diagnoser", *args],
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            preexec_fn=_limits,
-            env=env,
-            cwd=ROOT,
-        )
-    except subprocess.TimeoutExpired:
-        pytest.fail(f"servediag {' '.join(args)} did not finish within {timeout:g} s")
-
-
-def one_line(proc: subprocess.CompletedProcess[str], *says: str) -> str:
-    assert proc.returncode == 2, (proc.returncode, proc.stderr[-2000:])
-    lines = proc.stderr.splitlines()
-    assert len(lines) == 1, proc.stderr[-2000:]
-    for s in says:
-        assert s in lines[0], lines[0]
-    return lines[0]
+from clitest import SCENARIO, cli, proc_one_line
 
 
 def commands(path: Path, tmp: Path) -> dict[str, tuple[str, ...]]:
@@ -80,19 +44,21 @@ def test_a_fifo_is_refused_at_once(tmp_path, kind):
     fifo = tmp_path / "fifo"
     os.mkfifo(fifo)
     proc = cli(*commands(fifo, tmp_path)[kind], timeout=30)
-    one_line(proc, "is a FIFO (named pipe), not a regular file")
+    proc_one_line(proc, "is a FIFO (named pipe), not a regular file")
 
 
 @pytest.mark.parametrize("kind", ["site config", "playbook", "scenario", "config.json"])
 def test_dev_zero_is_refused_not_read_until_memory_runs_out(tmp_path, kind):
     proc = cli(*commands(Path("/dev/zero"), tmp_path)[kind])
-    one_line(proc, "is a character device, not a regular file")
+    proc_one_line(proc, "is a character device, not a regular file")
 
 
 def test_a_directory_where_a_playbook_goes_is_refused(tmp_path):
     mine = tmp_path / "mine"
     (mine / "x.yaml").mkdir(parents=True)
-    one_line(cli("catalog", "validate", str(mine)), "x.yaml: is a directory, not a regular file")
+    proc_one_line(
+        cli("catalog", "validate", str(mine)), "x.yaml: is a directory, not a regular file"
+    )
 
 
 @pytest.mark.parametrize(
@@ -109,7 +75,7 @@ def test_a_file_larger_than_any_of_its_kind_is_refused(tmp_path, kind, size, say
     start = b"{}\n" if kind == "config.json" else b"# a comment\n"
     big.write_bytes(start + b" " * (size - len(start)))
     named = tmp_path / "mine" / "x.yaml" if kind == "playbook" else big  # the link to it
-    one_line(cli(*commands(big, tmp_path)[kind]), str(named), says)
+    proc_one_line(cli(*commands(big, tmp_path)[kind]), str(named), says)
 
 
 def test_files_of_ordinary_size_are_still_read(tmp_path):
@@ -129,8 +95,8 @@ def test_a_tokenizer_is_read_through_the_bounded_reader(tmp_path):
     fifo = tmp_path / "tokenizer.json"
     os.mkfifo(fifo)
     probe = ("probe", "--target", "http://127.0.0.1:9", "--model", "m", "--once")
-    one_line(cli(*probe, "--tokenizer", str(fifo), timeout=30), "is a FIFO (named pipe)")
+    proc_one_line(cli(*probe, "--tokenizer", str(fifo), timeout=30), "is a FIFO (named pipe)")
     big = tmp_path / "big.json"
     with big.open("wb") as fh:
         fh.truncate((64 << 20) + 1)  # sparse: larger than any tokenizer.json, on no disk
-    one_line(cli(*probe, "--tokenizer", str(big)), str(big), "larger than 64 MiB")
+    proc_one_line(cli(*probe, "--tokenizer", str(big)), str(big), "larger than 64 MiB")

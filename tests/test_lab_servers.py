@@ -11,6 +11,8 @@ import time
 
 import pytest
 
+pytestmark = pytest.mark.prometheus
+
 
 @pytest.mark.skipif(sys.platform != "linux", reason="PR_SET_PDEATHSIG is Linux's")
 def test_a_server_goes_when_the_process_that_started_it_is_killed():

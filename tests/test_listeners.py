@@ -18,11 +18,11 @@ from typing import Any
 import pytest
 from loopback import EMPTY, answer, serve
 from loopback import post_alerts as post
+from webhooks import running
 
 from diagnoser.cli.probe import probe_cmd
 from diagnoser.core import listener
 from diagnoser.core.source import PrometheusSource
-from diagnoser.lab.promserver import free_port
 from diagnoser.probe import runner
 from diagnoser.probe.stream import Endpoint
 from diagnoser.webhook import http as webhook_http
@@ -51,18 +51,8 @@ def _webhook(site: Any) -> Iterator[str]:
     """A webhook receiver serving on loopback, with a Prometheus that has no series."""
     with serve(lambda h, f: answer(h, EMPTY)) as api:
         hook = Webhook(PrometheusSource(api.url), site, lambda r: None)
-        port, ready, stop = free_port(), threading.Event(), threading.Event()
-        thread = threading.Thread(
-            target=webhook_http.serve, args=(hook, "127.0.0.1", port, ready, stop, 5.0)
-        )
-        thread.start()
-        try:
-            assert ready.wait(10)
-            yield f"http://127.0.0.1:{port}"
-        finally:
-            stop.set()
-            thread.join(30)
-        assert not thread.is_alive()
+        with running(hook, drain=5.0) as url:
+            yield url
 
 
 @contextlib.contextmanager
@@ -152,6 +142,7 @@ def _ask(which: str, url: str) -> None:
             assert b"llm_probe_requests_total" in resp.read()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("which", ["webhook", "probe"])
 def test_connections_beyond_the_cap_take_no_thread(which, site, monkeypatch):
     """Each connection took a thread (and a file descriptor) for as long as its client kept

@@ -6,16 +6,15 @@ from __future__ import annotations
 import json
 import re
 import textwrap
-import threading
 import time
 import urllib.error
 import urllib.request
 from pathlib import Path
 
 import pytest
+from live_simulator import live_simulator
 
-from diagnoser.lab.promserver import Prometheus, free_port
-from diagnoser.sim.live import serve
+from diagnoser.lab.promserver import Prometheus
 from diagnoser.sim.scenario import load_scenario
 
 SCENARIO = """\
@@ -42,20 +41,9 @@ TARGET_LABELS = {"job", "instance", "namespace", "pod"}
 def live(tmp_path: Path):
     path = tmp_path / "twin.yaml"
     path.write_text(textwrap.dedent(SCENARIO))
-    port, ready, stop = free_port(), threading.Event(), threading.Event()
-    thread = threading.Thread(
-        target=serve,
-        args=(load_scenario(path), "127.0.0.1", port),
-        kwargs={"ready": ready, "stop": stop},
-        daemon=True,
-    )
-    thread.start()
-    assert ready.wait(10)
-    time.sleep(1.5)  # the first scrape of the simulation
-    yield f"127.0.0.1:{port}"
-    stop.set()
-    thread.join(10)
-    assert not thread.is_alive()
+    with live_simulator(load_scenario(path)) as address:
+        time.sleep(1.5)  # the first scrape of the simulation
+        yield address
 
 
 def _get(url: str) -> tuple[int, str]:
@@ -99,6 +87,7 @@ def test_every_target_has_its_own_path_and_no_target_labels(live):
     assert status == 404 and "/targets" in text
 
 
+@pytest.mark.prometheus
 def test_prometheus_discovers_the_targets_and_keeps_their_labels(tmp_path, live):
     scrape = {
         "job_name": "vllm",

@@ -12,10 +12,8 @@ import os
 from pathlib import Path
 
 import pytest
-from clitest import SCENARIO, one_line, run
+from clitest import SCENARIO, cli, diagnose_answered, one_line, proc_one_line, run
 from loopback import EMPTY, answer, serve
-from test_input_files import cli
-from test_input_files import one_line as proc_one_line
 
 
 @pytest.fixture
@@ -32,8 +30,7 @@ def victim(tmp_path) -> Path:
 def test_diagnose_output_that_is_a_link_is_refused_and_its_target_kept(tmp_path, victim):
     out = tmp_path / "report.html"
     out.symlink_to(victim)
-    with serve(lambda h, f: answer(h, EMPTY)) as prom:
-        res = run("diagnose", "--prometheus-url", prom.url, "--output", str(out))
+    res = diagnose_answered(EMPTY, "--output", str(out))
     one_line(res, 2, f"--output {out}: is a symbolic link")
     assert victim.read_text() == "precious\n" and out.is_symlink()
 
@@ -52,18 +49,9 @@ def test_diagnose_output_replaces_a_regular_file_whole_keeping_its_mode(tmp_path
     out = tmp_path / "report.json"
     out.write_text("old")
     out.chmod(0o640)
-    with serve(lambda h, f: answer(h, EMPTY)) as prom:
-        res = run(
-            "diagnose",
-            "--prometheus-url",
-            prom.url,
-            "--until",
-            "1700000000",
-            "--format",
-            "json",
-            "--output",
-            str(out),
-        )
+    res = diagnose_answered(
+        EMPTY, "--until", "1700000000", "--format", "json", "--output", str(out)
+    )
     assert res.exit_code == 0, res.stderr[-2000:]
     assert json.loads(out.read_text())["findings"] == []
     assert out.stat().st_mode & 0o777 == 0o640
@@ -115,6 +103,7 @@ def _copy(src: Path, dst: Path) -> Path:
     return dst
 
 
+@pytest.mark.prometheus
 def test_generate_refuses_a_link_where_a_file_goes_and_keeps_its_target(
     tmp_path, generated, victim
 ):
@@ -127,6 +116,7 @@ def test_generate_refuses_a_link_where_a_file_goes_and_keeps_its_target(
     assert victim.read_text() == "precious\n"
 
 
+@pytest.mark.prometheus
 def test_generate_refuses_a_directory_where_a_file_goes(tmp_path, generated):
     root = _copy(generated, tmp_path / "out")
     rules = root / "rules" / "alerts.rules.yaml"
@@ -136,6 +126,7 @@ def test_generate_refuses_a_directory_where_a_file_goes(tmp_path, generated):
         one_line(run(*args), 2, f"--out: {rules} is a directory")
 
 
+@pytest.mark.prometheus
 def test_a_generated_file_that_is_not_utf8_is_stale_and_rewritten(tmp_path, generated):
     root = _copy(generated, tmp_path / "out")
     rules = root / "rules" / "alerts.rules.yaml"
@@ -147,6 +138,7 @@ def test_a_generated_file_that_is_not_utf8_is_stale_and_rewritten(tmp_path, gene
     assert rules.read_bytes() == (generated / "rules" / "alerts.rules.yaml").read_bytes()
 
 
+@pytest.mark.prometheus
 def test_a_page_under_runbooks_that_is_not_ours_stays(tmp_path, generated, victim):
     root = _copy(generated, tmp_path / "out")
     odd = root / "runbooks" / "zzz.md"
@@ -158,6 +150,7 @@ def test_a_page_under_runbooks_that_is_not_ours_stays(tmp_path, generated, victi
     assert odd.read_bytes() == b"x\xff not UTF-8" and victim.read_text() == "precious\n"
 
 
+@pytest.mark.prometheus
 def test_a_failure_midway_leaves_every_old_file_whole(tmp_path, generated, monkeypatch):
     """The disk fills up while the fifth changed file is written: nothing is replaced (a
     dashboard used to be left truncated), and no temporary file stays behind."""
@@ -211,7 +204,9 @@ def test_generate_writes_nothing_prometheus_would_refuse(tmp_path, config, code,
     assert not (tmp_path / "out").exists()
 
 
-@pytest.mark.parametrize("parser", ["promtool", "promql-parser"])
+@pytest.mark.parametrize(
+    "parser", [pytest.param("promtool", marks=pytest.mark.prometheus), "promql-parser"]
+)
 def test_the_whole_rule_files_are_checked_before_writing(site, monkeypatch, parser):
     """What only the site config shapes (the SLO rules) is checked as a whole file: an
     expression no playbook carries, which Prometheus refuses, is found by promtool and,

@@ -20,6 +20,7 @@ from typing import IO
 
 import pytest
 from click.testing import CliRunner
+from live_simulator import live_simulator
 
 from diagnoser.cli import main
 from diagnoser.core.buckets import prompt_bucket_label
@@ -382,31 +383,15 @@ models:
 @pytest.fixture
 def live_sim(tmp_path):
     """``live_sim(name, proxy=None)`` -> base URL of a simulator serving that model."""
-    from diagnoser.sim.live import serve
+    with contextlib.ExitStack() as running:
 
-    running: list[tuple[threading.Event, threading.Thread]] = []
+        def start(name: str, proxy: ProxyBuffer | None = None, rate: float = 0.5) -> str:
+            path = tmp_path / f"{name}.yaml"
+            path.write_text(textwrap.dedent(SCENARIO.format(name=name, rate=rate)))
+            sc = load_scenario(path)
+            return f"http://{running.enter_context(live_simulator(sc, proxy=proxy))}"
 
-    def start(name: str, proxy: ProxyBuffer | None = None, rate: float = 0.5) -> str:
-        path = tmp_path / f"{name}.yaml"
-        path.write_text(textwrap.dedent(SCENARIO.format(name=name, rate=rate)))
-        port, ready, stop = free_port(), threading.Event(), threading.Event()
-        thread = threading.Thread(
-            target=serve,
-            args=(load_scenario(path), "127.0.0.1", port),
-            kwargs={"ready": ready, "stop": stop, "proxy": proxy},
-            daemon=True,
-        )
-        thread.start()
-        running.append((stop, thread))
-        assert ready.wait(10)
-        return f"http://127.0.0.1:{port}"
-
-    yield start
-    for stop, _ in running:
-        stop.set()
-    for _, thread in running:
-        thread.join(10)
-        assert not thread.is_alive()
+        yield start
 
 
 def _metric(url: str, name: str) -> list[tuple[dict[str, str], float]]:
@@ -466,6 +451,7 @@ def _start_probe(url: str, port: int, log: IO[bytes], classes: str) -> subproces
     )
 
 
+@pytest.mark.prometheus
 def test_the_probe_signals_alert_and_panels_read_the_real_probe(live_sim, tmp_path):
     from diagnoser.catalog.shapes.growth import grows_with
     from diagnoser.core.promql import Scope

@@ -15,6 +15,8 @@ from diagnoser.lab import harness
 from diagnoser.lab.promserver import Prometheus
 from diagnoser.sim.scenario import load_scenario
 
+pytestmark = pytest.mark.prometheus
+
 HERE = Path(__file__).resolve().parent
 SHORT = load_scenario(HERE / "scenarios" / "short-context-long-prompts.yaml")
 

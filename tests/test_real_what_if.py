@@ -37,6 +37,7 @@ def _close(a: object, b: object, path: str = "") -> list[str]:
     return [] if a == b else [f"{path}: {a!r} != {b!r}"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("directory", RUNS, ids=lambda d: d.name)
 def test_a_recorded_experiment_replays_to_its_recorded_result(directory: Path):
     result, _ = whatif.replayed(directory)
@@ -68,6 +69,7 @@ def backfilled(tmp_path_factory):
         yield prom, directory, prov, config
 
 
+@pytest.mark.prometheus
 def test_the_command_on_a_real_servers_window_predicts_what_the_lab_recorded(backfilled):
     prom, directory, prov, config = backfilled
     e = whatif.find(prov["experiment"])

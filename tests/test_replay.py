@@ -17,6 +17,8 @@ from diagnoser.diagnosis import Window, diagnose, to_json
 from diagnoser.lab.replay import Recording, Replay
 from diagnoser.sim import library
 
+pytestmark = pytest.mark.prometheus
+
 ANSWERS = Path(__file__).parent / "data" / "answers"
 END = 1793534400.0  # 2026-11-01T12:00:00Z, as the goldens
 SCENARIOS = [

@@ -9,6 +9,7 @@ import threading
 import time
 from typing import Any
 
+import pytest
 from loopback import elapsed, fleet, serve, wait_for
 from loopback import post_alerts as post
 
@@ -25,6 +26,8 @@ from diagnoser.report.format import WIDTH, wrap
 from diagnoser.site import Site, SiteConfig
 from diagnoser.webhook import http as webhook_http
 from diagnoser.webhook.receiver import Webhook
+
+pytestmark = pytest.mark.slow
 
 END = 1_800_000_000.0
 

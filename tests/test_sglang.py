@@ -50,6 +50,7 @@ def mixed(prepared, site) -> dict:
         return to_json(diagnose(PrometheusSource(prom.url), site, window))
 
 
+@pytest.mark.prometheus
 def test_a_mixed_fleet_finds_the_cause_on_the_sglang_model_only(mixed):
     """The cause on the SGLang model, and nothing on the vLLM one. SGLang runs each long
     prompt's prefill alone while its streams wait, so their stalls may be found too: only as
@@ -63,6 +64,7 @@ def test_a_mixed_fleet_finds_the_cause_on_the_sglang_model_only(mixed):
     assert verdicts == {"llama-3.1-8b-instruct": "healthy", "qwen3-8b": "unhealthy"}
 
 
+@pytest.mark.prometheus
 def test_what_sglang_cannot_tell_is_undecided_with_its_reason(mixed):
     undecided = {(u["id"], u["scope"]["model_name"]): u for u in mixed["undecided"] if u["scope"]}
     on_sglang = undecided[("stop-token-mismatch", "qwen3-8b")]
@@ -71,6 +73,7 @@ def test_what_sglang_cannot_tell_is_undecided_with_its_reason(mixed):
     assert ("stop-token-mismatch", "llama-3.1-8b-instruct") not in undecided
 
 
+@pytest.mark.prometheus
 def test_the_recording_rules_and_alerts_read_sglang(prepared, tmp_path, site):
     """KV-cache pressure on SGLang: token usage near 1 and retractions under the names the
     alerts read, and the alert fires for the SGLang model."""

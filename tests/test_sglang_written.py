@@ -18,6 +18,7 @@ def end() -> float:
     return float(int(time.time()) // 60 * 60 - 120)
 
 
+@pytest.mark.prometheus
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
 def test_a_hand_written_sglang_case_is_diagnosed(case: W.Case, end: float, tmp_path: Path):
     found = W.diagnose(case, tmp_path, end)

@@ -301,6 +301,7 @@ def test_a_kv_consumer_waits_for_each_prompts_kv_and_a_failed_load_is_an_error()
         assert fam.name in rec.families
 
 
+@pytest.mark.prometheus
 def test_the_scenario_cache_key_covers_every_module_a_simulation_runs():
     """The suite's scenario cache is keyed by the code that writes a scenario's series
     (``harness.simulation_digest``): every module a simulation imports must be in it."""

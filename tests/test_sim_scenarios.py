@@ -7,16 +7,15 @@ import re
 import subprocess
 import sys
 import textwrap
-import threading
 import time
 import urllib.request
 from pathlib import Path
 
 import pytest
+from live_simulator import live_simulator
 
 from diagnoser.core.exposition import iter_openmetrics
 from diagnoser.core.signals import SIGNALS
-from diagnoser.lab.promserver import free_port
 from diagnoser.sim import library
 from diagnoser.sim.run import simulate
 from diagnoser.sim.scenario import ScenarioError, load_scenario
@@ -196,23 +195,12 @@ def test_histograms_are_cumulative_and_counts_match(tmp_path):
 
 
 def test_serve_answers_metrics_live(tmp_path):
-    from diagnoser.sim.live import serve
-
     sc = load_scenario(_write(tmp_path, SMALL.format(version="0.33")))
     sc.scrape_interval = 1.0
-    port, ready, stop = free_port(), threading.Event(), threading.Event()
-    thread = threading.Thread(
-        target=serve,
-        args=(sc, "127.0.0.1", port),
-        kwargs={"speed": 20.0, "ready": ready, "stop": stop},
-        daemon=True,
-    )
-    thread.start()
-    try:
-        assert ready.wait(10)
+    with live_simulator(sc, speed=20.0) as address:
 
         def finished() -> float:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+            with urllib.request.urlopen(f"http://{address}/metrics", timeout=5) as r:
                 body = r.read().decode()
             assert "# TYPE vllm:num_requests_running gauge" in body
             return sum(
@@ -226,10 +214,6 @@ def test_serve_answers_metrics_live(tmp_path):
         first = finished()
         time.sleep(2.0)
         assert finished() > first
-    finally:
-        stop.set()
-        thread.join(5)
-    assert not thread.is_alive()
 
 
 # --- the library in a real Prometheus -------------------------------------------------------

@@ -74,11 +74,13 @@ def _found(doc: dict) -> set[tuple[str, str]]:
     return {(f["scope"].get("cluster", "*"), f["id"]) for f in doc["findings"]}
 
 
+@pytest.mark.prometheus
 def test_without_group_labels_the_clusters_are_one_model(two_clusters, site):
     doc = _diagnose(two_clusters, site)
     assert doc["scopes"] == [{"model_name": MODEL}]
 
 
+@pytest.mark.prometheus
 def test_group_labels_split_the_diagnosis_as_they_split_the_alerts(two_clusters, tmp_path):
     site = _site(tmp_path, group_labels=["cluster"])
     doc = _diagnose(two_clusters, site)
@@ -95,6 +97,7 @@ def test_group_labels_split_the_diagnosis_as_they_split_the_alerts(two_clusters,
     assert "unless on (cluster, model_name)" in kv["expr"]
 
 
+@pytest.mark.prometheus
 def test_the_selector_scopes_every_query(two_clusters, tmp_path):
     nothing = _diagnose(two_clusters, _site(tmp_path, selector=['job="no-such-job"']))
     assert nothing["scopes"] == [] and nothing["findings"] == []
@@ -102,6 +105,7 @@ def test_the_selector_scopes_every_query(two_clusters, tmp_path):
     assert healthy_only["scopes"] == [{"model_name": MODEL}] and healthy_only["findings"] == []
 
 
+@pytest.mark.prometheus
 def test_the_sites_slo_thresholds_are_the_ones_queried(two_clusters, tmp_path):
     site = _site(tmp_path, itl_slo_seconds=0.2, ttft_slo_seconds=2.5)
     source = Recording(PrometheusSource(two_clusters))
@@ -118,6 +122,7 @@ def test_the_sites_slo_thresholds_are_the_ones_queried(two_clusters, tmp_path):
     assert 'le="0.2"' in recorded and 'le="0.1"' not in recorded
 
 
+@pytest.mark.prometheus
 def test_an_alert_override_reaches_the_diagnosis(two_clusters, tmp_path):
     site = _site(tmp_path, alerts={"VllmPromptLengthShift": {"params": {"ttft_ratio": 100}}})
     doc = _diagnose(two_clusters, site)
@@ -127,6 +132,7 @@ def test_an_alert_override_reaches_the_diagnosis(two_clusters, tmp_path):
     assert "> 100 * (" in shift["expr"]
 
 
+@pytest.mark.prometheus
 def test_a_model_below_the_traffic_floor_is_diagnosed_and_said_to_be(two_clusters, tmp_path):
     doc = _diagnose(two_clusters, _site(tmp_path, traffic_floor_rps=50))
     assert doc["below_traffic_floor"] == [{"model_name": MODEL}]
@@ -143,6 +149,7 @@ def test_the_documented_site_config_is_a_valid_one(tmp_path):
     assert site.catalog["stop-token-mismatch"].alert.params["share"] == 0.3
 
 
+@pytest.mark.prometheus
 def test_slo_objectives_and_thresholds_apply_per_model(two_clusters, tmp_path):
     site = _site(
         tmp_path,

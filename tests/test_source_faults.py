@@ -186,6 +186,7 @@ def _peak_rss_kb(*args: str) -> tuple[subprocess.CompletedProcess[str], int]:
     return proc, peak
 
 
+@pytest.mark.slow
 def test_eight_large_answers_at_once_share_one_memory_budget():
     # Eight queries of a diagnosis run at once. Each answer alone is under the limit, and
     # each grew tenfold when parsed: eight 15 MB answers took 1.4 GB. The first eight

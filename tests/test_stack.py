@@ -203,6 +203,7 @@ def test_promtool_checks_the_prometheus_config_and_its_rules(promtool_bin):
     assert "rules/recording.rules.yaml" in out and "rules/alerts.rules.yaml" in out
 
 
+@pytest.mark.prometheus
 def test_amtool_checks_the_alertmanager_config():
     proc = _run(
         _tool("amtool", "prometheus-alertmanager"), "check-config", "deploy/alertmanager.yml"
@@ -211,6 +212,7 @@ def test_amtool_checks_the_alertmanager_config():
     assert "SUCCESS" in proc.stdout
 
 
+@pytest.mark.prometheus
 @pytest.mark.parametrize(
     ("labels", "receiver"),
     [
@@ -261,6 +263,7 @@ def test_every_sent_receiver_calls_the_diagnosis_webhook():
     assert urls["discard"] == []
 
 
+@pytest.mark.slow
 def test_the_files_the_dockerfile_copies_build_the_wheel(tmp_path):
     """What `pip install .` sees inside the image: only the copied files, and enough of them."""
     import sys

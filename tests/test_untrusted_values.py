@@ -8,10 +8,9 @@ from __future__ import annotations
 import json
 
 import pytest
-from click.testing import CliRunner
+from clitest import run
 from loopback import answer, serve
 
-from diagnoser.cli import main
 from diagnoser.core.exposition import write_openmetrics
 from diagnoser.lab.promserver import Prometheus, backfill
 from diagnoser.sim.run import simulate
@@ -82,11 +81,6 @@ def prom(tmp_path_factory):
         yield server
 
 
-def run(*args: str):
-    runner = CliRunner(env={"PROMETHEUS_URL": None, "SERVEDIAG_CONFIG": None})
-    return runner.invoke(main, list(args), catch_exceptions=False)
-
-
 def diagnose_json(prom, *args: str, since: str = "1h") -> dict:
     res = run(
         "diagnose",
@@ -111,6 +105,7 @@ def models(doc: dict) -> list[str]:
 # --- scope options select, never widen or break ---------------------------------------------
 
 
+@pytest.mark.prometheus
 def test_the_scope_options_select_their_literal_value(prom):
     assert models(diagnose_json(prom)) == sorted(["plain-model", EVIL])
     assert models(diagnose_json(prom, "--model", "plain-model")) == ["plain-model"]
@@ -119,6 +114,7 @@ def test_the_scope_options_select_their_literal_value(prom):
     assert models(diagnose_json(prom, "--job", "vllm", "--model", "plain-model")) == ["plain-model"]
 
 
+@pytest.mark.prometheus
 @pytest.mark.parametrize(
     ("option", "value"),
     [
@@ -138,6 +134,7 @@ def test_a_value_that_would_widen_or_break_the_query_selects_nothing(prom, optio
 # --- label values are printed inert ---------------------------------------------------------
 
 
+@pytest.mark.prometheus
 @pytest.mark.parametrize("fmt", ["text", "markdown"])
 def test_terminal_escapes_in_label_values_are_printed_as_escapes(prom, fmt):
     res = run("diagnose", "--prometheus-url", prom.url, "--until", str(END), "--format", fmt)
@@ -147,11 +144,13 @@ def test_terminal_escapes_in_label_values_are_printed_as_escapes(prom, fmt):
     assert "evil\\x1b]0;pwned\\x07\\nFORGED LINE" in res.stdout
 
 
+@pytest.mark.prometheus
 def test_json_keeps_label_values_as_they_are(prom):
     doc = diagnose_json(prom, "--model", EVIL)
     assert doc["scopes"] == [{"model_name": EVIL}]
 
 
+@pytest.mark.prometheus
 def test_html_escapes_label_values(prom, tmp_path):
     out = tmp_path / "r.html"
     res = run(
@@ -170,6 +169,7 @@ def test_html_escapes_label_values(prom, tmp_path):
     assert "\x1b" not in page and "evil\\x1b]0;pwned\\x07\\nFORGED LINE" in page
 
 
+@pytest.mark.prometheus
 def test_the_live_kv_capacity_prints_odd_labels_inert_and_survives_odd_numbers(prom):
     res = run("kv-budget", "--prometheus-url", prom.url, "--at", str(END))
     assert res.exit_code == 0, res.output
@@ -185,6 +185,7 @@ def test_the_live_kv_capacity_prints_odd_labels_inert_and_survives_odd_numbers(p
 # --- windows --------------------------------------------------------------------------------
 
 
+@pytest.mark.prometheus
 def test_a_year_long_window_still_finds_the_data_at_its_end(prom):
     doc = diagnose_json(prom, since="365d")
     assert models(doc) == sorted(["plain-model", EVIL])
@@ -257,6 +258,7 @@ def test_an_error_quoting_what_a_server_said_is_one_inert_line(tmp_path):
     assert "\x1b" not in res.stderr and "\x07" not in res.stderr
 
 
+@pytest.mark.prometheus
 def test_explain_prints_label_values_inert(prom):
     res = run(
         "diagnose",

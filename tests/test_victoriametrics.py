@@ -18,6 +18,8 @@ from diagnoser.lab.promserver import free_port
 from diagnoser.sim import library
 from diagnoser.sim.run import simulate
 
+pytestmark = pytest.mark.prometheus
+
 SCENARIO = "retrieval-launch"
 
 

@@ -20,39 +20,26 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import loopback
+import notifications
 import pytest
 from loopback import post_alerts as post
+from notifications import PLAYBOOK, notification
+from webhooks import running
 
 from diagnoser.core.source import PrometheusSource
 from diagnoser.lab import harness
 from diagnoser.lab.promserver import Prometheus, free_port, listening
 from diagnoser.report.chat import message
-from diagnoser.webhook.http import serve
 from diagnoser.webhook.notify import SlackForwarder
 from diagnoser.webhook.receiver import Webhook
 
-SCENARIO = "context-length-rejections"
+SCENARIO = PLAYBOOK  # a Prometheus serving the scenario of the alerts' playbook
 MODEL = "qwen3-8b"
 RUNBOOK = "https://runbooks.example/context-length-rejections"
 
 
 def alert(model: str = MODEL, status: str = "firing", **labels: str) -> dict[str, Any]:
-    return {
-        "status": status,
-        "labels": {
-            "alertname": "VllmRequestsRejected",
-            "severity": "warning",
-            "playbook": SCENARIO,
-            "model_name": model,
-            **labels,
-        },
-        "annotations": {"summary": "Requests are refused.", "runbook_url": RUNBOOK},
-        "startsAt": "2026-11-29T03:00:00Z",
-    }
-
-
-def notification(*alerts: dict[str, Any], group: str = "{}:{alertname=x}") -> dict[str, Any]:
-    return {"version": "4", "groupKey": group, "status": "firing", "alerts": list(alerts)}
+    return notifications.alert(model, status, runbook=RUNBOOK, **labels)
 
 
 def wait_for(what: Callable[[], Any], timeout: float = 60.0) -> Any:
@@ -66,20 +53,6 @@ def loaded(tmp_path_factory) -> Iterator[tuple[str, float]]:
         yield prom.url, prepared.end
 
 
-@contextlib.contextmanager
-def running(hook: Webhook) -> Iterator[str]:
-    port, ready, stop = free_port(), threading.Event(), threading.Event()
-    thread = threading.Thread(target=serve, args=(hook, "127.0.0.1", port, ready, stop))
-    thread.start()
-    try:
-        assert ready.wait(10)
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        stop.set()
-        thread.join(15)
-    assert not thread.is_alive()
-
-
 def make_hook(site, loaded, source=None, **kw: Any) -> tuple[Webhook, list[dict[str, Any]]]:
     url, end = loaded
     records: list[dict[str, Any]] = []
@@ -87,6 +60,7 @@ def make_hook(site, loaded, source=None, **kw: Any) -> tuple[Webhook, list[dict[
     return hook, records
 
 
+@pytest.mark.prometheus
 def test_a_firing_playbook_alert_arrives_diagnosed(site, loaded):
     hook, records = make_hook(site, loaded)
     with running(hook) as url:
@@ -111,6 +85,7 @@ BAD = [
 ]
 
 
+@pytest.mark.prometheus
 def test_a_bad_payload_is_answered_400_and_logged(site, loaded, caplog):
     hook, records = make_hook(site, loaded)
     caplog.set_level(logging.WARNING, logger="servediag.webhook")
@@ -130,6 +105,7 @@ def test_a_bad_payload_is_answered_400_and_logged(site, loaded, caplog):
     assert any("not JSON" in m for m in refused)
 
 
+@pytest.mark.prometheus
 def test_resolved_and_undiagnosable_alerts_are_not_diagnosed(site, loaded):
     hook, records = make_hook(site, loaded)
     advisory = alert(playbook="hidden-tail")
@@ -145,6 +121,7 @@ def test_resolved_and_undiagnosable_alerts_are_not_diagnosed(site, loaded):
     assert ("alerts", "queued") not in counts and records == []
 
 
+@pytest.mark.prometheus
 def test_a_symptom_page_arrives_with_the_cause_found(site, loaded):
     """An alert without a playbook (an SLO burning, a target down) gets the model's whole
     diagnosis: the cause it finds leads the record and the message."""
@@ -164,6 +141,7 @@ def test_a_symptom_page_arrives_with_the_cause_found(site, loaded):
     assert window["start"] < window["end"]
 
 
+@pytest.mark.prometheus
 def test_duplicates_within_the_window_are_skipped(site, loaded):
     clock = [1000.0]
     hook, records = make_hook(site, loaded, dedupe_window=600, clock=lambda: clock[0])
@@ -205,6 +183,7 @@ class HeldSource:
         return self.inner.query(expr, at)
 
 
+@pytest.mark.prometheus
 def test_the_queue_is_bounded_and_a_group_runs_one_diagnosis_at_a_time(site, loaded, caplog):
     source = HeldSource(loaded[0])
     hook, records = make_hook(site, loaded, source=source, workers=2, max_pending=3)
@@ -268,6 +247,7 @@ def chat_server(status: int = 200) -> Iterator[tuple[str, list[dict[str, Any]]]]
         server.server_close()
 
 
+@pytest.mark.prometheus
 def test_diagnoses_are_forwarded_to_a_slack_compatible_webhook(site, catalog, loaded):
     with chat_server() as (chat_url, received):
         hook, records = make_hook(site, loaded, forwarder=SlackForwarder(chat_url, site))
@@ -285,6 +265,7 @@ def test_diagnoses_are_forwarded_to_a_slack_compatible_webhook(site, catalog, lo
     assert f"*Runbook:* <{top['runbook']}|{SCENARIO}>" in text
 
 
+@pytest.mark.prometheus
 def test_a_chat_outage_is_logged_and_the_diagnosis_still_emitted(site, loaded, caplog):
     caplog.set_level(logging.ERROR, logger="servediag.webhook")
     with chat_server(status=500) as (chat_url, received):

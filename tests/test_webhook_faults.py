@@ -5,13 +5,10 @@ HTTP edge holds against floods, deep JSON, forged log lines and slow clients."""
 
 from __future__ import annotations
 
-import contextlib
 import json
 import select
 import signal
 import socket
-import subprocess
-import sys
 import threading
 import time
 import urllib.error
@@ -24,34 +21,14 @@ import loopback
 import pytest
 from loopback import EMPTY, answer, drip, elapsed, serve
 from loopback import post_alerts as post
+from notifications import alert, notification
+from webhooks import running, start
 
 from diagnoser.core.source import PrometheusSource
-from diagnoser.lab.promserver import free_port
 from diagnoser.webhook import http as webhook_http
 from diagnoser.webhook.notify import NotifyError, SlackForwarder
 from diagnoser.webhook.payload import Notification
 from diagnoser.webhook.receiver import Webhook
-
-PLAYBOOK = "context-length-rejections"
-
-
-def alert(model: str = "m-1", **labels: str) -> dict[str, Any]:
-    return {
-        "status": "firing",
-        "labels": {
-            "alertname": "VllmRequestsRejected",
-            "severity": "warning",
-            "playbook": PLAYBOOK,
-            "model_name": model,
-            **labels,
-        },
-        "annotations": {"summary": "Requests are refused."},
-        "startsAt": "2026-11-29T03:00:00Z",
-    }
-
-
-def notification(*alerts: dict[str, Any], group: str = "g") -> dict[str, Any]:
-    return {"version": "4", "groupKey": group, "status": "firing", "alerts": list(alerts)}
 
 
 def wait_for(what: Callable[[], Any], timeout: float = 20.0) -> Any:
@@ -91,52 +68,10 @@ class Broken:
         raise ValueError("boom")
 
 
-@contextlib.contextmanager
-def running(hook: Webhook, drain: float = 5.0) -> Iterator[tuple[str, threading.Event]]:
-    port, ready, stop = free_port(), threading.Event(), threading.Event()
-    thread = threading.Thread(
-        target=webhook_http.serve, args=(hook, "127.0.0.1", port, ready, stop, drain)
-    )
-    thread.start()
-    try:
-        assert ready.wait(10)
-        yield f"http://127.0.0.1:{port}", stop
-    finally:
-        stop.set()
-        thread.join(30)
-    assert not thread.is_alive()
-
-
 def make_hook(site, source: Any, **kw: Any) -> tuple[Webhook, list[dict[str, Any]]]:
     records: list[dict[str, Any]] = []
     hook = Webhook(source, site, records.append, **kw)
     return hook, records
-
-
-def _cli(*args: str) -> list[str]:
-    return [sys.executable, "-m", "diagnoser", "webhook", *args]
-
-
-def _start(prom_url: str, *args: str) -> tuple[subprocess.Popen[str], str]:
-    port = free_port()
-    proc = subprocess.Popen(
-        _cli("--listen", f"127.0.0.1:{port}", "--prometheus-url", prom_url, *args),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    url = f"http://127.0.0.1:{port}"
-
-    def up() -> bool:
-        try:
-            with urllib.request.urlopen(f"{url}/healthz", timeout=2) as resp:
-                return resp.status == 200
-        except OSError:
-            assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
-            return False
-
-    wait_for(up, 60)
-    return proc, url
 
 
 # --- every alert answered 200 gets a record ----------------------------------------------
@@ -148,7 +83,7 @@ def test_sigterm_drains_the_queue_and_emits_what_is_left_as_undone():
             answer(h, EMPTY)
 
     with serve(slow) as api:
-        proc, url = _start(api.url, "--workers", "1", "--drain-timeout", "2s", "--timeout", "30")
+        proc, url = start(api.url, "--workers", "1", "--drain-timeout", "2s", "--timeout", "30")
         for i in range(6):
             assert post(url, notification(alert(f"m-{i}"), group=f"g{i}"))[0] == 200
         proc.send_signal(signal.SIGTERM)
@@ -167,7 +102,8 @@ def test_sigterm_drains_the_queue_and_emits_what_is_left_as_undone():
 def test_while_draining_notifications_get_503_and_running_jobs_are_not_emitted_twice(site):
     source = Held()
     hook, records = make_hook(site, source, workers=1)
-    with running(hook, drain=3.0) as (url, stop):
+    stop = threading.Event()
+    with running(hook, drain=3.0, stop=stop) as url:
         assert post(url, notification(alert("m-a"), group="A"))[0] == 200
         wait_for(lambda: source.started)
         assert post(url, notification(alert("m-b"), group="B"))[0] == 200
@@ -197,7 +133,7 @@ def test_an_internal_error_is_emitted_counted_told_and_not_remembered(site):
     with serve(chat_ok) as hooks:
         forwarder = SlackForwarder(hooks.url + "/hooks/T/B/secret", site)
         hook, records = make_hook(site, Broken(), forwarder=forwarder)
-        with running(hook) as (url, _):
+        with running(hook, drain=5.0) as url:
             assert post(url, notification(alert()))[0] == 200
             wait_for(lambda: len(chat) == 1)
             # Alertmanager's resend is diagnosed, not skipped as a duplicate.
@@ -216,7 +152,7 @@ def test_an_answer_with_a_null_metric_gives_a_record_with_the_error(site):
     body = {"status": "success", "data": {"result": [{"metric": None, "values": [[1, "1"]]}]}}
     with serve(lambda h, f: answer(h, body)) as api:
         hook, records = make_hook(site, PrometheusSource(api.url))
-        with running(hook) as (url, _):
+        with running(hook, drain=5.0) as url:
             assert post(url, notification(alert()))[0] == 200
             wait_for(lambda: records)
             assert post(url, notification(alert()))[0] == 200
@@ -237,7 +173,7 @@ def test_a_partial_answer_is_said_in_the_record_and_the_chat_message(site):
     with serve(lambda h, f: answer(h, warned)) as api, serve(chat_ok) as hooks:
         forwarder = SlackForwarder(hooks.url + "/hooks/T/B/secret", site)
         hook, records = make_hook(site, PrometheusSource(api.url), forwarder=forwarder)
-        with running(hook) as (url, _):
+        with running(hook, drain=5.0) as url:
             assert post(url, notification(alert()))[0] == 200
             wait_for(lambda: chat)
     (record,) = records
@@ -258,7 +194,7 @@ def test_a_chat_webhook_redirect_is_a_failed_delivery(site, prometheus, caplog):
     with serve(moved) as chat:
         forwarder = SlackForwarder(chat.url + "/hooks/T/B/secret", site)
         hook, _ = make_hook(site, PrometheusSource(prometheus), forwarder=forwarder)
-        with running(hook) as (url, _):
+        with running(hook, drain=5.0) as url:
             assert post(url, notification(alert()))[0] == 200
             wait_for(lambda: hook.counters.snapshot().get(("forwards", "error")))
     assert [s.method for s in chat.seen] == ["POST"]  # never resent as a GET
@@ -309,7 +245,7 @@ def test_a_chat_webhook_retry_after_beyond_the_timeout_is_not_waited_for(site):
 def test_the_queue_bounds_alerts_not_groups(site):
     source = Held()
     hook, records = make_hook(site, source, workers=1, max_pending=3)
-    with running(hook) as (url, _):
+    with running(hook, drain=5.0) as url:
         assert post(url, notification(alert("m-a"), group="A"))[0] == 200
         wait_for(lambda: source.started)
         three = [alert(f"m-b{i}") for i in range(3)]
@@ -358,7 +294,7 @@ def test_a_flood_of_concurrent_posts_gets_answers_not_resets(site, prometheus):
         except (OSError, ValueError) as exc:
             return type(exc).__name__
 
-    with running(hook) as (url, _), ThreadPoolExecutor(200) as pool:
+    with running(hook, drain=5.0) as url, ThreadPoolExecutor(200) as pool:
         start = threading.Barrier(200)
         outcomes = list(pool.map(lambda i: (start.wait(), one(i))[1], range(200)))
     assert all(o in (200, 503) for o in outcomes), sorted(map(str, outcomes))
@@ -368,7 +304,7 @@ def test_a_flood_of_concurrent_posts_gets_answers_not_resets(site, prometheus):
 def test_json_nested_too_deeply_is_answered_400(site, prometheus):
     hook, _ = make_hook(site, PrometheusSource(prometheus))
     deep = b'{"alerts": ' + b"[" * 5000 + b"]" * 5000 + b"}"
-    with running(hook) as (url, _):
+    with running(hook, drain=5.0) as url:
         code, answered = post(url, deep)
         assert code == 400 and "nested too deeply" in answered["error"]
         assert post(url, notification(alert()))[0] == 200  # still serving
@@ -387,7 +323,7 @@ def test_a_number_of_thousands_of_digits_is_answered_400(site, prometheus, body)
     """It was answered nothing: Python refuses to read an integer of over 4,300 digits with
     a ValueError that is not a JSON error, and the connection was closed without a word."""
     hook, _ = make_hook(site, PrometheusSource(prometheus))
-    with running(hook) as (url, _):
+    with running(hook, drain=5.0) as url:
         code, answered = post(url, body)
         assert code == 400, answered
         assert "digits" in answered["error"] and "set_int_max_str_digits" not in answered["error"]
@@ -396,7 +332,7 @@ def test_a_number_of_thousands_of_digits_is_answered_400(site, prometheus, body)
 
 
 def test_a_label_value_cannot_forge_a_log_line(prometheus):
-    proc, url = _start(prometheus)
+    proc, url = start(prometheus)
     forged = "m-1\n2026-11-29 03:00:00,000 ERROR forged: all models down"
     try:
         assert post(url, notification(alert(forged)))[0] == 200
@@ -434,7 +370,7 @@ def test_slow_clients_are_not_held(site, prometheus, monkeypatch):
     monkeypatch.setattr(webhook_http, "CLIENT_TIMEOUT", 1.0)
     monkeypatch.setattr(webhook_http, "CLIENT_DEADLINE", 2.0)
     hook, _ = make_hook(site, PrometheusSource(prometheus))
-    with running(hook) as (url, _):
+    with running(hook, drain=5.0) as url:
         port = int(url.rsplit(":", 1)[1])
         with socket.create_connection(("127.0.0.1", port)) as silent:
             assert _closed_within(silent, 10) is not None  # sends nothing

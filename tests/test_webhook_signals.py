@@ -10,7 +10,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 import urllib.error
 import urllib.request
@@ -23,31 +22,13 @@ import pytest
 import yaml
 from loopback import EMPTY, Faulty, answer, serve
 from loopback import post_alerts as post
+from notifications import alert, notification
+from webhooks import health, start
 
 from diagnoser.cli.webhook import webhook_cmd
-from diagnoser.lab.promserver import free_port
 from diagnoser.webhook.stop import stop_signals
 
 ROOT = Path(__file__).resolve().parent.parent
-PLAYBOOK = "context-length-rejections"
-
-
-def alert(model: str) -> dict[str, Any]:
-    return {
-        "status": "firing",
-        "labels": {
-            "alertname": "VllmRequestsRejected",
-            "severity": "warning",
-            "playbook": PLAYBOOK,
-            "model_name": model,
-        },
-        "annotations": {"summary": "Requests are refused."},
-        "startsAt": "2026-11-29T03:00:00Z",
-    }
-
-
-def notification(model: str) -> dict[str, Any]:
-    return {"version": "4", "groupKey": model, "status": "firing", "alerts": [alert(model)]}
 
 
 def wait_for(what: Callable[[], Any], timeout: float = 30.0) -> Any:
@@ -66,17 +47,6 @@ def slow(h: Any, f: Faulty) -> None:
         answer(h, EMPTY)
 
 
-def health(url: str) -> int:
-    try:
-        with urllib.request.urlopen(f"{url}/healthz", timeout=5) as resp:
-            return int(resp.status)
-    except urllib.error.HTTPError as exc:
-        exc.close()
-        return int(exc.code)
-    except OSError:
-        return 0
-
-
 @contextlib.contextmanager
 def webhook(
     prom_url: str,
@@ -85,20 +55,8 @@ def webhook(
     preexec: Callable[[], None] | None = None,
 ) -> Iterator[tuple[subprocess.Popen[str], str]]:
     """A real ``servediag webhook`` process on a free loopback port, once it answers."""
-    port = free_port()
-    cmd = [sys.executable, "-m", "diagnoser", "webhook", "--listen", f"127.0.0.1:{port}"]
-    cmd += ["--prometheus-url", prom_url, "--timeout", "300", *args]
-    proc = subprocess.Popen(
-        cmd, stdout=stdout, stderr=subprocess.PIPE, text=True, preexec_fn=preexec
-    )
-    url = f"http://127.0.0.1:{port}"
+    proc, url = start(prom_url, "--timeout", "300", *args, stdout=stdout, preexec=preexec)
     try:
-
-        def up() -> bool:
-            assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
-            return health(url) == 200
-
-        wait_for(up, 60)
         yield proc, url
     finally:
         if proc.poll() is None:
@@ -112,7 +70,7 @@ def records(out: str) -> list[dict[str, Any]]:
 
 def accept(url: str, models: list[str]) -> None:
     for m in models:
-        code, answered = post(url, notification(m))
+        code, answered = post(url, notification(alert(m), group=m))
         assert code == 200, answered
 
 

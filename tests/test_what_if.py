@@ -72,6 +72,7 @@ def fitted(servers):
 # --- the fit -------------------------------------------------------------------------------
 
 
+@pytest.mark.prometheus
 def test_the_fit_recovers_the_scenarios_workload_and_engine(fitted):
     m = A.models[0]
     assert fitted.instances == 1 and fitted.engines == 1
@@ -107,6 +108,7 @@ def test_the_length_fit_reads_a_capped_lognormal_from_its_histogram():
 # --- predictions against the configuration simulated directly ------------------------------
 
 
+@pytest.mark.prometheus
 def test_each_lever_predicts_what_the_configuration_then_does(servers, fitted):
     _, truths, end = servers
     result = what_if(fitted, SETUP, [parse_lever(t) for t in CHECKED], SLO)
@@ -136,6 +138,7 @@ def test_each_lever_predicts_what_the_configuration_then_does(servers, fitted):
     assert by["kv_cache_dtype:fp8"]["kv_usage"] < 0.6 * today["kv_usage"]
 
 
+@pytest.mark.prometheus
 def test_the_calibration_refuses_a_window_the_replay_cannot_match(fitted):
     # The servers said their KV cache was 95% full; no speed factor makes the replay agree.
     measured = dataclasses.replace(fitted.measured, kv_usage=0.95)
@@ -146,6 +149,7 @@ def test_the_calibration_refuses_a_window_the_replay_cannot_match(fitted):
     assert all(not o.predicted for o in result.outcomes)
 
 
+@pytest.mark.prometheus
 def test_levers_replayed_beside_the_calibration_predict_what_one_after_another_does(servers):
     """Two workers replay levers while the calibration is not settled (and again when it
     fits a factor); one worker replays each only when it is needed. Same answers."""
@@ -213,6 +217,7 @@ def _cli(servers, *args: str):
     )
 
 
+@pytest.mark.prometheus
 def test_the_command_prints_a_json_object_per_lever(servers):
     res = _cli(
         servers,
@@ -243,11 +248,13 @@ def test_the_command_prints_a_json_object_per_lever(servers):
     assert "already on" in prefix["error"]
 
 
+@pytest.mark.prometheus
 def test_too_little_traffic_is_one_line_saying_how_much_is_needed(servers):
     res = _cli(servers, "--since", "30s", "--preset", "llama-2-7b")
     one_line(res, 2, f"at least {MIN_REQUESTS}", "a longer --since")
 
 
+@pytest.mark.prometheus
 def test_a_model_shape_nobody_knows_asks_for_its_config(servers):
     res = _cli(servers, "--since", "30m")
     one_line(res, 2, "give --model-config")

@@ -17,6 +17,8 @@ from diagnoser.lab.promserver import Prometheus
 from diagnoser.lab.whatifbench import SERVER
 from diagnoser.sim.scenario import load_scenario
 
+pytestmark = pytest.mark.prometheus
+
 HERE = Path(__file__).resolve().parent
 SC = load_scenario(HERE / "scenarios" / "what-if-finding.yaml")
 SETUP = SERVER  # the what-if test server, as the benchmark gives it
