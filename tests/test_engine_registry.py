@@ -130,12 +130,14 @@ def test_the_engine_gives_signals_their_expressions_or_its_gap(toy):
     assert SIGNALS["target_up"].gap(NAME) == JUDGED
 
 
+@pytest.mark.prometheus
 def test_the_finding_comes_out_for_the_toy_engines_model(diagnosed):
     report, model = diagnosed
     found = {(f["id"], f["scope"].get("model_name")) for f in report["findings"]}
     assert ("kv-cache-pressure", model) in found, found
 
 
+@pytest.mark.prometheus
 def test_what_the_toy_engine_lacks_is_undecided_with_its_reason(diagnosed):
     report, model = diagnosed
     undecided = {u["id"]: u for u in report["undecided"] if u["scope"].get("model_name") == model}
