@@ -39,8 +39,8 @@ test-fast:
 	$(PY) -m pytest -m "not prometheus and not slow" --without-servers -n auto --dist loadgroup
 
 lint: setup
-	$(VENV)/bin/ruff check diagnoser tests dashboards examples scripts scripts/extract-reference
-	$(VENV)/bin/ruff format --check diagnoser tests dashboards examples scripts scripts/extract-reference
+	$(VENV)/bin/ruff check diagnoser lab tests dashboards examples scripts scripts/extract-reference
+	$(VENV)/bin/ruff format --check diagnoser lab tests dashboards examples scripts scripts/extract-reference
 	$(VENV)/bin/mypy
 	promtool check rules --lint=all --lint-fatal rules/recording.rules.yaml rules/alerts.rules.yaml
 
@@ -57,35 +57,35 @@ goldens: setup
 		tests/test_real_what_if.py
 
 bench: setup
-	$(PY) -m diagnoser.lab.bench
+	$(PY) -m lab.bench
 
 bench-fleet: setup
-	$(PY) -m diagnoser.lab.bench fleet
+	$(PY) -m lab.bench fleet
 
 bench-sglang: setup
-	$(PY) -m diagnoser.lab.bench sglang
+	$(PY) -m lab.bench sglang
 
 # A real vLLM: its CPU build in .venv-vllm (installed on first use), a tiny model with random
 # weights, a real Prometheus; see fixtures/real/ and docs/lab/real.md.
 INCIDENT ?= prompt-length-shift
 real: setup
-	$(PY) -m diagnoser.lab.real $(INCIDENT)
+	$(PY) -m lab.real $(INCIDENT)
 
 bench-real: setup
-	$(PY) -m diagnoser.lab.real --bench
-	$(PY) -m diagnoser.lab.real --all
+	$(PY) -m lab.real --bench
+	$(PY) -m lab.real --all
 
 real-record: setup
-	$(PY) -m diagnoser.lab.real --all --record
+	$(PY) -m lab.real --all --record
 
 # What-if's predictions against the real server run at each lever (about 35 minutes each, on a
 # quiet machine); the recordings are replayed by make bench and the tests.
 EXPERIMENT ?= kv-room
 real-what-if: setup
-	$(PY) -m diagnoser.lab.real.whatif $(EXPERIMENT)
+	$(PY) -m lab.real.whatif $(EXPERIMENT)
 
 demo: setup
-	$(PY) -m diagnoser.lab.demo --scenario $(SCENARIO)
+	$(PY) -m lab.demo --scenario $(SCENARIO)
 
 # The documentation site (mkdocs.yml, docs/): served with live reload, or built strictly (a
 # broken link or anchor fails), as CI does.

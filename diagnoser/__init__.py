@@ -20,9 +20,9 @@ if TYPE_CHECKING:
     from typing import Any
 
     from diagnoser.api import connect, diagnose, kv_budget
-    from diagnoser.core.source import SourceError
     from diagnoser.diagnosis.model import Diagnosis
-    from diagnoser.errors import UserError
+    from diagnoser.plumbing.errors import UserError
+    from diagnoser.plumbing.source import SourceError
     from diagnoser.whatif.setup import SetupOptions
 
 __all__ = [
@@ -40,8 +40,8 @@ _WHERE = {
     "kv_budget": "diagnoser.api",
     "connect": "diagnoser.api",
     "Diagnosis": "diagnoser.diagnosis.model",
-    "SourceError": "diagnoser.core.source",
-    "UserError": "diagnoser.errors",
+    "SourceError": "diagnoser.plumbing.source",
+    "UserError": "diagnoser.plumbing.errors",
     "SetupOptions": "diagnoser.whatif.setup",
 }
 

@@ -6,7 +6,7 @@ is marked on the result, and anything wrong with the source raises ``SourceError
 message is one line, printable as is, with no credential in it. ``source`` may be a URL,
 a ``prometheus_api_client.PrometheusConnect`` already configured (its URL, headers, auth,
 TLS settings and session are used), or any object with the ``query_range`` and ``query``
-of ``diagnoser.core.source.MetricSource`` (a recording, say).
+of ``diagnoser.plumbing.source.MetricSource`` (a recording, say).
 """
 
 from __future__ import annotations
@@ -18,10 +18,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from diagnoser.core.source import MetricSource
     from diagnoser.diagnosis.model import Diagnosis
     from diagnoser.kvbudget.budget import Budget
     from diagnoser.kvbudget.live import Live
+    from diagnoser.plumbing.source import MetricSource
     from diagnoser.whatif.setup import SetupOptions
 
 Seconds = float | int | str
@@ -33,10 +33,10 @@ def connect(source: Any, timeout: float = 60.0, max_response_mb: float = 64.0) -
     """The metric source ``source`` names: a URL (``http://prometheus:9090``, credentials in
     it or not), a ``PrometheusConnect``, or a source as it is. A URL that is not http(s)
     raises ``ValueError``."""
-    from diagnoser.core.source import MIB, PrometheusSource
+    from diagnoser.plumbing.source import MIB, PrometheusSource
 
     if isinstance(source, str):
-        from diagnoser.core.source import bad_url
+        from diagnoser.plumbing.source import bad_url
 
         why = bad_url(source.strip())
         if why:
@@ -45,7 +45,7 @@ def connect(source: Any, timeout: float = 60.0, max_response_mb: float = 64.0) -
             source.strip(), timeout=timeout, max_bytes=int(max_response_mb * MIB)
         )
     if _is_prometheus_connect(source):
-        from diagnoser.core.connect import ConnectSource
+        from diagnoser.plumbing.connect import ConnectSource
 
         return ConnectSource(source, timeout=timeout, max_bytes=int(max_response_mb * MIB))
     if callable(getattr(source, "query_range", None)) and callable(getattr(source, "query", None)):
@@ -68,7 +68,7 @@ def _is_prometheus_connect(source: Any) -> bool:
 
 def seconds(value: Seconds, what: str) -> float:
     """``"1h"``, ``"90m"`` or a number of seconds -> seconds; ``ValueError`` naming ``what``."""
-    from diagnoser.core.durations import LONGEST, parse_duration
+    from diagnoser.plumbing.durations import LONGEST, parse_duration
 
     try:
         out = parse_duration(value)
@@ -81,7 +81,7 @@ def seconds(value: Seconds, what: str) -> float:
 
 def timestamp(value: When, what: str) -> float | None:
     """An RFC 3339 string, Unix seconds or a ``datetime`` (naive is UTC) -> Unix seconds."""
-    from diagnoser.core.durations import parse_time
+    from diagnoser.plumbing.durations import parse_time
 
     if value is None:
         return None

@@ -12,13 +12,13 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from diagnoser.core.promql import MATCHER, matcher
 from diagnoser.diagnosis.run import DEFAULT_LOOKBACK
 from diagnoser.diagnosis.window import Window
+from diagnoser.metrics.promql import MATCHER, matcher
 
 if TYPE_CHECKING:
-    from diagnoser.core.source import MetricSource
     from diagnoser.diagnosis.model import Diagnosis
+    from diagnoser.plumbing.source import MetricSource
     from diagnoser.site import Site
     from diagnoser.whatif.setup import SetupOptions
 
@@ -130,7 +130,7 @@ def run(request: Request, now: float | None = None) -> Diagnosis:
 
 def _within(source: MetricSource, timeout: float | None) -> MetricSource:
     """``source`` with ``timeout`` as its deadline (a Prometheus source's; others keep theirs)."""
-    from diagnoser.core.source import PrometheusSource
+    from diagnoser.plumbing.source import PrometheusSource
 
     if timeout is None or not isinstance(source, PrometheusSource):
         return source

@@ -17,14 +17,14 @@ import sys
 import time
 from pathlib import Path
 
-from diagnoser.core.source import PrometheusSource
 from diagnoser.diagnosis import Window, diagnose
 from diagnoser.diagnosis import window as planning
-from diagnoser.lab import harness
-from diagnoser.lab.bench import serving_stack, sglang_library, vllm_library
-from diagnoser.lab.promserver import Prometheus
+from diagnoser.plumbing.source import PrometheusSource
 from diagnoser.sim.variants import variant
 from diagnoser.site import Site
+from lab import harness
+from lab.bench import serving_stack, sglang_library, vllm_library
+from lab.promserver import Prometheus
 
 PLANS = (("15 s", 10**9), ("fitted", planning.MIN_WINDOW_POINTS))  # (name, points)
 

@@ -87,7 +87,7 @@ def scenario_library(tmp_path_factory):
     test first asks for it, once per run whichever worker asks first (SERVEDIAG_TEST_CACHE
     names a directory to keep them between runs: the key holds the simulator's code). The
     directories are shared: start servers on copies."""
-    from diagnoser.lab.harness import ScenarioCache
+    from lab.harness import ScenarioCache
 
     kept = os.environ.get("SERVEDIAG_TEST_CACHE")
     return ScenarioCache(Path(kept) if kept else _run_root(tmp_path_factory) / "scenarios")
@@ -97,8 +97,8 @@ def scenario_library(tmp_path_factory):
 def prometheus_with_rules(scenario_library, tmp_path_factory):
     """``prometheus_with_rules(name)``: a Prometheus serving a copy of that scenario with the
     generated recording rules backfilled over it (what dashboards read from the rules)."""
-    from diagnoser.lab.alerts import backfill_rules
-    from diagnoser.lab.promserver import Prometheus
+    from lab.alerts import backfill_rules
+    from lab.promserver import Prometheus
 
     servers: dict[str, Prometheus] = {}
 
@@ -121,7 +121,7 @@ def prometheus_with_rules(scenario_library, tmp_path_factory):
 @pytest.fixture(scope="session")
 def prometheus_for(scenario_library, tmp_path_factory):
     """``prometheus_for(name)``: a real Prometheus serving that scenario (started once)."""
-    from diagnoser.lab.promserver import Prometheus
+    from lab.promserver import Prometheus
 
     servers: dict[str, Prometheus] = {}
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from diagnoser.lab.promserver import free_port
+from lab.promserver import free_port
 
 
 @dataclass

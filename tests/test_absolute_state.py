@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 from diagnoser.catalog.loader import with_param
-from diagnoser.core.source import Series
 from diagnoser.diagnosis.match import ScopeData, evaluate, evaluate_absolute
+from diagnoser.plumbing.source import Series
 
 STEP = 15.0
 BASELINE, WINDOW = (0.0, 900.0), (900.0, 1800.0)  # a 15-minute window and its baseline

@@ -14,15 +14,15 @@ from pathlib import Path
 
 import pytest
 
-from diagnoser.core.source import PrometheusSource
 from diagnoser.diagnosis import Window, diagnose
 from diagnoser.diagnosis.model import Diagnosis
-from diagnoser.lab.alerts import backfill_rules, firing, needed
-from diagnoser.lab.promserver import Prometheus
+from diagnoser.plumbing.source import PrometheusSource
 from diagnoser.request import Scope
 from diagnoser.sim import library
 from diagnoser.webhook.payload import FiringAlert
 from diagnoser.webhook.receiver import Webhook, scope_of
+from lab.alerts import backfill_rules, firing, needed
+from lab.promserver import Prometheus
 
 ROOT = Path(__file__).resolve().parent.parent
 RULES = ROOT / "rules"

@@ -33,10 +33,10 @@ from typing import Any
 import pytest
 import yaml
 
-from diagnoser.lab.promserver import Alertmanager, Prometheus, free_port, listening
 from diagnoser.outputs import rules
 from diagnoser.site import Site
 from diagnoser.site.config import AlertOverride, SiteConfig
+from lab.promserver import Alertmanager, Prometheus, free_port, listening
 
 ROOT = Path(__file__).resolve().parent.parent
 SCENARIO = Path(__file__).resolve().parent / "scenarios" / "live-rejections.yaml"

@@ -1,4 +1,4 @@
-"""Prometheus answers read as the bytes they are (``core.answer``): the series ``json``
+"""Prometheus answers read as the bytes they are (``plumbing.answer``): the series ``json``
 gives, whatever the layout, for every valid answer; one line for what is not one; and the
 memory a read draws, in proportion to its points, within its deadline."""
 
@@ -11,8 +11,8 @@ import time
 import numpy as np
 import pytest
 
-from diagnoser.core import http
-from diagnoser.core.answer import PIECE, BadAnswer, decode
+from diagnoser.plumbing import http
+from diagnoser.plumbing.answer import PIECE, BadAnswer, decode
 
 
 def _answer(*series: dict, **top: object) -> bytes:

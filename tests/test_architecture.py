@@ -1,9 +1,13 @@
-"""The layout keeps its promises: the product never imports the simulator or the lab, no
-module grows past 500 lines, and every threshold has one source."""
+"""The layout keeps its promises: every import follows ARCHITECTURE.md's table of which part
+may import which, no module imports another that imports it back (however indirectly), no
+module grows past 500 lines or squeezes its code to stay under, and every threshold has one
+source."""
 
 from __future__ import annotations
 
 import ast
+import re
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -11,113 +15,200 @@ import pytest
 from diagnoser.catalog import PLACEHOLDER
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGE = ROOT / "diagnoser"
-# The simulator, the lab that runs it in a real Prometheus (tests, demo, bench), the
-# simulator's own command, and what-if (which replays a live workload through it) may import
-# the simulator; nothing else may.
-SIMULATION = ("diagnoser.sim", "diagnoser.lab")
-ALLOWED = ("sim/", "lab/", "cli/simulate.py", "whatif/")
+PACKAGES = ("diagnoser", "lab")
 MAX_LINES = 500
+# The table's heading in ARCHITECTURE.md, and a row: | `part` | `a`, `b` ... |
+TABLE = "## Which part may import which"
+ROW = re.compile(r"^\|\s*`([\w./]+)`\s*\|([^|]*)\|")
 
 
-def _modules() -> list[Path]:
-    return sorted(PACKAGE.rglob("*.py"))
-
-
-def _imports(path: Path) -> set[str]:
-    out: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-        if isinstance(node, ast.Import):
-            out |= {a.name for a in node.names}
-        elif isinstance(node, ast.ImportFrom) and node.module:
-            out.add(node.module)
-            out |= {f"{node.module}.{a.name}" for a in node.names}
+def _modules() -> dict[str, Path]:
+    """Every module of the shipped package and of the lab, by dotted name."""
+    out = {}
+    for top in PACKAGES:
+        for path in sorted((ROOT / top).rglob("*.py")):
+            parts = path.relative_to(ROOT).with_suffix("").parts
+            name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+            out[name] = path
     return out
 
 
-@pytest.mark.parametrize("path", _modules(), ids=lambda p: str(p.relative_to(PACKAGE)))
-def test_no_product_module_imports_the_simulator(path):
-    rel = str(path.relative_to(PACKAGE))
-    if rel.startswith(ALLOWED):
-        return
-    bad = sorted(m for m in _imports(path) if m.startswith(SIMULATION))
-    assert not bad, f"{rel} imports {bad}"
+MODULES = _modules()
 
 
-def test_the_probe_and_the_simulator_do_not_import_each_other_both_ways():
-    probe_imports = set().union(*(_imports(p) for p in (PACKAGE / "probe").glob("*.py")))
-    assert not any(m.startswith("diagnoser.sim") for m in probe_imports)
+def part(module: str) -> str:
+    """The part of the layout a module belongs to: ``lab``, a package of ``diagnoser``
+    (``diagnosis``), one of its top-level modules (``api``), or ``diagnoser`` itself."""
+    pieces = module.split(".")
+    if pieces[0] == "lab":
+        return "lab"
+    return pieces[1] if len(pieces) > 1 else "diagnoser"
 
 
-def _name(path: Path) -> str:
-    parts = path.relative_to(ROOT).with_suffix("").parts
-    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+def _resolve(name: str) -> str | None:
+    """The module an imported name lives in (``diagnoser.diagnosis.model.Diagnosis`` ->
+    ``diagnoser.diagnosis.model``), or None outside the project."""
+    while name:
+        if name in MODULES:
+            return name
+        name = name.rpartition(".")[0]
+    return None
 
 
-def _graph() -> dict[str, set[str]]:
-    """Module -> the package's modules it imports, at the top or in a function. ``from
-    diagnoser.x import y`` imports the module ``diagnoser.x.y`` where there is one (not the
-    package ``diagnoser.x`` it is reached through), else ``diagnoser.x``."""
-    names = {_name(p) for p in _modules()}
+def imports(module: str) -> set[str]:
+    """The project's modules ``module`` imports anywhere in it: at the top, inside functions,
+    under ``TYPE_CHECKING``."""
+    tree = ast.parse(MODULES[module].read_text(encoding="utf-8"))
+    names: list[str] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names += [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names += [f"{node.module}.{a.name}" for a in node.names]
+    found = {_resolve(n) for n in names}
+    return {m for m in found if m is not None and m != module}
 
-    def module(name: str) -> str:
-        while name and name not in names:
-            name = name.rpartition(".")[0]
-        return name
 
-    graph = {}
-    for path in _modules():
-        found = set()
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            if isinstance(node, ast.Import):
-                found |= {module(a.name) for a in node.names}
-            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
-                found |= {module(f"{node.module}.{a.name}") for a in node.names}
-        graph[_name(path)] = found - {"", _name(path)}
-    return graph
+def table() -> dict[str, set[str]]:
+    """ARCHITECTURE.md's table: each part and the parts it may import."""
+    text = (ROOT / "ARCHITECTURE.md").read_text(encoding="utf-8")
+    assert TABLE in text, f"ARCHITECTURE.md has no section {TABLE!r}"
+    rows: dict[str, set[str]] = {}
+    for line in text.split(TABLE, 1)[1].splitlines()[1:]:
+        if line.startswith("## "):
+            break
+        m = ROW.match(line)
+        if m:
+            rows[m.group(1)] = set(re.findall(r"`([\w./]+)`", m.group(2)))
+    return rows
+
+
+ALLOWED = table()
+
+
+def test_the_table_names_every_part_and_only_parts_that_exist():
+    parts = {part(m) for m in MODULES}
+    assert set(ALLOWED) == parts, (
+        f"parts not in ARCHITECTURE.md's table: {sorted(parts - set(ALLOWED))}; "
+        f"rows for parts that do not exist: {sorted(set(ALLOWED) - parts)}"
+    )
+    named = set().union(*ALLOWED.values())
+    assert named <= parts, f"the table allows parts that do not exist: {sorted(named - parts)}"
+
+
+def _edges() -> Iterator[tuple[str, str]]:
+    for module in MODULES:
+        for target in imports(module):
+            yield module, target
+
+
+@pytest.mark.parametrize("module", sorted(MODULES))
+def test_every_import_is_one_the_table_allows(module):
+    mine = part(module)
+    wrong = sorted(
+        t for t in imports(module) if part(t) != mine and part(t) not in ALLOWED.get(mine, ())
+    )
+    assert not wrong, f"{module} ({mine}) imports {wrong}, which ARCHITECTURE.md does not allow"
+
+
+def test_the_table_itself_has_no_cycle_between_parts():
+    seen: dict[str, int] = {}  # 1: on the path, 2: done
+
+    def visit(p: str, path: list[str]) -> None:
+        seen[p] = 1
+        for q in sorted(ALLOWED.get(p, ())):
+            assert seen.get(q) != 1, f"the table allows a cycle: {' -> '.join([*path, q])}"
+            if q not in seen:
+                visit(q, [*path, q])
+        seen[p] = 2
+
+    for p in sorted(ALLOWED):
+        if p not in seen:
+            visit(p, [p])
+
+
+def cycles() -> list[list[str]]:
+    """The groups of modules that import each other, directly or through others (Tarjan's
+    strongly connected components of more than one module)."""
+    graph = {m: sorted(imports(m)) for m in MODULES}
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def connect(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in graph[v]:
+            if w not in index:
+                connect(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            group = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                group.append(w)
+                if w == v:
+                    break
+            if len(group) > 1:
+                found.append(sorted(group))
+
+    for v in graph:
+        if v not in index:
+            connect(v)
+    return found
 
 
 def test_no_module_imports_one_that_imports_it_back():
-    graph = _graph()
-    cycles = []
-    for start in sorted(graph):
-        # Depth-first from each module: a path that comes back to it is a cycle.
-        stack = [(start, (start,))]
-        seen = set()
-        while stack:
-            name, path = stack.pop()
-            for dep in sorted(graph[name]):
-                if dep == start:
-                    cycles.append(" -> ".join((*path, start)))
-                elif dep not in seen and dep > start:
-                    seen.add(dep)
-                    stack.append((dep, (*path, dep)))
-    assert not cycles, "import cycles:\n" + "\n".join(cycles)
+    assert cycles() == []
 
 
-@pytest.mark.parametrize(
-    ("package", "forbidden"),
-    [
-        ("diagnoser.probe", "diagnoser.catalog"),  # the probe measures; it knows no playbook
-        ("diagnoser.whatif", "diagnoser.report"),  # what-if prints itself (whatif.figures)
-        ("diagnoser.diagnosis", "diagnoser.report"),  # the renderers read the diagnosis
-    ],
-)
-def test_a_package_does_not_import_one_it_may_not_read(package, forbidden):
-    bad = sorted(
-        f"{name} imports {dep}"
-        for name, deps in _graph().items()
-        if name.startswith(package)
-        for dep in deps
-        if dep.startswith(forbidden)
-    )
-    assert not bad, bad
+def test_the_cycle_finder_finds_a_cycle(monkeypatch):
+    """The check above can fail: two modules made to import each other are found."""
+    a, b = "diagnoser.request", "diagnoser.api"
+    real = imports
+
+    def fake(module: str) -> set[str]:
+        extra = {b: {a}, a: {b}}.get(module, set())
+        return real(module) | extra
+
+    monkeypatch.setitem(globals(), "imports", fake)
+    assert any({a, b} <= set(group) for group in cycles())
 
 
-@pytest.mark.parametrize("path", _modules(), ids=lambda p: str(p.relative_to(PACKAGE)))
-def test_no_module_is_over_500_lines(path):
-    lines = len(path.read_text(encoding="utf-8").splitlines())
+@pytest.mark.parametrize("module", sorted(MODULES))
+def test_no_module_is_over_500_lines_or_squeezed(module):
+    path = MODULES[module]
+    text = path.read_text(encoding="utf-8")
+    lines = len(text.splitlines())
     assert lines <= MAX_LINES, f"{path.relative_to(ROOT)}: {lines} lines; split it by concept"
+    tree = ast.parse(text)
+    starred = [
+        n.lineno
+        for n in ast.walk(tree)
+        if isinstance(n, ast.ImportFrom) and any(a.name == "*" for a in n.names)
+    ]
+    assert not starred, f"{path.relative_to(ROOT)}:{starred[0]}: import *"
+    bodies = [
+        getattr(n, field)
+        for n in ast.walk(tree)
+        for field in ("body", "orelse", "finalbody")
+        if isinstance(getattr(n, field, None), list)
+    ]
+    for body in bodies:
+        starts = [s.lineno for s in body if isinstance(s, ast.stmt)]
+        joined = sorted({ln for ln in starts if starts.count(ln) > 1})
+        assert not joined, f"{path.relative_to(ROOT)}:{joined[0]}: statements joined on a line"
+
+
+def test_the_probe_and_the_simulator_do_not_import_each_other_both_ways():
+    probe = {m for m in MODULES if part(m) == "probe"}
+    assert not any(part(t) == "sim" for m in probe for t in imports(m))
 
 
 def test_every_alert_parameter_is_a_signature_threshold_or_says_why_it_is_not(catalog):

@@ -14,7 +14,7 @@ from clitest import SCENARIO, one_line, run
 from loopback import answer, serve
 from model_config import CONFIG
 
-from diagnoser.lab.promserver import free_port
+from lab.promserver import free_port
 
 
 def unreachable() -> str:
@@ -338,7 +338,7 @@ def test_usage_errors_are_one_line_naming_the_option(args, says):
 
 @pytest.mark.prometheus
 def test_a_throwaway_prometheus_refuses_a_second_start(tmp_path):
-    from diagnoser.lab.promserver import Prometheus, PrometheusError
+    from lab.promserver import Prometheus, PrometheusError
 
     with Prometheus(tmp_path) as prom:
         url = prom.url

@@ -135,7 +135,7 @@ def test_a_bad_config_file_is_exit_2_in_one_line(tmp_path):
 
 
 def test_diagnose_against_an_unreachable_prometheus_exits_3_in_one_line():
-    from diagnoser.lab.promserver import free_port
+    from lab.promserver import free_port
 
     url = f"http://user:s3cret@127.0.0.1:{free_port()}"
     proc = subprocess.run(

@@ -19,9 +19,9 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from scrape import parsed
 
-from diagnoser.core import families as F
-from diagnoser.core.buckets import request_token_buckets
-from diagnoser.core.exposition import Recorder, text_exposition
+from diagnoser.metrics import families as F
+from diagnoser.metrics.buckets import request_token_buckets
+from diagnoser.metrics.exposition import Recorder, text_exposition
 from diagnoser.sim.run import Simulation
 from diagnoser.sim.scenario import load_scenario
 from diagnoser.sim.vllm_metrics import PROFILES

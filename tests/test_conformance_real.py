@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from diagnoser.lab.real.replayed import provenance, recorded
+from lab.real.replayed import provenance, recorded
 from tests.test_conformance import exposition, parsed
 
 RECORDINGS = [d for d in recorded() if (d / "metrics-load.txt").is_file()]

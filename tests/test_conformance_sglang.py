@@ -4,7 +4,7 @@
 wheel. A unified server started with ``--enable-metrics`` and no other option exports every
 family of its LLM runtime except those behind an option or an event listed below (each with
 the reason); the simulator must export exactly the rest, with SGLang's type, label names and
-bucket bounds, and the family table (``diagnoser.core.families_sglang``) must say the same.
+bucket bounds, and the family table (``diagnoser.metrics.families_sglang``) must say the same.
 Label names are the collector's default ones: ``dp_rank`` and ``priority`` appear only with
 data parallelism and priority scheduling, and a gauge without a ``multiprocess_mode`` carries
 the ``pid`` prometheus_client's multiprocess mode gives it.
@@ -21,8 +21,8 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from scrape import parsed
 
-from diagnoser.core import families as F
-from diagnoser.core.exposition import Recorder, text_exposition
+from diagnoser.metrics import families as F
+from diagnoser.metrics.exposition import Recorder, text_exposition
 from diagnoser.sim.run import Simulation
 from diagnoser.sim.scenario import load_scenario
 from diagnoser.sim.sglang_metrics import PROFILES

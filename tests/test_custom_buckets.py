@@ -11,16 +11,16 @@ from pathlib import Path
 import pytest
 from clitest import one_line, run
 
-from diagnoser.core import buckets
-from diagnoser.core import promql as q
-from diagnoser.core import promql_series as rs
-from diagnoser.core.source import PrometheusSource
 from diagnoser.diagnosis import Window, diagnose
-from diagnoser.lab import harness
-from diagnoser.lab.promserver import Prometheus
+from diagnoser.metrics import buckets
+from diagnoser.metrics import promql as q
+from diagnoser.metrics import promql_series as rs
+from diagnoser.plumbing.source import PrometheusSource
 from diagnoser.report.format import health_line
 from diagnoser.sim.scenario import load_scenario
 from diagnoser.site import ConfigError, Site, SiteConfig, load_config
+from lab import harness
+from lab.promserver import Prometheus
 
 HERE = Path(__file__).resolve().parent
 CUSTOM = load_scenario(HERE / "scenarios" / "custom-latency-buckets.yaml")

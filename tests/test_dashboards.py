@@ -11,7 +11,7 @@ import pytest
 from clitest import run
 from conftest import grafana_substitute as _substitute
 
-from diagnoser.core import families
+from diagnoser.metrics import families
 
 ROOT = Path(__file__).resolve().parent.parent
 BOARDS = sorted((ROOT / "dashboards").glob("*.json"))

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from diagnoser.lab.promserver import listening
+from lab.promserver import listening
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -22,7 +22,7 @@ def demo(cwd: Path, *args: str, path: str | None = None) -> subprocess.Completed
     if path is not None:
         env["PATH"] = path
     return subprocess.run(
-        [sys.executable, "-m", "diagnoser.lab.demo", *args],
+        [sys.executable, "-m", "lab.demo", *args],
         capture_output=True,
         text=True,
         check=False,

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from diagnoser.core.source import PrometheusSource
 from diagnoser.diagnosis import Window, diagnose, to_json
+from diagnoser.plumbing.source import PrometheusSource
 from diagnoser.sim import library
 
 NAMES = library.names()

@@ -15,19 +15,19 @@ from collections.abc import Iterator
 
 import pytest
 
-from diagnoser.core import engines
-from diagnoser.core.engines import Engine, Gap
-from diagnoser.core.family import FAMILIES
-from diagnoser.core.promql import Expr, Scope
-from diagnoser.core.signals import SIGNALS, Signal
-from diagnoser.core.source import PrometheusSource
 from diagnoser.diagnosis import Window, diagnose, to_json
-from diagnoser.lab import harness
-from diagnoser.lab.promserver import Prometheus
+from diagnoser.metrics import engines
+from diagnoser.metrics.engines import Engine, Gap
+from diagnoser.metrics.family import FAMILIES
+from diagnoser.metrics.promql import Expr, Scope
+from diagnoser.metrics.signals import SIGNALS, Signal
+from diagnoser.plumbing.source import PrometheusSource
 from diagnoser.sim import library
 from diagnoser.sim.profiles import Profile
 from diagnoser.sim.vllm_metrics import PROFILES
 from diagnoser.site import Site
+from lab import harness
+from lab.promserver import Prometheus
 
 NAME, PREFIX = "toyllm", "toyllm:"
 GAP = "ToyLLM exports no finished_reason"

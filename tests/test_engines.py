@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from diagnoser.catalog import load_catalog
-from diagnoser.core.signals import SIGNALS
+from diagnoser.metrics.signals import SIGNALS
 from diagnoser.outputs.engines import BEGIN, END, SUPPORT_PAGE, playbook_rows, support_table
 from diagnoser.site import Site
 

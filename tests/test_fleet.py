@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from diagnoser.lab import fleet
+from lab import fleet
 
 LABELS = re.compile(r'(\w+)="([^"]*)"')
 END = 1_800_000_000.0
@@ -80,7 +80,7 @@ def test_the_fleet_bench_reads_the_recording_rules_evaluated_over_the_fleet(tmp_
     """The rules' blocks are made once beside the fleet; a Prometheus on both, and a
     VictoriaMetrics that imported both, run diagnose with --recorded-rules, which reads the
     records and says what the raw series say."""
-    from diagnoser.lab import fleetbench, fleetstore, fleetvm
+    from lab import fleetbench, fleetstore, fleetvm
 
     def quiet(_line: str) -> None:
         pass

@@ -11,12 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from diagnoser.core.source import PrometheusSource
 from diagnoser.diagnosis import Window, diagnose
-from diagnoser.lab import harness
-from diagnoser.lab.promserver import Prometheus
+from diagnoser.plumbing.source import PrometheusSource
 from diagnoser.report.text import text
 from diagnoser.sim import library
+from lab import harness
+from lab.promserver import Prometheus
 
 pytestmark = pytest.mark.prometheus
 

@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 from conftest import grafana_substitute
 
-from diagnoser.core.signals import SIGNALS
-from diagnoser.lab import harness
-from diagnoser.lab.promserver import Prometheus, backfill
+from diagnoser.metrics.signals import SIGNALS
 from diagnoser.sim.scenario import load_scenario
+from lab import harness
+from lab.promserver import Prometheus, backfill
 
 HERE = Path(__file__).resolve().parent
 BARE_METAL = load_scenario(HERE / "scenarios" / "bare-metal.yaml")

@@ -9,14 +9,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from diagnoser.core.source import PrometheusSource
 from diagnoser.diagnosis import Window, diagnose, to_json
-from diagnoser.lab import harness
-from diagnoser.lab.promserver import Prometheus
+from diagnoser.plumbing.source import PrometheusSource
 from diagnoser.report import render
 from diagnoser.sim import library
 from diagnoser.sim.scenario import load_scenario
 from diagnoser.sim.variants import aged, restart_loop
+from lab import harness
+from lab.promserver import Prometheus
 
 HERE = Path(__file__).resolve().parent
 SCENARIOS = {
@@ -192,8 +192,8 @@ def _deployed(restarts: tuple[float, ...], down: tuple[float, float], ttft_good:
     otherwise, one target down over ``down``, a 5-minute restart count up after each restart."""
     import numpy as np
 
-    from diagnoser.core.source import Series
     from diagnoser.diagnosis.match import ScopeData
+    from diagnoser.plumbing.source import Series
 
     t = np.arange(0.0, 1815.0, 15.0)
     scope = {"model_name": "m"}

@@ -18,7 +18,7 @@ from loopback import answer, post_alerts, serve
 from model_config import CONFIG
 from webhooks import running
 
-from diagnoser.lab.promserver import free_port
+from lab.promserver import free_port
 
 BIG = "1" * 400  # Python reads it, but no float holds it
 HUGE = "1" * 5000  # past the 4,300 digits Python agrees to read at all
@@ -213,7 +213,7 @@ def test_json_writes_nan_and_infinity_as_null_and_says_where():
 
 
 def test_finite_replaces_every_non_finite_number_and_names_it():
-    from diagnoser.core.finite import finite
+    from diagnoser.plumbing.finite import finite
 
     doc, found = finite({"a": [1.0, float("nan")], "b": {"c": float("-inf")}, "d": "NaN"})
     assert doc == {"a": [1.0, None], "b": {"c": None}, "d": "NaN"}
@@ -332,7 +332,7 @@ def test_the_simulators_chat_endpoint_answers_deep_json_400_and_keeps_serving(si
 
 
 def test_a_webhook_body_with_a_number_of_thousands_of_digits_is_answered_400(site):
-    from diagnoser.core.source import PrometheusSource
+    from diagnoser.plumbing.source import PrometheusSource
     from diagnoser.webhook.receiver import Webhook
 
     records: list = []

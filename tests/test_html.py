@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 import diagnoser
-from diagnoser.lab.replay import Replay
 from diagnoser.report import render
+from lab.replay import Replay
 
 ROOT = Path(__file__).resolve().parent.parent
 ANSWERS = ROOT / "tests" / "data" / "answers"

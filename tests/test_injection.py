@@ -13,7 +13,7 @@ import re
 import pytest
 from clitest import cli, diagnose_answered, proc_one_line, run
 
-from diagnoser.lab.promserver import free_port
+from lab.promserver import free_port
 
 EVIL = (
     "@channel @all [click](https://evil.example/x) ![i](http://evil.example/p.png) "
@@ -174,7 +174,7 @@ def test_the_markdown_report_shows_a_label_value_as_text_only():
 
 
 def test_defang_keeps_what_the_reader_sees():
-    from diagnoser.core.printable import JOINER, defang
+    from diagnoser.plumbing.printable import JOINER, defang
 
     shown = defang(EVIL)
     harmless(shown, html=False)  # raw HTML is each format's own escaping

@@ -418,7 +418,7 @@ def test_no_cache_info_at_that_time_is_said_plainly(scenario_library, prometheus
 
 
 def test_an_unreachable_prometheus_is_one_line_and_exit_3():
-    from diagnoser.lab.promserver import free_port
+    from lab.promserver import free_port
 
     url = f"http://user:s3cret@127.0.0.1:{free_port()}"
     res = invoke("--model", "llama-3.1-8b", "--prometheus-url", url)
@@ -428,7 +428,7 @@ def test_an_unreachable_prometheus_is_one_line_and_exit_3():
 
 
 def test_prometheus_url_from_the_environment_and_shared_option_checks():
-    from diagnoser.lab.promserver import free_port
+    from lab.promserver import free_port
 
     runner = CliRunner(env={"PROMETHEUS_URL": f"http://127.0.0.1:{free_port()}"})
     res = runner.invoke(main, ["kv-budget"], catch_exceptions=False)

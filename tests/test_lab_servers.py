@@ -17,7 +17,7 @@ pytestmark = pytest.mark.prometheus
 @pytest.mark.skipif(sys.platform != "linux", reason="PR_SET_PDEATHSIG is Linux's")
 def test_a_server_goes_when_the_process_that_started_it_is_killed():
     code = (
-        "import pathlib, sys, tempfile, time; from diagnoser.lab.promserver import Prometheus; "
+        "import pathlib, sys, tempfile, time; from lab.promserver import Prometheus; "
         "p = Prometheus(pathlib.Path(tempfile.mkdtemp())).start(); "
         "print(p.proc.pid, flush=True); time.sleep(120)"
     )

@@ -21,8 +21,8 @@ from loopback import post_alerts as post
 from webhooks import running
 
 from diagnoser.cli.probe import probe_cmd
-from diagnoser.core import listener
-from diagnoser.core.source import PrometheusSource
+from diagnoser.plumbing import listener
+from diagnoser.plumbing.source import PrometheusSource
 from diagnoser.probe import runner
 from diagnoser.probe.stream import Endpoint
 from diagnoser.webhook import http as webhook_http

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 from live_simulator import live_simulator
 
-from diagnoser.lab.promserver import Prometheus
 from diagnoser.sim.scenario import load_scenario
+from lab.promserver import Prometheus
 
 SCENARIO = """\
 description: Two replicas of one model, a node exporter each, and a probe, served live.

@@ -16,11 +16,11 @@ from pathlib import Path
 import pytest
 
 import diagnoser
-from diagnoser.core.source import SourceError
 from diagnoser.diagnosis.rows import NUMBER_COLUMNS, SERIES_COLUMNS, finding_columns
-from diagnoser.lab.promserver import free_port
-from diagnoser.lab.replay import Replay
+from diagnoser.plumbing.source import SourceError
 from diagnoser.report.csv import to_csv
+from lab.promserver import free_port
+from lab.replay import Replay
 
 ROOT = Path(__file__).resolve().parent.parent
 ANSWERS = ROOT / "tests" / "data" / "answers"

@@ -154,7 +154,7 @@ def test_a_page_under_runbooks_that_is_not_ours_stays(tmp_path, generated, victi
 def test_a_failure_midway_leaves_every_old_file_whole(tmp_path, generated, monkeypatch):
     """The disk fills up while the fifth changed file is written: nothing is replaced (a
     dashboard used to be left truncated), and no temporary file stays behind."""
-    from diagnoser.core import atomic
+    from diagnoser.plumbing import atomic
 
     root = _copy(generated, tmp_path / "out")
     old = {p: p.read_bytes() for p in root.rglob("*") if p.is_file()}

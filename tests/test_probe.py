@@ -23,14 +23,14 @@ from click.testing import CliRunner
 from live_simulator import live_simulator
 
 from diagnoser.cli import main
-from diagnoser.core.buckets import prompt_bucket_label
-from diagnoser.core.tokens import WORDS, approx_tokens
-from diagnoser.lab.promserver import Prometheus, free_port, listening
+from diagnoser.metrics.buckets import prompt_bucket_label
+from diagnoser.metrics.tokens import WORDS, approx_tokens
 from diagnoser.probe.prompts import Approximation, load_counter, parse_classes
 from diagnoser.probe.runner import ProbeConfig, Prober
 from diagnoser.probe.stream import Endpoint, stream
 from diagnoser.sim.openai import ProxyBuffer
 from diagnoser.sim.scenario import Probe, load_scenario
+from lab.promserver import Prometheus, free_port, listening
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -454,8 +454,8 @@ def _start_probe(url: str, port: int, log: IO[bytes], classes: str) -> subproces
 @pytest.mark.prometheus
 def test_the_probe_signals_alert_and_panels_read_the_real_probe(live_sim, tmp_path):
     from diagnoser.catalog.shapes.growth import grows_with
-    from diagnoser.core.promql import Scope
-    from diagnoser.core.signals import SIGNALS
+    from diagnoser.metrics.promql import Scope
+    from diagnoser.metrics.signals import SIGNALS
 
     # Enough traffic for the alerts' floor (0.1 finished requests a second over 5 minutes).
     sims = {

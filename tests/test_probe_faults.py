@@ -19,9 +19,9 @@ from click.testing import CliRunner
 from loopback import answer, drip, elapsed, serve, wait_for
 
 from diagnoser.cli import main
-from diagnoser.lab.promserver import free_port
 from diagnoser.probe.runner import ProbeConfig, Prober
 from diagnoser.probe.stream import Endpoint, stream
+from lab.promserver import free_port
 
 
 def _probe(url: str, timeout: float = 5.0):

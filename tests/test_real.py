@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import pytest
 
-from diagnoser.lab.real import incident as incidents
-from diagnoser.lab.real.outcome import summary
-from diagnoser.lab.real.record import DATA
-from diagnoser.lab.real.replayed import provenance, recorded, replayed
+from lab.real import incident as incidents
+from lab.real.outcome import summary
+from lab.real.record import DATA
+from lab.real.replayed import provenance, recorded, replayed
 
 RECORDED = [d.name for d in recorded()]
 # Incidents whose files exist but which no run has recorded yet: make real-record records
@@ -93,9 +93,9 @@ def test_the_raw_samples_diagnose_the_same_in_a_real_prometheus(tmp_path, site):
     for the lookback)."""
     import shutil
 
-    from diagnoser.lab.real.outcome import diagnosed
-    from diagnoser.lab.real.record import raw_prometheus
-    from diagnoser.lab.replay import Replay
+    from lab.real.outcome import diagnosed
+    from lab.real.record import raw_prometheus
+    from lab.replay import Replay
 
     if not shutil.which("promtool"):
         pytest.skip("promtool is not installed")
@@ -113,9 +113,9 @@ def test_a_change_in_the_second_half_of_a_long_window_is_found(tmp_path, site):
     the change are its reference, so the truncation is found whatever the window's length."""
     import shutil
 
-    from diagnoser.lab.real.outcome import diagnosed
-    from diagnoser.lab.real.record import raw_prometheus
-    from diagnoser.lab.replay import Replay
+    from lab.real.outcome import diagnosed
+    from lab.real.record import raw_prometheus
+    from lab.replay import Replay
 
     if not shutil.which("promtool"):
         pytest.skip("promtool is not installed")

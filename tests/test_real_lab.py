@@ -17,12 +17,12 @@ from pathlib import Path
 
 import pytest
 
-from diagnoser.lab.real import incident as incidents
-from diagnoser.lab.real import model
-from diagnoser.lab.real.incident import IncidentError
-from diagnoser.lab.real.load import Load, LoadSpec
-from diagnoser.lab.real.server import VllmServer
-from diagnoser.lab.real.venv import STAMP, TORCH, VLLM, LabError, check_cpu
+from lab.real import incident as incidents
+from lab.real import model
+from lab.real.incident import IncidentError
+from lab.real.load import Load, LoadSpec
+from lab.real.server import VllmServer
+from lab.real.venv import STAMP, TORCH, VLLM, LabError, check_cpu
 from tests.loopback import answer, serve
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -227,7 +227,7 @@ def test_make_real_names_the_failed_step_and_exits_1(tmp_path):
     )
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     proc = subprocess.run(
-        [sys.executable, "-m", "diagnoser.lab.real", "crash", "--venv", str(venv)],
+        [sys.executable, "-m", "lab.real", "crash", "--venv", str(venv)],
         capture_output=True,
         text=True,
         cwd=ROOT,
@@ -246,7 +246,7 @@ def test_make_real_names_the_failed_step_and_exits_1(tmp_path):
 
 def test_an_unknown_incident_is_bad_usage():
     proc = subprocess.run(
-        [sys.executable, "-m", "diagnoser.lab.real", "no-such-thing"],
+        [sys.executable, "-m", "lab.real", "no-such-thing"],
         capture_output=True,
         text=True,
         cwd=ROOT,
@@ -260,7 +260,7 @@ def test_an_unknown_incident_is_bad_usage():
 def test_a_replacement_that_never_starts_is_a_new_target_started_again_with_back_off(
     tmp_path, monkeypatch
 ):
-    from diagnoser.lab.real import run as lab_run
+    from lab.real import run as lab_run
 
     venv = _fake_venv(tmp_path, "echo 'ValueError: To serve at least one request' >&2; exit 1\n")
     inc = incidents.find("kv-cannot-fit-max-model-len")
@@ -322,7 +322,7 @@ def test_the_adapters_are_peft_files_vllm_can_read(tmp_path):
 def test_replicas_get_cores_of_their_own(monkeypatch):
     """Engines that share cores share one speed: a server given a tenth of the requests ran
     each as slowly as the busy one. Each replica gets an even share of the cores."""
-    from diagnoser.lab.real import run as real_run
+    from lab.real import run as real_run
 
     monkeypatch.setattr(real_run.os, "sched_getaffinity", lambda pid: {0, 1, 2, 3})
     assert real_run.replica_cores(1) == [()]
@@ -369,7 +369,7 @@ def test_the_workers_memory_is_a_tenth_of_the_node_and_enough_on_a_small_one(
 ):
     """vLLM's CPU build gives the KV cache the node's share less what the worker already holds;
     on an 8 GiB node a tenth would be less than the worker's weights, and vLLM would refuse."""
-    from diagnoser.lab.real.server import RESERVED, base_args, memory_share
+    from lab.real.server import RESERVED, base_args, memory_share
 
     path = tmp_path / "meminfo"
     if meminfo is not None:

@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from diagnoser.core.source import PrometheusSource
 from diagnoser.diagnosis import Window, diagnose
 from diagnoser.diagnosis.fetch import fetch, needed_signals
-from diagnoser.lab import harness
-from diagnoser.lab.promserver import Prometheus
+from diagnoser.plumbing.source import PrometheusSource
 from diagnoser.sim.scenario import load_scenario
+from lab import harness
+from lab.promserver import Prometheus
 
 pytestmark = pytest.mark.prometheus
 

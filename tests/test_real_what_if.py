@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 from clitest import run
 
-from diagnoser.lab.real import whatif
-from diagnoser.lab.real.record import raw_prometheus
+from lab.real import whatif
+from lab.real.record import raw_prometheus
 
 RUNS = whatif.recorded()
 

@@ -21,13 +21,13 @@ from pathlib import Path
 import pytest
 
 import diagnoser
-from diagnoser.core.source import OverLimit, PrometheusSource
 from diagnoser.diagnosis import Window, diagnose
 from diagnoser.diagnosis.model import Diagnosis
-from diagnoser.lab.alerts import backfill_rules
-from diagnoser.lab.promserver import Prometheus
+from diagnoser.plumbing.source import OverLimit, PrometheusSource
 from diagnoser.report import render
 from diagnoser.sim import library
+from lab.alerts import backfill_rules
+from lab.promserver import Prometheus
 from tests.clitest import run
 
 ROOT = Path(__file__).resolve().parent.parent

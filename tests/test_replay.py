@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from diagnoser.diagnosis import Window, diagnose, to_json
-from diagnoser.lab.replay import Recording, Replay
 from diagnoser.sim import library
+from lab.replay import Recording, Replay
 
 pytestmark = pytest.mark.prometheus
 
@@ -44,9 +44,9 @@ def recorded(tmp_path_factory, site) -> None:
     """With UPDATE_GOLDENS set: record every scenario again from a real Prometheus."""
     if not os.environ.get("UPDATE_GOLDENS"):
         return
-    from diagnoser.core.source import PrometheusSource
-    from diagnoser.lab import harness
-    from diagnoser.lab.promserver import Prometheus
+    from diagnoser.plumbing.source import PrometheusSource
+    from lab import harness
+    from lab.promserver import Prometheus
 
     ANSWERS.mkdir(parents=True, exist_ok=True)
     prepared = harness.prepare(SCENARIOS, tmp_path_factory.mktemp("replay"), end=END)

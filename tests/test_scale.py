@@ -14,18 +14,18 @@ from loopback import elapsed, fleet, serve, wait_for
 from loopback import post_alerts as post
 
 from diagnoser.catalog.shapes import Periods
-from diagnoser.core.source import PrometheusSource
 from diagnoser.diagnosis.fetch import fetch, needed_signals
 from diagnoser.diagnosis.health import Health
 from diagnoser.diagnosis.match import Match
 from diagnoser.diagnosis.model import Diagnosis, to_json
 from diagnoser.diagnosis.window import Window
-from diagnoser.lab.promserver import free_port
+from diagnoser.plumbing.source import PrometheusSource
 from diagnoser.report import render
 from diagnoser.report.format import WIDTH, wrap
 from diagnoser.site import Site, SiteConfig
 from diagnoser.webhook import http as webhook_http
 from diagnoser.webhook.receiver import Webhook
+from lab.promserver import free_port
 
 pytestmark = pytest.mark.slow
 

@@ -9,13 +9,13 @@ import shutil
 import numpy as np
 import pytest
 
-from diagnoser.core.source import PrometheusSource, Series
 from diagnoser.diagnosis import Window, diagnose, to_json
 from diagnoser.diagnosis.match import ScopeData, evaluate
-from diagnoser.lab import harness
-from diagnoser.lab.alerts import backfill_rules, firing
-from diagnoser.lab.promserver import Prometheus
+from diagnoser.plumbing.source import PrometheusSource, Series
 from diagnoser.sim import library
+from lab import harness
+from lab.alerts import backfill_rules, firing
+from lab.promserver import Prometheus
 
 SCENARIOS = ["mixed-fleet-retrieval", "sglang-kv-cache-pressure"]
 
@@ -105,9 +105,9 @@ def test_every_sglang_bucket_bound_read_is_one_sglang_has():
     stall share reads 0.4 s there, since SGLang's ITL buckets have no 0.3 s."""
     import re
 
-    from diagnoser.core import families as F
-    from diagnoser.core.buckets import le_label
-    from diagnoser.core.signals import SIGNALS
+    from diagnoser.metrics import families as F
+    from diagnoser.metrics.buckets import le_label
+    from diagnoser.metrics.signals import SIGNALS
 
     pattern = re.compile(r'(sglang:[a-z_]+)_bucket\{[^}]*le="([^"]+)"')
     seen = set()
@@ -122,7 +122,7 @@ def test_every_sglang_bucket_bound_read_is_one_sglang_has():
 
 
 def test_sglang_scheduler_series_are_one_per_engine_and_the_queue_total():
-    from diagnoser.core.signals import SIGNALS
+    from diagnoser.metrics.signals import SIGNALS
 
     text = SIGNALS["requests_waiting"].render(engine="sglang")
     assert (

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from diagnoser.lab import sglang_written as W
+from lab import sglang_written as W
 
 CASES = W.cases()
 

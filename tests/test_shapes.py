@@ -10,9 +10,9 @@ from diagnoser.catalog.shapes.compare import compare, opposite
 from diagnoser.catalog.shapes.growth import grows_with
 from diagnoser.catalog.shapes.level import level
 from diagnoser.catalog.shapes.window import drifts, plateau, recurs, spikes, tracks
-from diagnoser.core.buckets import class_size
-from diagnoser.core.source import Series
 from diagnoser.diagnosis.onset import change_point, periods_for
+from diagnoser.metrics.buckets import class_size
+from diagnoser.plumbing.source import Series
 
 rng = np.random.default_rng(0)
 

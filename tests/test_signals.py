@@ -7,11 +7,11 @@ import re
 import pytest
 from conftest import data_json
 
-from diagnoser.core import buckets
-from diagnoser.core import families as metrics
-from diagnoser.core.promql import Scope
-from diagnoser.core.signals import SIGNALS, Vocabulary
-from diagnoser.core.signals.base import _family_re
+from diagnoser.metrics import buckets
+from diagnoser.metrics import families as metrics
+from diagnoser.metrics.promql import Scope
+from diagnoser.metrics.signals import SIGNALS, Vocabulary
+from diagnoser.metrics.signals.base import _family_re
 
 TYPED = ("counter", "gauge", "histogram", "renamed")
 
@@ -196,7 +196,7 @@ def test_a_subquery_over_a_long_window_runs_at_a_resolution_fitted_to_it():
     """A subquery at the evaluation interval over 47 hours is 11,000 evaluations per step of
     a range query (a year-long diagnose took a minute on one such signal); over an hour or
     less it keeps the server's interval, and over more, a fixed number of points."""
-    from diagnoser.core import promql as q
+    from diagnoser.metrics import promql as q
 
     assert q.subquery_range("5m") == "[5m:]"
     assert q.subquery_range("1h") == "[1h:]"

@@ -140,7 +140,7 @@ def test_a_config_whose_cache_cannot_hold_max_model_len_does_not_start():
 
 
 def test_a_hung_engine_stands_still_and_resumes_with_what_waited():
-    from diagnoser.core import families as F
+    from diagnoser.metrics import families as F
     from diagnoser.sim.server import ApiServerConfig, Fault, Server, ServerSpec
 
     fault = Fault()
@@ -228,8 +228,8 @@ def test_a_speculative_step_costs_more_than_a_plain_one_and_yields_more():
 
 
 def test_a_request_for_an_adapter_beyond_max_loras_waits_while_the_batch_has_room():
-    from diagnoser.core import families as F
-    from diagnoser.core.exposition import Recorder
+    from diagnoser.metrics import families as F
+    from diagnoser.metrics.exposition import Recorder
     from diagnoser.sim.server import ApiServerConfig, Server, ServerSpec
 
     spec = ServerSpec("m", LLAMA3, H100, EngineConfig(max_loras=1), ApiServerConfig())
@@ -268,8 +268,8 @@ def test_a_request_for_an_adapter_beyond_max_loras_waits_while_the_batch_has_roo
 
 
 def test_a_kv_consumer_waits_for_each_prompts_kv_and_a_failed_load_is_an_error():
-    from diagnoser.core import families as F
-    from diagnoser.core.exposition import Recorder
+    from diagnoser.metrics import families as F
+    from diagnoser.metrics.exposition import Recorder
     from diagnoser.sim.server import ApiServerConfig, Fault, Server, ServerSpec
 
     fault = Fault(kv_transfer_gbps=1.0)  # TCP: a 2,000-token prompt's KV takes a quarter second
@@ -309,7 +309,7 @@ def test_the_scenario_cache_key_covers_every_module_a_simulation_runs():
     import sys
 
     code = (
-        "import sys, tempfile; from diagnoser.lab import harness; "
+        "import sys, tempfile; from lab import harness; "
         "harness._one('healthy-quiet-night', tempfile.mkdtemp(), 1.8e9); "
         "print('\\n'.join(m.__file__ for n, m in list(sys.modules.items()) "
         "if n.startswith('diagnoser') and getattr(m, '__file__', None)))"
@@ -317,7 +317,7 @@ def test_the_scenario_cache_key_covers_every_module_a_simulation_runs():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     from pathlib import Path
 
-    from diagnoser.lab import harness
+    from lab import harness
 
     root = Path(harness.__file__).resolve().parent.parent
     covered = [root / p for p in harness._SIMULATION_CODE]

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 from live_simulator import live_simulator
 
-from diagnoser.core.exposition import iter_openmetrics
-from diagnoser.core.signals import SIGNALS
+from diagnoser.metrics.exposition import iter_openmetrics
+from diagnoser.metrics.signals import SIGNALS
 from diagnoser.sim import library
 from diagnoser.sim.run import simulate
 from diagnoser.sim.scenario import ScenarioError, load_scenario

@@ -14,16 +14,16 @@ from pathlib import Path
 import pytest
 import yaml
 
-from diagnoser.core.exposition import write_openmetrics
-from diagnoser.core.source import PrometheusSource
 from diagnoser.diagnosis import Window, diagnose, to_json
-from diagnoser.lab.promserver import Prometheus, backfill
-from diagnoser.lab.replay import Recording
+from diagnoser.metrics.exposition import write_openmetrics
 from diagnoser.outputs import rules
+from diagnoser.plumbing.source import PrometheusSource
 from diagnoser.sim import library
 from diagnoser.sim.run import simulate
 from diagnoser.site import Site
 from diagnoser.site.config import load_config
+from lab.promserver import Prometheus, backfill
+from lab.replay import Recording
 
 END = 1793534400.0
 MODEL = "llama-3.1-8b-instruct"

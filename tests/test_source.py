@@ -11,7 +11,7 @@ from typing import ClassVar
 
 import pytest
 
-from diagnoser.core.source import Auth, PrometheusSource, SourceError, redact_url
+from diagnoser.plumbing.source import Auth, PrometheusSource, SourceError, redact_url
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -58,7 +58,7 @@ def _range(url: str, **kw) -> list:
 
 
 def test_refused_connection(fake_api):
-    from diagnoser.lab.promserver import free_port
+    from lab.promserver import free_port
 
     with pytest.raises(
         SourceError, match=r"cannot reach http://127\.0\.0\.1:\d+: connection refused"
@@ -113,7 +113,7 @@ def test_a_real_prometheus_sample_limit_names_the_query_and_exits_3(scenario_lib
     went over, what to narrow, exit 3 (a fleet too large for the server's limits)."""
     import shutil
 
-    from diagnoser.lab.promserver import Prometheus
+    from lab.promserver import Prometheus
 
     prepared = scenario_library["batch-slot-limit"]
     data = tmp_path / "tsdb"

@@ -20,8 +20,8 @@ import urllib.parse
 import pytest
 from loopback import EMPTY, answer, drip, elapsed, serve
 
-from diagnoser.core import http
-from diagnoser.core.source import Auth, PrometheusSource, SourceError
+from diagnoser.plumbing import http
+from diagnoser.plumbing.source import Auth, PrometheusSource, SourceError
 
 
 def _range(source: PrometheusSource) -> list:

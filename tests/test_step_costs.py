@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from diagnoser.lab import calibration
 from diagnoser.sim.engine import EngineConfig
+from lab import calibration
 
 
 @pytest.fixture(scope="module")

@@ -1,6 +1,6 @@
 """The lab's step trace: the hook vLLM's processes load, and what a trace's steps say. The
 hook is tried on a stand-in for vLLM's scheduler module (the real one is traced in the lab:
-``python -m diagnoser.lab.real.steptrace``)."""
+``python -m lab.real.steptrace``)."""
 
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from diagnoser.lab.real import steptrace
-from diagnoser.lab.real.server import VllmServer
 from diagnoser.sim import costs
+from lab.real import steptrace
+from lab.real.server import VllmServer
 
 HOOK = Path(steptrace.__file__).resolve().parent / "stephook"
 

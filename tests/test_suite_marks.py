@@ -12,7 +12,7 @@ import pytest
 from conftest import SERVER_BINARIES, STAND_IN_EXIT, write_stand_ins
 
 import diagnoser
-from diagnoser.lab import promserver
+from lab import promserver
 
 
 @pytest.fixture

@@ -11,10 +11,10 @@ import pytest
 from clitest import run
 from loopback import answer, serve
 
-from diagnoser.core.exposition import write_openmetrics
-from diagnoser.lab.promserver import Prometheus, backfill
+from diagnoser.metrics.exposition import write_openmetrics
 from diagnoser.sim.run import simulate
 from diagnoser.sim.scenario import load_scenario
+from lab.promserver import Prometheus, backfill
 
 END = 1_800_000_000.0
 EVIL = "evil\x1b]0;pwned\x07\nFORGED LINE"
@@ -195,7 +195,7 @@ def test_a_year_long_window_still_finds_the_data_at_its_end(prom):
 
 
 def test_a_window_ending_in_the_future_gets_a_note():
-    from diagnoser.lab.promserver import free_port
+    from lab.promserver import free_port
 
     url = f"http://127.0.0.1:{free_port()}"
     res = run("diagnose", "--prometheus-url", url, "--until", "2999-01-01T00:00:00Z")
@@ -211,7 +211,7 @@ def test_a_window_ending_in_the_future_gets_a_note():
 
 
 def test_printable_writes_every_control_and_direction_character_as_an_escape():
-    from diagnoser.core.printable import printable
+    from diagnoser.plumbing.printable import printable
 
     assert printable("a\x1b]0;t\x07b\nc\td\r\x00\x9b\u202e\u2028") == (
         "a\\x1b]0;t\\x07b\\nc\\td\\r\\x00\\x9b\\u202e\\u2028"
@@ -220,7 +220,7 @@ def test_printable_writes_every_control_and_direction_character_as_an_escape():
 
 
 def test_inert_keeps_the_layout_and_only_the_reports_own_colours():
-    from diagnoser.core.printable import inert
+    from diagnoser.plumbing.printable import inert
 
     text = "\x1b[31;1mUNHEALTHY\x1b[0m\tm\x1b]0;x\x07\n\x1b[2J next"
     assert inert(text) == "\\x1b[31;1mUNHEALTHY\\x1b[0m\tm\\x1b]0;x\\x07\n\\x1b[2J next"

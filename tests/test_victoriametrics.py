@@ -11,12 +11,12 @@ import urllib.request
 
 import pytest
 
-from diagnoser.core.exposition import iter_openmetrics
-from diagnoser.core.source import PrometheusSource
 from diagnoser.diagnosis import Window, diagnose, to_json
-from diagnoser.lab.promserver import free_port
+from diagnoser.metrics.exposition import iter_openmetrics
+from diagnoser.plumbing.source import PrometheusSource
 from diagnoser.sim import library
 from diagnoser.sim.run import simulate
+from lab.promserver import free_port
 
 pytestmark = pytest.mark.prometheus
 

@@ -26,12 +26,12 @@ from loopback import post_alerts as post
 from notifications import PLAYBOOK, notification
 from webhooks import running
 
-from diagnoser.core.source import PrometheusSource
-from diagnoser.lab import harness
-from diagnoser.lab.promserver import Prometheus, free_port, listening
+from diagnoser.plumbing.source import PrometheusSource
 from diagnoser.report.chat import message
 from diagnoser.webhook.notify import SlackForwarder
 from diagnoser.webhook.receiver import Webhook
+from lab import harness
+from lab.promserver import Prometheus, free_port, listening
 
 SCENARIO = PLAYBOOK  # a Prometheus serving the scenario of the alerts' playbook
 MODEL = "qwen3-8b"

@@ -24,7 +24,7 @@ from loopback import post_alerts as post
 from notifications import alert, notification
 from webhooks import running, start
 
-from diagnoser.core.source import PrometheusSource
+from diagnoser.plumbing.source import PrometheusSource
 from diagnoser.webhook import http as webhook_http
 from diagnoser.webhook.notify import NotifyError, SlackForwarder
 from diagnoser.webhook.payload import Notification

@@ -16,10 +16,8 @@ import pytest
 from clitest import one_line, run
 
 from diagnoser.catalog.levers import KNOBS, LeverError, parse_lever
-from diagnoser.core.source import PrometheusSource, Series
 from diagnoser.hardware import presets
-from diagnoser.lab import harness
-from diagnoser.lab.promserver import Prometheus
+from diagnoser.plumbing.source import PrometheusSource, Series
 from diagnoser.sim.scenario import Scenario, load_scenario
 from diagnoser.whatif import calibrate as calibration
 from diagnoser.whatif.calibrate import MAX_REPLAYS, calibrate, with_factors
@@ -29,6 +27,8 @@ from diagnoser.whatif.predict import band, what_if
 from diagnoser.whatif.replay import Setup, baseline, replay
 from diagnoser.whatif.setup import vllm_defaults
 from diagnoser.whatif.stats import Buckets, fit_lognormal, quantile
+from lab import harness
+from lab.promserver import Prometheus
 
 HERE = Path(__file__).resolve().parent
 A = load_scenario(HERE / "scenarios" / "what-if-kv-pressure.yaml")

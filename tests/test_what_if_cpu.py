@@ -14,15 +14,15 @@ import pytest
 
 from diagnoser.catalog.levers import LeverError, parse_lever
 from diagnoser.hardware import presets
-from diagnoser.lab.real import stepcosts
-from diagnoser.lab.real import whatif as lab
-from diagnoser.lab.real.incident import IncidentError
 from diagnoser.whatif.calibrate import CLOSE_ENOUGH, MAX_REPLAYS, Fitting
 from diagnoser.whatif.fit import EngineCache, Fit
 from diagnoser.whatif.levers import turn
 from diagnoser.whatif.replay import Config, baseline, kv_dtype_bytes
 from diagnoser.whatif.setup import vllm_defaults
 from diagnoser.whatif.stats import LogNormal
+from lab.real import stepcosts
+from lab.real import whatif as lab
+from lab.real.incident import IncidentError
 
 HERE = Path(__file__).resolve().parent
 # Every measured step priced within this ratio of its measurement: a CPU's steps vary with

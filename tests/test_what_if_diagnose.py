@@ -12,10 +12,10 @@ import pytest
 from clitest import one_line, run
 
 from diagnoser.catalog.levers import parse_lever
-from diagnoser.lab import harness
-from diagnoser.lab.promserver import Prometheus
-from diagnoser.lab.whatifbench import SERVER
 from diagnoser.sim.scenario import load_scenario
+from lab import harness
+from lab.promserver import Prometheus
+from lab.whatifbench import SERVER
 
 pytestmark = pytest.mark.prometheus
 

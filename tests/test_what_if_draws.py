@@ -8,12 +8,12 @@ import dataclasses
 import numpy as np
 import pytest
 
-from diagnoser.lab.real import whatif as lab
 from diagnoser.whatif import replay as rp
 from diagnoser.whatif.calibrate import NOISE_Z, TOLERANCE, Fitting, gap, judge
 from diagnoser.whatif.fit import EngineCache, Fit
 from diagnoser.whatif.predict import band
 from diagnoser.whatif.stats import QUANTILES, Buckets, LogNormal, Observed, pooled, quantile
+from lab.real import whatif as lab
 
 BOUNDS = np.array([0.1, 0.2, 0.5, 1.0, 2.0, 5.0])
 SLO = (1.0, 0.1)

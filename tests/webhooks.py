@@ -14,9 +14,9 @@ from typing import IO, Any
 
 import loopback
 
-from diagnoser.lab.promserver import free_port
 from diagnoser.webhook import http as webhook_http
 from diagnoser.webhook.receiver import Webhook
+from lab.promserver import free_port
 
 
 @contextlib.contextmanager

@@ -19,8 +19,8 @@ from diagnoser.catalog.levers import LeverError, parse_lever
 from diagnoser.catalog.model import Alert, Condition, Playbook, Signature
 from diagnoser.catalog.schema import validator
 from diagnoser.catalog.shapes import SHAPES
-from diagnoser.core.signals import SIGNALS
-from diagnoser.errors import FileFieldError, read_yaml_mapping
+from diagnoser.metrics.signals import SIGNALS
+from diagnoser.plumbing.errors import FileFieldError, read_yaml_mapping
 
 # ${targets} in an alert expression: the label matcher that selects vLLM scrape targets;
 # ${by}: the labels of the site's model grouping (model_name and the site's group labels).

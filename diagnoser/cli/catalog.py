@@ -90,7 +90,7 @@ def catalog_show(playbook_id: str, catalog_dirs: tuple[Path, ...], fmt: str) -> 
     pb = playbook(load_catalog(catalog_dirs), playbook_id)
     if fmt == "yaml":
         from diagnoser.catalog import CatalogError
-        from diagnoser.errors import MAX_YAML_BYTES, read_text
+        from diagnoser.plumbing.errors import MAX_YAML_BYTES, read_text
 
         click.echo(read_text(pb.path, CatalogError, MAX_YAML_BYTES), nl=False)
         return

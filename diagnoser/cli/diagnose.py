@@ -36,7 +36,7 @@ def scope(
 def _writable(output: Path) -> None:
     """Refuse an --output that cannot be written before any query is made: one that is a
     symbolic link (writing would replace the file it points to), a directory or a device."""
-    from diagnoser.core.atomic import refusal
+    from diagnoser.plumbing.atomic import refusal
 
     parent = output.parent
     if not parent.is_dir():
@@ -51,8 +51,8 @@ def _writable(output: Path) -> None:
 def _note_future(until: float, now: float) -> None:
     """A window that ends after now has no data there yet: say so (on stderr)."""
     if until > now + 60:
-        from diagnoser.core.durations import format_duration
         from diagnoser.diagnosis.model import iso
+        from diagnoser.plumbing.durations import format_duration
 
         click.echo(
             f"servediag: note: --until {iso(until)} is {format_duration(until - now)} in the "
@@ -182,7 +182,7 @@ def diagnose_cmd(
     )
     result = run(request)
     if explain is not None:
-        from diagnoser.core.printable import inert
+        from diagnoser.plumbing.printable import inert
         from diagnoser.report.explain import explain as explain_text
 
         click.echo(inert(explain_text(result, explain)), nl=False)
@@ -192,7 +192,7 @@ def diagnose_cmd(
     if output is None:
         click.echo(rendered, nl=False)
         return
-    from diagnoser.core.atomic import write_atomic
+    from diagnoser.plumbing.atomic import write_atomic
 
     try:  # whole or not at all, and never through a link put there meanwhile
         write_atomic(output, rendered.encode("utf-8"))

@@ -16,7 +16,7 @@ from diagnoser.cli.options import (
     load_site,
     playbook,
 )
-from diagnoser.core import engines
+from diagnoser.metrics import engines
 
 
 @click.command("signals")

@@ -17,7 +17,7 @@ from diagnoser.cli.params import HEADER, FiniteRange
 
 if TYPE_CHECKING:
     from diagnoser.catalog import Catalog, Playbook
-    from diagnoser.core.source import PrometheusSource
+    from diagnoser.plumbing.source import PrometheusSource
     from diagnoser.site import Site
 
 EXIT_FOUND = 1
@@ -31,7 +31,7 @@ def fail(message: str, code: int = EXIT_USAGE) -> NoReturn:
     """One line on stderr and exit ``code``. The message may quote what a server answered or
     what a file held: its control characters and line breaks are written as escapes, so it
     stays one line and cannot drive the terminal."""
-    from diagnoser.core.printable import printable
+    from diagnoser.plumbing.printable import printable
 
     click.echo(f"servediag: error: {printable(message)}", err=True)
     sys.exit(code)
@@ -81,9 +81,9 @@ def handles_errors(fn: F) -> F:
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        from diagnoser.core.source import SourceError
-        from diagnoser.errors import UserError
         from diagnoser.outputs.rules import PromtoolError
+        from diagnoser.plumbing.errors import UserError
+        from diagnoser.plumbing.source import SourceError
 
         try:
             return fn(*args, **kwargs)
@@ -161,8 +161,8 @@ def playbook(catalog: Catalog, pid: str) -> Playbook:
 
 def read_token(path: Path, option: str) -> str:
     """A token file's first line; a file too big, binary or of several lines is refused."""
-    from diagnoser.core.source import read_token as read_one
-    from diagnoser.errors import UserError
+    from diagnoser.plumbing.errors import UserError
+    from diagnoser.plumbing.source import read_token as read_one
 
     try:
         return read_one(path, option)
@@ -185,15 +185,15 @@ class SourceOptions:
 
     def connect(self) -> PrometheusSource:
         """The source, or exit 2 on an unreadable token file or a malformed option."""
-        from diagnoser.core.source import Auth, PrometheusSource, bad_url
+        from diagnoser.plumbing.source import Auth, PrometheusSource, bad_url
 
         url = (self.url or "").strip()
         why = bad_url(url)
         if why:
             fail(f"--prometheus-url {why}")
         if self.ca_file is not None:
-            from diagnoser.core.tls import check_ca_file
-            from diagnoser.errors import UserError
+            from diagnoser.plumbing.errors import UserError
+            from diagnoser.plumbing.tls import check_ca_file
 
             try:
                 check_ca_file(self.ca_file)

@@ -9,7 +9,7 @@ from typing import Any
 
 import click
 
-from diagnoser.core.durations import LONGEST, parse_seconds, parse_time
+from diagnoser.plumbing.durations import LONGEST, parse_seconds, parse_time
 
 
 class Duration(click.ParamType):  # type: ignore[type-arg]

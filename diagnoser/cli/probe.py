@@ -10,7 +10,7 @@ import click
 from diagnoser.cli.options import EXIT_SOURCE, fail, handles_errors
 from diagnoser.cli.params import HEADER, Duration
 from diagnoser.cli.shared import listen_option
-from diagnoser.core.printable import inert, printable
+from diagnoser.plumbing.printable import inert, printable
 
 DURATION = Duration(longest=86400)
 

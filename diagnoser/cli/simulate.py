@@ -11,7 +11,7 @@ import click
 
 from diagnoser.cli.options import catalog_option, fail, handles_errors, load_catalog
 from diagnoser.cli.params import HOST_PORT, TIMESTAMP, FiniteRange
-from diagnoser.core.durations import format_duration
+from diagnoser.plumbing.durations import format_duration
 
 
 @click.command("simulate")
@@ -128,7 +128,7 @@ def simulate_cmd(
             pass
         return
     assert out is not None
-    from diagnoser.core.atomic import Staged, refusal
+    from diagnoser.plumbing.atomic import Staged, refusal
 
     why = refusal(out)
     if why is not None:
@@ -138,7 +138,7 @@ def simulate_cmd(
     end_ts = end if end is not None else time.time()
     if end_ts - sc.duration < 0:
         fail(f"--end: the scenario's {format_duration(sc.duration)} would begin before 1970")
-    from diagnoser.core.exposition import write_openmetrics
+    from diagnoser.metrics.exposition import write_openmetrics
     from diagnoser.sim.run import simulate
 
     # Open the file first: an unwritable --out is said before minutes of simulation. It is a

@@ -121,8 +121,8 @@ def webhook_cmd(
     """
     import threading
 
-    from diagnoser.core.source import MAX_POINTS
     from diagnoser.diagnosis import MIN_STEP
+    from diagnoser.plumbing.source import MAX_POINTS
     from diagnoser.webhook.http import SafeFormatter, serve
     from diagnoser.webhook.notify import SlackForwarder
     from diagnoser.webhook.receiver import Webhook

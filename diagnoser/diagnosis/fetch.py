@@ -17,17 +17,17 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from diagnoser.catalog import Catalog
-from diagnoser.core import engines as registry
-from diagnoser.core.buckets import CUSTOM_FAMILIES
-from diagnoser.core.durations import parse_seconds
-from diagnoser.core.family import family
-from diagnoser.core.promql import agg, selector
-from diagnoser.core.signals import Signal, Vocabulary
-from diagnoser.core.signals.server import servers_of, target_up_of
-from diagnoser.core.source import MetricSource, OverLimit, Series
 from diagnoser.diagnosis.match import ScopeData
 from diagnoser.diagnosis.targets import Served, Target, by_model, served
 from diagnoser.diagnosis.window import Window
+from diagnoser.metrics import engines as registry
+from diagnoser.metrics.buckets import CUSTOM_FAMILIES
+from diagnoser.metrics.family import family
+from diagnoser.metrics.promql import agg, selector
+from diagnoser.metrics.signals import Signal, Vocabulary
+from diagnoser.metrics.signals.server import servers_of, target_up_of
+from diagnoser.plumbing.durations import parse_seconds
+from diagnoser.plumbing.source import MetricSource, OverLimit, Series
 from diagnoser.site import Site
 
 SLO_SIGNALS = ("ttft_slo_attainment", "itl_slo_attainment")

@@ -18,11 +18,11 @@ from dataclasses import dataclass
 
 from diagnoser.catalog import Playbook
 from diagnoser.catalog.shapes import Periods
-from diagnoser.core.source import MetricSource
 from diagnoser.diagnosis.fetch import Fetched, fetch, needed_signals
 from diagnoser.diagnosis.match import Match, ScopeData, evaluate, evaluate_absolute
 from diagnoser.diagnosis.onset import MIN_SEGMENT, change_point
 from diagnoser.diagnosis.window import MIN_STEP, Window
+from diagnoser.plumbing.source import MetricSource
 from diagnoser.site import Site
 
 MAX_POINTS = 1500

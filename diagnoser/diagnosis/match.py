@@ -16,9 +16,9 @@ import numpy as np
 
 from diagnoser.catalog import Condition, Playbook
 from diagnoser.catalog.shapes import SHAPES, Periods, Verdict
-from diagnoser.core.source import Series
-from diagnoser.core.units import AtLeast
 from diagnoser.diagnosis.onset import periods_for
+from diagnoser.plumbing.source import Series
+from diagnoser.plumbing.units import AtLeast
 
 BASE_CONFIDENCE = 0.55
 SUPPORT_WEIGHT = 0.3

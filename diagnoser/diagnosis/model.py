@@ -7,14 +7,14 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from diagnoser.core import engines
-from diagnoser.core.durations import iso as iso
-from diagnoser.core.finite import finite
 from diagnoser.diagnosis.health import Health, Sli
 from diagnoser.diagnosis.lookback import Reach
 from diagnoser.diagnosis.match import ConditionResult, Match, ScopeData
 from diagnoser.diagnosis.rows import findings_frame, series_frame
 from diagnoser.diagnosis.window import Window
+from diagnoser.metrics import engines
+from diagnoser.plumbing.durations import iso as iso
+from diagnoser.plumbing.finite import finite
 from diagnoser.site import Site
 
 if TYPE_CHECKING:

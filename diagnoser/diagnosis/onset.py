@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from diagnoser.catalog.shapes import Periods
-from diagnoser.core.source import Series
+from diagnoser.plumbing.source import Series
 
 MIN_SEGMENT = 8  # samples on each side of a change point
 # Share of the variance (in log space) a single step must explain to count as a change. With

@@ -36,11 +36,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import ParamSpec
 
-from diagnoser.core.durations import iso, parse_seconds
-from diagnoser.core.promql import matcher_label, selector
-from diagnoser.core.signals import Signal
-from diagnoser.core.source import MetricSource, OverLimit
 from diagnoser.diagnosis.window import Window
+from diagnoser.metrics.promql import matcher_label, selector
+from diagnoser.metrics.signals import Signal
+from diagnoser.plumbing.durations import iso, parse_seconds
+from diagnoser.plumbing.source import MetricSource, OverLimit
 from diagnoser.site import Site
 
 RULE_WINDOW = "5m"

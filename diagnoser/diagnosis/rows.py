@@ -12,9 +12,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, Protocol
 
-from diagnoser.core.durations import iso
 from diagnoser.diagnosis.match import ConditionResult, Match, ScopeData
 from diagnoser.diagnosis.window import Window
+from diagnoser.plumbing.durations import iso
 from diagnoser.site import Site
 
 if TYPE_CHECKING:

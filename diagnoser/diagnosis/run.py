@@ -12,7 +12,6 @@ from collections.abc import Sequence
 import numpy as np
 
 from diagnoser.catalog import Playbook
-from diagnoser.core.source import MetricSource, in_time, one_operation, warnings_of
 from diagnoser.diagnosis import recorded
 from diagnoser.diagnosis.fetch import Fetched, fetch, needed_signals, server_buckets
 from diagnoser.diagnosis.health import Health, assess, flag
@@ -22,6 +21,7 @@ from diagnoser.diagnosis.model import ByScope, Diagnosis, ScopeKey, scope_key
 from diagnoser.diagnosis.rank import rank
 from diagnoser.diagnosis.targets import Served
 from diagnoser.diagnosis.window import Window
+from diagnoser.plumbing.source import MetricSource, in_time, one_operation, warnings_of
 from diagnoser.site import Site
 
 DEFAULT_LOOKBACK = 86400.0

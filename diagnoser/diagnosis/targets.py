@@ -10,8 +10,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from diagnoser.core import promql as q
-from diagnoser.core.source import MetricSource, Series
+from diagnoser.metrics import promql as q
+from diagnoser.plumbing.source import MetricSource, Series
 from diagnoser.site import Site
 
 Target = tuple[str, str]  # (job, instance)

@@ -175,7 +175,7 @@ GPUS: dict[str, GpuSpec] = {
         GpuSpec("L40S", 48 * GB, 0.864e12, 362e12),
         # vLLM's CPU build on two x86 cores (AVX-512, float32), fitted to the steps of two
         # models measured on the lab's server (tests/data/cpu-step-costs.json, made by
-        # python -m diagnoser.lab.real.stepcosts; its 296 M-parameter model priced within 7%
+        # python -m lab.real.stepcosts; its 296 M-parameter model priced within 7%
         # of every step). At the simulator's default efficiencies (0.7): 210 GFLOP/s for the
         # linear layers and attention, 34 GB/s for the weights and the KV cache, read and
         # computed one after the other (the same cores do both); 0.9 ms a step and 0.01 ms a

@@ -17,10 +17,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from diagnoser.errors import MAX_DEPTH, FileFieldError, UserError, nesting_problem, read_text
 from diagnoser.hardware import presets as hardware
 from diagnoser.hardware.hfconfig import KV_HEADS, ConfigFieldError, HfConfig
 from diagnoser.hardware.presets import GB, KV_CACHE_DTYPES, GpuSpec, ModelSpec
+from diagnoser.plumbing.errors import (
+    MAX_DEPTH,
+    FileFieldError,
+    UserError,
+    nesting_problem,
+    read_text,
+)
 
 
 class ModelConfigError(FileFieldError):

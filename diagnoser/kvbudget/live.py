@@ -10,10 +10,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from diagnoser.core import families as F
-from diagnoser.core.printable import printable
-from diagnoser.core.source import MetricSource
 from diagnoser.kvbudget.budget import blocks_for
+from diagnoser.metrics import exporters
+from diagnoser.metrics import families as F
+from diagnoser.plumbing.printable import printable
+from diagnoser.plumbing.source import MetricSource
 
 # Ray's stat logger sanitises the colon away (see reference/engine-metrics.md).
 CACHE_INFO_NAMES = "vllm:cache_config_info|vllm_cache_config_info"
@@ -150,9 +151,9 @@ def dcgm_gpu(source: MetricSource, at: float) -> tuple[str, float] | None:
     """The servers' GPU as dcgm-exporter reports it: its ``modelName`` and memory (framebuffer
     used plus free, MiB, as bytes); None without DCGM series. Several GPU models are
     ambiguous for one plan: ``UserError`` asks for --gpu."""
-    from diagnoser.errors import UserError
+    from diagnoser.plumbing.errors import UserError
 
-    query = f"max by (modelName) ({F.GPU_FB_USED.name} + {F.GPU_FB_FREE.name})"
+    query = f"max by (modelName) ({exporters.GPU_FB_USED.name} + {exporters.GPU_FB_FREE.name})"
     found = {s.labels.get("modelName", ""): float(s.v[-1]) for s in source.query(query, at)}
     found = {k: v for k, v in found.items() if v > 0}
     if not found:

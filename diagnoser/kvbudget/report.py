@@ -9,11 +9,11 @@ import time
 from dataclasses import asdict
 from typing import Any
 
-from diagnoser.core.printable import inert, printable
 from diagnoser.hardware.presets import ModelSpec
 from diagnoser.kvbudget import budget as kvbudget
 from diagnoser.kvbudget.budget import Budget
 from diagnoser.kvbudget.live import Live
+from diagnoser.plumbing.printable import inert, printable
 
 WIDTH = 96
 

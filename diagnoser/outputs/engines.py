@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from diagnoser.catalog import PLACEHOLDER, Playbook
-from diagnoser.core import engines
+from diagnoser.metrics import engines
 from diagnoser.site import Site
 
 BEGIN, END = "<!-- engine-support:begin -->", "<!-- engine-support:end -->"

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from diagnoser.core.atomic import Staged, refusal
-from diagnoser.errors import UserError, read_bytes
 from diagnoser.outputs import rules, runbooks
+from diagnoser.plumbing.atomic import Staged, refusal
+from diagnoser.plumbing.errors import UserError, read_bytes
 from diagnoser.site import Site
 
 

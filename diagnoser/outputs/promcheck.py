@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from diagnoser.catalog import CatalogError, Playbook
-from diagnoser.core import engines
+from diagnoser.metrics import engines
 from diagnoser.outputs.gotemplate import template_problem
 from diagnoser.outputs.rules import PromtoolError, alert_rule, dump
 from diagnoser.site import Site

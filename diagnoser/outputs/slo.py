@@ -19,10 +19,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from diagnoser.core import engines
-from diagnoser.core import promql as q
-from diagnoser.core.signals.server import TARGET_MEMORY
-from diagnoser.core.signals.slo import error_ratio
+from diagnoser.metrics import engines
+from diagnoser.metrics import promql as q
+from diagnoser.metrics.signals.server import TARGET_MEMORY
+from diagnoser.metrics.signals.slo import error_ratio
 from diagnoser.site import Site
 from diagnoser.site.slo import Matcher, Objectives
 

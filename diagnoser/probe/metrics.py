@@ -1,8 +1,8 @@
 """The probe's metric families, shared by ``servediag probe`` and the simulator.
 
 Both write the same names, label names, label values and bucket bounds (the probe's rows of
-``diagnoser.core.families``), so the signals, recording rules and dashboards read a real probe and a
-simulated one alike:
+``diagnoser.metrics.families``), so the signals, recording rules and dashboards read a real probe
+and a simulated one alike:
 
 - ``llm_probe_ttft_seconds``, ``llm_probe_itl_seconds``, ``llm_probe_e2e_seconds``:
   histograms labelled ``model_name``, ``target``, ``prompt_bucket``;
@@ -22,8 +22,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from diagnoser.core import families as F
-from diagnoser.core.exposition import Histogram, Recorder, labels_of
+from diagnoser.metrics import exporters
+from diagnoser.metrics.exposition import Histogram, Recorder, labels_of
 from diagnoser.probe.stream import OUTCOMES
 
 SKIPPED_HELP = "Probe requests not sent, by reason (budget, in_flight)."
@@ -44,9 +44,9 @@ class ProbeMetrics:
     def bucket(self, label: str) -> None:
         """Create the bucket's series at zero, so a first failure is already a rate."""
         if label not in self.ttft:
-            self.ttft[label] = Histogram(F.PROBE_TTFT.bucket_bounds(0))
-            self.itl[label] = Histogram(F.PROBE_ITL.bucket_bounds(0))
-            self.e2e[label] = Histogram(F.PROBE_E2E.bucket_bounds(0))
+            self.ttft[label] = Histogram(exporters.PROBE_TTFT.bucket_bounds(0))
+            self.itl[label] = Histogram(exporters.PROBE_ITL.bucket_bounds(0))
+            self.e2e[label] = Histogram(exporters.PROBE_E2E.bucket_bounds(0))
             for outcome in OUTCOMES:
                 self.outcomes.setdefault((label, outcome), 0.0)
 
@@ -82,15 +82,21 @@ class ProbeMetrics:
             return labels_of(model_name=model_name, target=target, **kw, **extra)
 
         histograms = (
-            (F.PROBE_TTFT.name, F.PROBE_TTFT.help, self.ttft),
-            (F.PROBE_ITL.name, F.PROBE_ITL.help, self.itl),
-            (F.PROBE_E2E.name, F.PROBE_E2E.help, self.e2e),
+            (exporters.PROBE_TTFT.name, exporters.PROBE_TTFT.help, self.ttft),
+            (exporters.PROBE_ITL.name, exporters.PROBE_ITL.help, self.itl),
+            (exporters.PROBE_E2E.name, exporters.PROBE_E2E.help, self.e2e),
         )
         for label in self.ttft:
             for name, help_, hists in histograms:
                 rec.sample_histogram(name, help_, lb(prompt_bucket=label), t, hists[label])
         series = (
-            (F.PROBE_REQUESTS.name, "counter", F.PROBE_REQUESTS.help, "outcome", self.outcomes),
+            (
+                exporters.PROBE_REQUESTS.name,
+                "counter",
+                exporters.PROBE_REQUESTS.help,
+                "outcome",
+                self.outcomes,
+            ),
             ("llm_probe_skipped_total", "counter", SKIPPED_HELP, "reason", self.skipped),
             ("llm_probe_prompt_tokens", "gauge", PROMPT_HELP, "source", self.prompt_tokens),
         )

@@ -23,9 +23,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from diagnoser.core.buckets import class_size, prompt_bucket_label
-from diagnoser.core.tokens import WORDS
-from diagnoser.errors import UserError, read_text
+from diagnoser.metrics.buckets import class_size, prompt_bucket_label
+from diagnoser.metrics.tokens import WORDS
+from diagnoser.plumbing.errors import UserError, read_text
 
 APPROXIMATION = "approximation"
 TOKENIZER = "tokenizer"

@@ -19,9 +19,9 @@ from dataclasses import dataclass, field
 from statistics import median
 from typing import Any
 
-from diagnoser.core import listener
-from diagnoser.core.buckets import prompt_bucket_label
-from diagnoser.core.exposition import Recorder, text_exposition
+from diagnoser.metrics.buckets import prompt_bucket_label
+from diagnoser.metrics.exposition import Recorder, text_exposition
+from diagnoser.plumbing import listener
 from diagnoser.probe.metrics import ProbeMetrics
 from diagnoser.probe.prompts import Approximation, TokenCounter
 from diagnoser.probe.stream import Endpoint, ProbeError, Result, get_json, stream
@@ -245,7 +245,7 @@ class MetricsServer(listener.Server):
 
 def serve_metrics(prober: Prober, host: str, port: int) -> MetricsServer:
     """``/metrics`` on HOST:PORT in a background thread; ``shutdown()`` stops it. Bounded as
-    the webhook's listener is (``core.listener``): connections at once, a timeout for each
+    the webhook's listener is (``plumbing.listener``): connections at once, a timeout for each
     read (an idle connection is closed), a deadline per connection, a bounded request head."""
 
     class Handler(listener.Handler):

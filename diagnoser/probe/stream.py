@@ -33,11 +33,11 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
-from diagnoser.core.http import REAPER, describe, tls_context
-from diagnoser.core.redact import redactor
-from diagnoser.core.source import read_token, redact_url
-from diagnoser.core.tls import check_ca_file
-from diagnoser.errors import UserError
+from diagnoser.plumbing.errors import UserError
+from diagnoser.plumbing.http import REAPER, describe, tls_context
+from diagnoser.plumbing.redact import redactor
+from diagnoser.plumbing.source import read_token, redact_url
+from diagnoser.plumbing.tls import check_ca_file
 
 OUTCOMES = ("ok", "http_error", "timeout", "truncated", "connection_error")
 API_PATHS = {"completions": "/v1/completions", "chat": "/v1/chat/completions"}
@@ -113,7 +113,7 @@ class Endpoint:
 
     def clean(self, text: str) -> str:
         """``text`` (from a server: an error body may echo the request) without credentials,
-        in any encoding (``core.redact``): header values, the token, the URL's password."""
+        in any encoding (``plumbing.redact``): header values, the token, the URL's password."""
         values = [*self.headers.values(), self._token or "", self._password]
         values += [v.split(" ", 1)[1] for v in self.headers.values() if " " in v.strip()]
         return redactor(tuple(sorted(set(values)))).clean(text)

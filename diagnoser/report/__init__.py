@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import json
 
-from diagnoser.core.printable import inert
 from diagnoser.diagnosis.model import Diagnosis, to_json
+from diagnoser.plumbing.printable import inert
 
 FORMATS = ("text", "json", "markdown", "html", "csv")
 
@@ -16,7 +16,7 @@ def as_json(d: Diagnosis) -> str:
 
 
 def render(d: Diagnosis, fmt: str, colour: bool = False) -> str:
-    """The report in ``fmt``. Text, Markdown and HTML pass through ``core.printable.inert``:
+    """The report in ``fmt``. Text, Markdown and HTML pass through ``plumbing.printable.inert``:
     whatever Prometheus put in a value, no control character reaches the reader's terminal
     (each label value is already written with ``printable`` where it is placed)."""
     if fmt == "json":

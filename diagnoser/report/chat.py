@@ -7,7 +7,7 @@ alert's playbook, the message says so and still gives that playbook's cause and 
 Slack-compatible servers read the same text in their own ways: Slack as mrkdwn (``<...>``
 makes links and mentions), Mattermost and Rocket.Chat as Markdown (``[text](url)``, bare
 URLs, ``@channel``, ``@all``). Every line but the runbook links is escaped for both: Slack's
-three characters (``mrkdwn``) and ``core.printable.defang``, so what an alert or a label
+three characters (``mrkdwn``) and ``plumbing.printable.defang``, so what an alert or a label
 brought can neither notify anyone nor become a link. A link is only ever an http(s) URL.
 """
 
@@ -16,8 +16,8 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import urlsplit
 
-from diagnoser.core.printable import defang, inert, printable
 from diagnoser.diagnosis.model import Diagnosis
+from diagnoser.plumbing.printable import defang, inert, printable
 from diagnoser.report.format import evidence_lines, health_line, scope_text, since
 from diagnoser.site import Site
 
@@ -53,7 +53,7 @@ def _text(lines: list[str | list[str]]) -> str:
 def message(record: dict[str, Any], d: Diagnosis | None, site: Site) -> str:
     """``record`` is the webhook's record of the alert (its JSON line); ``d`` its diagnosis.
     What the alert brought (its name, severity, summary, playbook, runbook URL, labels) is
-    printed with its control characters escaped (``core.printable``)."""
+    printed with its control characters escaped (``plumbing.printable``)."""
     record = {k: printable(v) if isinstance(v, str) else v for k, v in record.items()}
     playbook = record.get("playbook")
     lines: list[str | list[str]] = [

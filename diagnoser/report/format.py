@@ -6,11 +6,11 @@ from __future__ import annotations
 import textwrap
 import time
 
-from diagnoser.core.durations import format_duration
-from diagnoser.core.printable import printable
 from diagnoser.diagnosis.health import Health, Sli, describe
 from diagnoser.diagnosis.match import Match
 from diagnoser.diagnosis.model import Diagnosis
+from diagnoser.plumbing.durations import format_duration
+from diagnoser.plumbing.printable import printable
 
 WIDTH = 96
 
@@ -26,7 +26,7 @@ def day(t: float) -> str:
 
 def scope_text(s: dict[str, str]) -> str:
     """``model_name=llama, instance=...``: label values from Prometheus or an alert, with
-    their control characters written as escapes (see ``core.printable``)."""
+    their control characters written as escapes (see ``plumbing.printable``)."""
     return ", ".join(f"{printable(k)}={printable(v)}" for k, v in s.items())
 
 

@@ -17,9 +17,9 @@ import jinja2
 import numpy as np
 from markupsafe import Markup
 
-from diagnoser.core.source import Series
-from diagnoser.core.units import fmt
 from diagnoser.diagnosis.model import Diagnosis, iso
+from diagnoser.plumbing.source import Series
+from diagnoser.plumbing.units import fmt
 from diagnoser.report.format import health_line, needs, scope_text, since
 
 W, H, PAD = 560, 120, 28

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from diagnoser.core.printable import defang
 from diagnoser.diagnosis.model import Diagnosis, iso, what_if_of
+from diagnoser.plumbing.printable import defang
 from diagnoser.report.format import health_line, needs, scope_text, since
 from diagnoser.report.whatif import finding_lines
 
@@ -16,7 +16,7 @@ def cell(text: str) -> str:
 def plain(text: str) -> str:
     """What came from outside (label values, a server's warning), as text and nothing else
     once rendered: HTML written as entities (no tag, no image), no mention, link or URL
-    (``core.printable.defang``)."""
+    (``plumbing.printable.defang``)."""
     return defang(text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;"))
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from diagnoser.core.printable import printable
+from diagnoser.plumbing.printable import printable
 from diagnoser.report.format import wrap
 from diagnoser.whatif.figures import fmt, knee_lines, with_band
 

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from diagnoser.core import families as F
-from diagnoser.core.exposition import Histogram, Labels, Recorder, labels_of
+from diagnoser.metrics import families as F
+from diagnoser.metrics.exposition import Histogram, Labels, Recorder, labels_of
 from diagnoser.sim.engine import Engine
 from diagnoser.sim.engine_stats import EngineStats
 

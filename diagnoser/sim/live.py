@@ -28,7 +28,7 @@ from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from diagnoser.core.exposition import Recorder
+from diagnoser.metrics.exposition import Recorder
 from diagnoser.sim.engine import Request
 from diagnoser.sim.openai import (
     CHAT_PATH,

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from diagnoser.core.tokens import WORDS, approx_tokens
+from diagnoser.metrics.tokens import WORDS, approx_tokens
 
 CHAT_PATH = "/v1/chat/completions"
 COMPLETIONS_PATH = "/v1/completions"
@@ -228,7 +228,7 @@ class ProxyBuffer:
     def parse(cls, text: str) -> ProxyBuffer:
         if text.strip().lower() == "full":
             return cls(full=True)
-        from diagnoser.core.durations import parse_duration
+        from diagnoser.plumbing.durations import parse_duration
 
         try:
             seconds = float(text) if _is_number(text) else parse_duration(text.strip())

@@ -13,8 +13,8 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
-from diagnoser.core import engines
-from diagnoser.core.exposition import Histogram, Labels, Recorder
+from diagnoser.metrics import engines
+from diagnoser.metrics.exposition import Histogram, Labels, Recorder
 from diagnoser.sim import sglang_metrics, vllm_metrics
 
 

@@ -9,8 +9,8 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from diagnoser.core import engines
-from diagnoser.core.exposition import Recorder, labels_of, text_exposition
+from diagnoser.metrics import engines
+from diagnoser.metrics.exposition import Recorder, labels_of, text_exposition
 from diagnoser.probe.metrics import ProbeMetrics
 from diagnoser.sim.engine import Request
 from diagnoser.sim.scenario import Change, ModelScenario, Probe, Scenario, resolve

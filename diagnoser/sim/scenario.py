@@ -17,10 +17,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from diagnoser.core.buckets import BucketsError, parse_custom, prompt_bucket_label
-from diagnoser.core.durations import format_duration, parse_duration
-from diagnoser.errors import FileFieldError, read_yaml_mapping
 from diagnoser.hardware import presets as hardware
+from diagnoser.metrics.buckets import BucketsError, parse_custom, prompt_bucket_label
+from diagnoser.plumbing.durations import format_duration, parse_duration
+from diagnoser.plumbing.errors import FileFieldError, read_yaml_mapping
 from diagnoser.sim.engine import EngineConfig
 from diagnoser.sim.profiles import profile
 from diagnoser.sim.server import RUNTIMES, ApiServerConfig, Fault

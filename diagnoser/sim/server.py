@@ -19,9 +19,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from diagnoser.core import families as F
-from diagnoser.core.exposition import Histogram, Recorder, labels_of
 from diagnoser.hardware.presets import GB, GpuSpec, ModelSpec
+from diagnoser.metrics import exporters as X
+from diagnoser.metrics import families as F
+from diagnoser.metrics.exposition import Histogram, Recorder, labels_of
 from diagnoser.sim import sglang_metrics as sgm
 from diagnoser.sim.engine import Engine, EngineConfig, Request
 from diagnoser.sim.kv_transfer import POST_SECONDS
@@ -70,7 +71,7 @@ class ServerSpec:
     api: ApiServerConfig
     engines: int = 1
     version: str = "0.33"
-    runtime: str = "vllm"  # a registered engine's name (diagnoser.core.engines)
+    runtime: str = "vllm"  # a registered engine's name (diagnoser.metrics.engines)
     job: str = "vllm"
     instance: str = "vllm-0:8000"
     ordinal: int = 0  # the server's place among the model's instances
@@ -145,7 +146,7 @@ class Server:
         self.cpu_seconds = 0.0
         self.cpu_free_at = t
         self.http = {}
-        self.http_highr = Histogram(F.HTTP_DURATION_HIGHR.bucket_bounds(0))
+        self.http_highr = Histogram(X.HTTP_DURATION_HIGHR.bucket_bounds(0))
         self.http_duration: dict[str, Histogram] = {}
         self.http_size: dict[str, list[float]] = {}  # handler -> [count, request bytes]
         self.http_pending = {}
@@ -252,7 +253,7 @@ class Server:
             self.http_highr.observe(seconds)
             hist = self.http_duration.get(handler)
             if hist is None:
-                hist = self.http_duration[handler] = Histogram(F.HTTP_DURATION.bucket_bounds(0))
+                hist = self.http_duration[handler] = Histogram(X.HTTP_DURATION.bucket_bounds(0))
             hist.observe(seconds)
             size = self.http_size.setdefault(handler, [0.0, 0.0])
             size[0] += len(done)
@@ -314,7 +315,7 @@ class Server:
         """One scrape at ``t`` as Prometheus stores it: ``up`` and the target's labels on
         every series; the server's own series only while it answers."""
         target = self.target_labels()
-        rec.sample(F.UP.name, F.UP.type, F.UP.help, labels_of(**target), t, float(self.up))
+        rec.sample(X.UP.name, X.UP.type, X.UP.help, labels_of(**target), t, float(self.up))
         if self.s.dcgm:
             self.record_dcgm(rec, t, interval)
         self.record_metrics(rec, t, target)
@@ -338,8 +339,8 @@ class Server:
             self._record_lora(rec, t, lb)
         if self.s.api.processes == 1:  # prometheus_client's default registry
             for fam, value in (
-                (F.PROCESS_CPU, self.cpu_seconds),
-                (F.PROCESS_START, self.started_at),
+                (X.PROCESS_CPU, self.cpu_seconds),
+                (X.PROCESS_START, self.started_at),
             ):
                 rec.sample(fam.name, fam.type, fam.help, lb, t, value)
         self._record_http(rec, t, target)
@@ -388,7 +389,7 @@ class Server:
     def _record_http(self, rec: Recorder, t: float, target: dict[str, str]) -> None:
         # prometheus-fastapi-instrumentator creates a (handler, status) series at its first
         # answer of that status: a server that never refused anything has no 4xx series.
-        fam = F.HTTP_REQUESTS
+        fam = X.HTTP_REQUESTS
         for (handler, status), count in sorted(self.http.items()):
             lb = labels_of(handler=handler, method="POST", status=status, **target)
             rec.sample(fam.name, fam.type, fam.help, lb, t, count)
@@ -396,20 +397,20 @@ class Server:
             lb = labels_of(handler=handler, **target)
             count, size = self.http_size[handler]
             rec.sample_summary(
-                F.HTTP_REQUEST_SIZE.name, F.HTTP_REQUEST_SIZE.help, lb, t, count, size
+                X.HTTP_REQUEST_SIZE.name, X.HTTP_REQUEST_SIZE.help, lb, t, count, size
             )
             # Streamed responses have no Content-Length; the instrumentator observes 0.
             rec.sample_summary(
-                F.HTTP_RESPONSE_SIZE.name, F.HTTP_RESPONSE_SIZE.help, lb, t, count, 0.0
+                X.HTTP_RESPONSE_SIZE.name, X.HTTP_RESPONSE_SIZE.help, lb, t, count, 0.0
             )
             lb = labels_of(handler=handler, method="POST", **target)
             rec.sample_histogram(
-                F.HTTP_DURATION.name, F.HTTP_DURATION.help, lb, t, self.http_duration[handler]
+                X.HTTP_DURATION.name, X.HTTP_DURATION.help, lb, t, self.http_duration[handler]
             )
         if self.http_duration:
             rec.sample_histogram(
-                F.HTTP_DURATION_HIGHR.name,
-                F.HTTP_DURATION_HIGHR.help,
+                X.HTTP_DURATION_HIGHR.name,
+                X.HTTP_DURATION_HIGHR.help,
                 labels_of(**target),
                 t,
                 self.http_highr,
@@ -445,9 +446,9 @@ class Server:
                 **(self.dcgm_target() if target else {}),
             )
             for fam, value in (
-                (F.GPU_UTIL, util),
-                (F.GPU_FB_USED, used),
-                (F.GPU_FB_FREE, total_mib - used),
+                (X.GPU_UTIL, util),
+                (X.GPU_FB_USED, used),
+                (X.GPU_FB_FREE, total_mib - used),
                 *board.readings(util / 100, loaded=used > 0),
             ):
                 rec.sample(fam.name, fam.type, fam.help, lb, t, round(value))
@@ -469,10 +470,13 @@ class Board:
 
     def readings(self, busy: float, loaded: bool) -> tuple[tuple[F.Family, float], ...]:
         return (
-            (F.GPU_POWER, self.idle_watts + (self.limit_watts - self.idle_watts) * 0.6 * busy),
-            (F.GPU_TEMP, self.idle_celsius + (self.hot_celsius - self.idle_celsius) * busy),
-            (F.GPU_SM_CLOCK, self.boost_mhz if loaded and busy > 0 else self.idle_mhz),
-            (F.GPU_XID, 0.0),
+            (
+                X.GPU_POWER,
+                self.idle_watts + (self.limit_watts - self.idle_watts) * 0.6 * busy,
+            ),
+            (X.GPU_TEMP, self.idle_celsius + (self.hot_celsius - self.idle_celsius) * busy),
+            (X.GPU_SM_CLOCK, self.boost_mhz if loaded and busy > 0 else self.idle_mhz),
+            (X.GPU_XID, 0.0),
         )
 
 

@@ -1,5 +1,5 @@
 """What one SGLang 0.5 server started with ``--enable-metrics`` exposes: the ``sglang:*``
-families of :mod:`diagnoser.core.families_sglang`, as a unified engine (``engine_type=
+families of :mod:`diagnoser.metrics.families_sglang`, as a unified engine (``engine_type=
 "unified"``) whose statistics come from TP rank 0 (SGLang's default), with CUDA graphs and
 the radix cache on and no optional feature.
 
@@ -30,10 +30,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from diagnoser.core import families_sglang as SG
-from diagnoser.core.exposition import Histogram, Labels, Recorder
-from diagnoser.core.family import Family
 from diagnoser.hardware.presets import GB
+from diagnoser.metrics import families_sglang as SG
+from diagnoser.metrics.exposition import Histogram, Labels, Recorder
+from diagnoser.metrics.family import Family
 from diagnoser.sim.engine import Engine, EngineStats, Request
 
 PROFILES = {"0.5": "0.5.23"}

@@ -1,6 +1,6 @@
 """What one vLLM server's ``PrometheusStatLogger`` exposes, per version profile.
 
-The simulator emits every family of :mod:`diagnoser.core.families` that the profile's vLLM
+The simulator emits every family of :mod:`diagnoser.metrics.families` that the profile's vLLM
 registers with no optional feature on, with the label values vLLM creates at start-up, and
 nothing else; ``tests/test_conformance.py`` holds each profile to the family list read from
 that version's wheel (``tests/data/vllm-VERSION.json``). Observations follow
@@ -19,10 +19,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from diagnoser.core import families as F
-from diagnoser.core.buckets import CUSTOM_FAMILIES, version_key
-from diagnoser.core.exposition import Histogram, Labels, Recorder
-from diagnoser.core.families import Family
+from diagnoser.metrics import families as F
+from diagnoser.metrics.buckets import CUSTOM_FAMILIES, version_key
+from diagnoser.metrics.exposition import Histogram, Labels, Recorder
+from diagnoser.metrics.families import Family
 from diagnoser.sim.engine import Engine, EngineConfig, Request
 from diagnoser.sim.engine_stats import EngineStats
 from diagnoser.sim.kv_transfer import NixlMetrics, in_transfer

@@ -14,10 +14,10 @@ from functools import cache
 from pathlib import Path
 
 from diagnoser.catalog import Catalog, Playbook, load_catalog, with_param
-from diagnoser.core import engines
-from diagnoser.core.buckets import CUSTOM_FAMILIES, read_at
-from diagnoser.core.promql import Scope
-from diagnoser.core.signals import Signal, Vocabulary
+from diagnoser.metrics import engines
+from diagnoser.metrics.buckets import CUSTOM_FAMILIES, read_at
+from diagnoser.metrics.promql import Scope
+from diagnoser.metrics.signals import Signal, Vocabulary
 from diagnoser.site.config import AlertOverride, ConfigError, SiteConfig, load_config
 
 __all__ = ["ConfigError", "Site", "SiteConfig", "load_config"]

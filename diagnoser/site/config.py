@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from diagnoser.core import engines
-from diagnoser.core.buckets import (
+from diagnoser.metrics import engines
+from diagnoser.metrics.buckets import (
     CUSTOM_FAMILIES,
     DEFAULT_BOUNDS,
     BucketsError,
@@ -24,9 +24,9 @@ from diagnoser.core.buckets import (
     parse_custom,
     read_at,
 )
-from diagnoser.core.durations import LONGEST, parse_duration
-from diagnoser.core.promql import MATCHER
-from diagnoser.errors import UserError, load_yaml
+from diagnoser.metrics.promql import MATCHER
+from diagnoser.plumbing.durations import LONGEST, parse_duration
+from diagnoser.plumbing.errors import UserError, load_yaml
 from diagnoser.site.slo import SloConfig, SloError
 from diagnoser.site.slo import parse as parse_slo
 

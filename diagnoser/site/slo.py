@@ -20,9 +20,9 @@ import re
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
-from diagnoser.core import buckets
-from diagnoser.core.durations import parse_duration
-from diagnoser.core.promql import quote
+from diagnoser.metrics import buckets
+from diagnoser.metrics.promql import quote
+from diagnoser.plumbing.durations import parse_duration
 
 MATCHER = re.compile(r'\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*(=~|!~|!=|=)\s*"((?:[^"\\\n]|\\.)*)"\s*')
 OBJECTIVES = ("availability", "ttft", "itl")

@@ -6,7 +6,7 @@ too deeply), 413 for one over 1 MiB or with more new alerts than the queue holds
 the queue is full or the receiver is stopping. ``GET /healthz`` answers ``ok`` (503 while
 stopping); ``GET /metrics`` exposes the receiver's own counters for Prometheus.
 
-The edge holds up under load and against slow or hostile clients (``core.listener``): at
+The edge holds up under load and against slow or hostile clients (``plumbing.listener``): at
 most ``MAX_CONNECTIONS`` served at once, the next waiting in a listen backlog of ``BACKLOG``,
 ``CLIENT_TIMEOUT`` seconds for each read from a client and ``CLIENT_DEADLINE`` for a whole
 request, after which its connection is closed, and a request head of at most 32 KiB and 64
@@ -23,7 +23,7 @@ import threading
 import time
 from http.server import BaseHTTPRequestHandler
 
-from diagnoser.core import listener
+from diagnoser.plumbing import listener
 from diagnoser.webhook.payload import PayloadError, parse_notification
 from diagnoser.webhook.receiver import Webhook
 from diagnoser.webhook.stop import SignalStop

@@ -15,8 +15,8 @@ import json
 import time
 from typing import Any
 
-from diagnoser.core import http
 from diagnoser.diagnosis import Diagnosis
+from diagnoser.plumbing import http
 from diagnoser.report.chat import message
 from diagnoser.site import Site
 

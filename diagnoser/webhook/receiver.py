@@ -30,8 +30,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
-from diagnoser.core.source import MetricSource, SourceError
 from diagnoser.diagnosis import Diagnosis, to_json
+from diagnoser.plumbing.source import MetricSource, SourceError
 from diagnoser.request import Request, Scope, run
 from diagnoser.site import Site, SiteConfig
 from diagnoser.webhook.dispatch import Dispatcher, Job

@@ -17,8 +17,8 @@ from diagnoser.diagnosis.model import Diagnosis, ScopeKey, covers, scope_key
 
 if TYPE_CHECKING:
     from diagnoser.catalog.levers import Lever
-    from diagnoser.core.source import MetricSource
     from diagnoser.diagnosis.match import Match
+    from diagnoser.plumbing.source import MetricSource
     from diagnoser.site import Site
     from diagnoser.whatif.setup import SetupOptions
 
@@ -63,9 +63,9 @@ def _one(
     levers: list[Lever],
 ) -> tuple[dict[str, Any] | None, str | None]:
     """The what-if's JSON object for one model scope, or why there is none."""
-    from diagnoser.core.promql import matcher
-    from diagnoser.core.source import SourceError, one_operation
-    from diagnoser.errors import UserError
+    from diagnoser.metrics.promql import matcher
+    from diagnoser.plumbing.errors import UserError
+    from diagnoser.plumbing.source import SourceError, one_operation
     from diagnoser.whatif.replay import ReplayError
     from diagnoser.whatif.report import to_json
     from diagnoser.whatif.setup import predict

@@ -17,12 +17,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from diagnoser.core import engines as registry
-from diagnoser.core import families as F
-from diagnoser.core.printable import printable
-from diagnoser.core.source import MetricSource
-from diagnoser.errors import UserError
 from diagnoser.kvbudget.live import read_live
+from diagnoser.metrics import engines as registry
+from diagnoser.metrics import families as F
+from diagnoser.plumbing.errors import UserError
+from diagnoser.plumbing.printable import printable
+from diagnoser.plumbing.source import MetricSource
 from diagnoser.whatif.stats import Buckets, LogNormal, Observed, fit_lognormal
 
 # Fewer finished requests than this, and the length histograms and latency quantiles are
@@ -179,7 +179,7 @@ def fit_window(
 ) -> Fit:
     """Fit ``model``'s workload and engine over ``[start, end]`` (``selector``: the site's
     matchers; the model's is added here)."""
-    from diagnoser.core.promql import matcher
+    from diagnoser.metrics.promql import matcher
 
     scope = (*selector, matcher("model_name", model))
     span = f"{int(end - start)}s"

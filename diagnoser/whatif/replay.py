@@ -22,8 +22,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from diagnoser.core import families as F
-from diagnoser.core.exposition import Recorder
 from diagnoser.hardware.presets import (
     GB,
     KV_CACHE_DTYPES,
@@ -32,6 +30,8 @@ from diagnoser.hardware.presets import (
     kv_capacity_tokens,
 )
 from diagnoser.kvbudget.budget import kv_value_bytes
+from diagnoser.metrics import families as F
+from diagnoser.metrics.exposition import Recorder
 from diagnoser.sim.engine import EngineConfig
 from diagnoser.sim.run import Simulation
 from diagnoser.sim.scenario import (

@@ -37,9 +37,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from diagnoser.core.durations import iso
-from diagnoser.core.finite import finite
-from diagnoser.core.printable import printable
+from diagnoser.plumbing.durations import iso
+from diagnoser.plumbing.finite import finite
+from diagnoser.plumbing.printable import printable
 from diagnoser.whatif.calibrate import NOISE_Z, TOLERANCE, relative
 from diagnoser.whatif.figures import LABELS, SHOWN, fmt, knee_lines
 from diagnoser.whatif.predict import WhatIf

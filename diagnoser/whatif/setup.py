@@ -18,8 +18,8 @@ from diagnoser.hardware.presets import GIB, MODEL_ALIASES, GpuSpec
 
 if TYPE_CHECKING:
     from diagnoser.catalog.levers import Lever
-    from diagnoser.core.source import MetricSource
     from diagnoser.hardware.presets import ModelSpec
+    from diagnoser.plumbing.source import MetricSource
     from diagnoser.site import Site
     from diagnoser.whatif.predict import WhatIf
 
@@ -104,11 +104,11 @@ def catalog_levers(site: Site) -> list[Lever]:
 
 def shape(model: str, preset: str | None, model_config: Path | None) -> ModelSpec:
     """The model's shape: the preset, the config.json, or a preset of the served name."""
-    from diagnoser.errors import UserError
     from diagnoser.hardware import presets
     from diagnoser.hardware.hfconfig import ConfigFieldError
     from diagnoser.hardware.presets import ModelSpec as Spec
     from diagnoser.kvbudget.budget import ModelConfigError, load_model
+    from diagnoser.plumbing.errors import UserError
 
     if model_config is not None:
         loaded = load_model(str(model_config))
@@ -136,9 +136,9 @@ def shape(model: str, preset: str | None, model_config: Path | None) -> ModelSpe
 
 def gpu(prometheus: MetricSource, gpu_name: str | None, at: float) -> GpuSpec:
     """The GPU named, else the one DCGM reports (a preset of its family and memory)."""
-    from diagnoser.errors import UserError
     from diagnoser.hardware import presets
     from diagnoser.kvbudget.live import dcgm_gpu
+    from diagnoser.plumbing.errors import UserError
 
     if gpu_name is not None:
         try:

@@ -16,7 +16,7 @@ from typing import Any, ClassVar, Protocol
 
 import numpy as np
 
-from diagnoser.core.units import fmt
+from diagnoser.plumbing.units import fmt
 
 STATS: dict[str, Callable[[np.ndarray], float]] = {
     "median": lambda a: float(np.median(a)),

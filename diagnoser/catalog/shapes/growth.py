@@ -16,7 +16,7 @@ from diagnoser.catalog.shapes.base import (
     sliced,
     summarise,
 )
-from diagnoser.core.buckets import class_size
+from diagnoser.metrics.buckets import class_size
 
 
 def grows_with(exponent: float, classes: dict[str, float]) -> Verdict:

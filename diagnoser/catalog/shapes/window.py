@@ -24,7 +24,7 @@ from diagnoser.catalog.shapes.base import (
     value_text,
     values,
 )
-from diagnoser.core.durations import format_duration
+from diagnoser.plumbing.durations import format_duration
 
 # A drift is told from a step only over a window of several rate windows.
 DRIFT_SPANS = 3

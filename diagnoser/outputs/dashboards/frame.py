@@ -13,7 +13,7 @@ from grafanalib.core import (
     Templating,
 )
 
-from diagnoser.core import buckets, engines
+from diagnoser.metrics import buckets, engines
 from diagnoser.outputs.dashboards.style import DS
 from diagnoser.site import Site
 

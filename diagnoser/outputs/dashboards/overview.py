@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from grafanalib.core import Dashboard, Stat, Table
 
-from diagnoser.core import families as F
-from diagnoser.core import families_sglang as SG
-from diagnoser.core import promql as q
-from diagnoser.core import promql_series as rs
-from diagnoser.core import promql_sglang as sg
+from diagnoser.metrics import families as F
+from diagnoser.metrics import families_sglang as SG
+from diagnoser.metrics import promql as q
+from diagnoser.metrics import promql_series as rs
+from diagnoser.metrics import promql_sglang as sg
 from diagnoser.outputs.dashboards import models, slo_row
 from diagnoser.outputs.dashboards.frame import FIRING_ALERTS, dashboard
 from diagnoser.outputs.dashboards.style import (

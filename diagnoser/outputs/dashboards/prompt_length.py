@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from grafanalib.core import Dashboard
 
-from diagnoser.core import families as F
+from diagnoser.metrics import families as F
 from diagnoser.outputs.dashboards.frame import dashboard
 from diagnoser.outputs.dashboards.style import Board, heatmap, series
 from diagnoser.site import Site

@@ -1,8 +1,8 @@
 """The house style: our selectors, units and panel helpers over grafanalib's neutral core.
 
-Every query is a signal from ``diagnoser.core.signals`` rendered for the dashboard's variables, so
-dashboards share the recording rules' and the diagnoser's definitions (renamed metrics read
-under both names, ``sum by (le)`` in quantiles, ``/ (den > 0)`` guards).
+Every query is a signal from ``diagnoser.metrics.signals`` rendered for the dashboard's
+variables, so dashboards share the recording rules' and the diagnoser's definitions (renamed
+metrics read under both names, ``sum by (le)`` in quantiles, ``/ (den > 0)`` guards).
 
 Every panel is drawn at full resolution: no ``maxDataPoints`` (Grafana asks for one point per
 pixel of the panel's width), every query at ``intervalFactor`` 1, and the site's scrape
@@ -17,7 +17,7 @@ from typing import Any
 
 from grafanalib.core import GridPos, Heatmap, RowPanel, Stat, Table, Target, TimeSeries
 
-from diagnoser.core import engines
+from diagnoser.metrics import engines
 from diagnoser.site import Site
 
 # What Grafana itself saves for a panel bound to the `datasource` variable.

@@ -1,0 +1,214 @@
+"""Series kept over simulated time, written as OpenMetrics for ``promtool tsdb
+create-blocks-from openmetrics`` or as the Prometheus text format for a live ``/metrics``.
+
+Names are exposed names: counters end in ``_total`` and histograms expose ``_bucket``,
+``_sum`` and ``_count`` with ``le`` formatted as ``prometheus_client`` formats it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import TextIO
+
+import numpy as np
+
+from diagnoser.metrics.buckets import le_label
+
+Labels = tuple[tuple[str, str], ...]
+
+
+def labels_of(**kw: str) -> Labels:
+    return tuple(sorted(kw.items()))
+
+
+class Histogram:
+    """Cumulative histogram with fixed bounds; observations may carry counts."""
+
+    def __init__(self, bounds: Iterable[float]):
+        self.key = tuple(float(b) for b in bounds)
+        self.bounds = np.asarray(self.key, dtype=np.float64)
+        self.counts = np.zeros(len(self.bounds) + 1, dtype=np.float64)  # last: +Inf only
+        self.sum = 0.0
+
+    def observe(self, values: np.ndarray | list[float], weights: np.ndarray | None = None) -> None:
+        v = np.asarray(values, dtype=np.float64)
+        if v.size == 0:
+            return
+        w = np.ones_like(v) if weights is None else np.asarray(weights, dtype=np.float64)
+        idx = np.searchsorted(self.bounds, v, side="left")
+        self.counts += np.bincount(idx, weights=w, minlength=len(self.counts))
+        self.sum += float((v * w).sum())
+
+    def cumulative(self) -> np.ndarray:
+        return np.cumsum(self.counts)
+
+    @property
+    def count(self) -> float:
+        return float(self.counts.sum())
+
+
+@dataclass
+class Family:
+    name: str  # exposed base name (counters with _total, histograms without suffix)
+    type: str  # counter | gauge | histogram
+    help: str
+    points: dict[Labels, list[tuple[float, float]]] = field(default_factory=dict)
+    # histograms: labels -> list of (timestamp, cumulative bucket counts, sum)
+    # histograms: labels -> list of (timestamp, bucket bounds, cumulative counts, sum). The
+    # bounds travel with each point: a restart with another max_model_len changes them.
+    hpoints: dict[Labels, list[tuple[float, tuple[float, ...], np.ndarray, float]]] = field(
+        default_factory=dict
+    )
+    # summaries without quantiles: labels -> list of (timestamp, count, sum)
+    spoints: dict[Labels, list[tuple[float, float, float]]] = field(default_factory=dict)
+
+
+class Recorder:
+    """Every sample written so far, by family; ``history=False`` keeps only the latest."""
+
+    def __init__(self, history: bool = True) -> None:
+        self.families: dict[str, Family] = {}
+        self.history = history
+
+    def family(self, name: str, type_: str, help_: str) -> Family:
+        fam = self.families.get(name)
+        if fam is None:
+            fam = self.families[name] = Family(name, type_, help_)
+        return fam
+
+    def sample(
+        self, name: str, type_: str, help_: str, labels: Labels, t: float, value: float
+    ) -> None:
+        points = self.family(name, type_, help_).points
+        if self.history:
+            points.setdefault(labels, []).append((t, value))
+        else:
+            points[labels] = [(t, value)]
+
+    def sample_histogram(
+        self, name: str, help_: str, labels: Labels, t: float, hist: Histogram
+    ) -> None:
+        fam = self.family(name, "histogram", help_)
+        point = (t, hist.key, hist.cumulative(), hist.sum)
+        if self.history:
+            fam.hpoints.setdefault(labels, []).append(point)
+        else:
+            fam.hpoints[labels] = [point]
+
+    def sample_summary(
+        self, name: str, help_: str, labels: Labels, t: float, count: float, total: float
+    ) -> None:
+        points = self.family(name, "summary", help_).spoints
+        if self.history:
+            points.setdefault(labels, []).append((t, count, total))
+        else:
+            points[labels] = [(t, count, total)]
+
+    def sample_count(self) -> int:
+        n = 0
+        for fam in self.families.values():
+            n += sum(len(p) for p in fam.points.values())
+            n += sum(len(pt[1]) + 3 for p in fam.hpoints.values() for pt in p)
+            n += sum(2 * len(p) for p in fam.spoints.values())
+        return n
+
+
+def labelstr(labels: Labels, extra: tuple[tuple[str, str], ...] = ()) -> str:
+    """``{k="v",...}`` as OpenMetrics writes labels (empty for none)."""
+    items = [*labels, *extra]
+    if not items:
+        return ""
+    body = ",".join(f'{k}="{_escape(v)}"' for k, v in items)
+    return "{" + body + "}"
+
+
+def _escape(value: str) -> str:
+    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
+def _num(value: float) -> str:
+    if value != value:
+        return "NaN"
+    if value in (float("inf"), float("-inf")):
+        return "+Inf" if value > 0 else "-Inf"
+    if value == int(value) and abs(value) < 1e15:
+        return str(int(value))
+    return repr(float(value))
+
+
+def _openmetrics_family_name(fam: Family) -> str:
+    # OpenMetrics names a counter family without its _total suffix.
+    if fam.type == "counter" and fam.name.endswith("_total"):
+        return fam.name[: -len("_total")]
+    return fam.name
+
+
+def iter_openmetrics(rec: Recorder) -> Iterator[str]:
+    """OpenMetrics text with timestamps, every family's samples contiguous, ``# EOF`` last."""
+    for fam in rec.families.values():
+        base = _openmetrics_family_name(fam)
+        yield f"# TYPE {base} {fam.type}\n"
+        yield f"# HELP {base} {fam.help}\n"
+        for labels, hpoints in fam.hpoints.items():
+            keys = list(dict.fromkeys(p[1] for p in hpoints))
+            index = {k: {b: n for n, b in enumerate(k)} for k in keys}
+            for bound in sorted(set().union(*keys)):
+                lbl = labelstr(labels, (("le", le_label(bound)),))
+                for t, key, cum, _s in hpoints:
+                    n = index[key].get(bound)
+                    if n is not None:
+                        yield f"{fam.name}_bucket{lbl} {_num(float(cum[n]))} {t:.3f}\n"
+            lbl = labelstr(labels, (("le", "+Inf"),))
+            for t, _k, cum, _s in hpoints:
+                yield f"{fam.name}_bucket{lbl} {_num(float(cum[-1]))} {t:.3f}\n"
+            lbl = labelstr(labels)
+            for t, _k, cum, _s in hpoints:
+                yield f"{fam.name}_count{lbl} {_num(float(cum[-1]))} {t:.3f}\n"
+            for t, _k, _c, s in hpoints:
+                yield f"{fam.name}_sum{lbl} {_num(s)} {t:.3f}\n"
+        for labels, spoints in fam.spoints.items():
+            lbl = labelstr(labels)
+            for t, count, _total in spoints:
+                yield f"{fam.name}_count{lbl} {_num(count)} {t:.3f}\n"
+            for t, _count, total in spoints:
+                yield f"{fam.name}_sum{lbl} {_num(total)} {t:.3f}\n"
+        for labels, points in fam.points.items():
+            lbl = labelstr(labels)
+            for t, v in points:
+                yield f"{fam.name}{lbl} {_num(v)} {t:.3f}\n"
+    yield "# EOF\n"
+
+
+def write_openmetrics(rec: Recorder, out: TextIO) -> None:
+    buf: list[str] = []
+    for line in iter_openmetrics(rec):
+        buf.append(line)
+        if len(buf) >= 4096:
+            out.write("".join(buf))
+            buf.clear()
+    out.write("".join(buf))
+
+
+def text_exposition(rec: Recorder) -> str:
+    """The latest sample of every series, in the Prometheus text format (no timestamps)."""
+    lines: list[str] = []
+    for fam in rec.families.values():
+        lines.append(f"# HELP {fam.name} {fam.help}")
+        lines.append(f"# TYPE {fam.name} {fam.type}")
+        for labels, hpoints in fam.hpoints.items():
+            _t, key, cum, s = hpoints[-1]
+            les = [le_label(b) for b in key] + ["+Inf"]
+            for i, le in enumerate(les):
+                lines.append(
+                    f"{fam.name}_bucket{labelstr(labels, (('le', le),))} {_num(float(cum[i]))}"
+                )
+            lines.append(f"{fam.name}_count{labelstr(labels)} {_num(float(cum[-1]))}")
+            lines.append(f"{fam.name}_sum{labelstr(labels)} {_num(s)}")
+        for labels, spoints in fam.spoints.items():
+            _t, c, total = spoints[-1]
+            lines.append(f"{fam.name}_count{labelstr(labels)} {_num(c)}")
+            lines.append(f"{fam.name}_sum{labelstr(labels)} {_num(total)}")
+        for labels, points in fam.points.items():
+            lines.append(f"{fam.name}{labelstr(labels)} {_num(points[-1][1])}")
+    return "\n".join(lines) + "\n"
