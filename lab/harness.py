@@ -97,7 +97,7 @@ _SIMULATION_CODE = (
     "plumbing/source.py",
     "plumbing/tls.py",
     "metrics/tokens.py",
-    "errors.py",
+    "plumbing/errors.py",
     "probe/metrics.py",
     "probe/stream.py",
 )
