@@ -8,14 +8,13 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1
 
-# What the wheel is built from (pyproject.toml): the package, the catalog, the scenarios and
-# the real-vLLM incident files.
+# What the wheel is built from (pyproject.toml): the package, the catalog and the scenarios
+# (the lab, with the real-vLLM incident files, is not in the wheel).
 WORKDIR /src
 COPY pyproject.toml README.md CHANGELOG.md ./
 COPY diagnoser ./diagnoser
 COPY playbooks ./playbooks
 COPY fixtures/scenarios ./fixtures/scenarios
-COPY fixtures/real ./fixtures/real
 RUN pip install . && rm -rf /src
 
 RUN useradd --system --uid 10001 --no-create-home servediag

@@ -291,5 +291,9 @@ def test_the_files_the_dockerfile_copies_build_the_wheel(tmp_path):
     names = zipfile.ZipFile(wheel).namelist()
     assert "diagnoser/_catalog/playbooks/kv-cache-pressure.yaml" in names
     assert "diagnoser/_catalog/scenarios/context-length-rejections.yaml" in names
+    # What ships is what users run: the lab, its benchmarks and its step-trace hook stay out.
+    assert not [
+        n for n in names if n.startswith(("lab/", "diagnoser/lab/", "diagnoser/_catalog/real"))
+    ]
     entry = next(n for n in names if n.endswith("entry_points.txt"))
     assert "servediag = diagnoser.cli:main" in zipfile.ZipFile(wheel).read(entry).decode()
