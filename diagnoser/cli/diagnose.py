@@ -51,8 +51,7 @@ def _writable(output: Path) -> None:
 def _note_future(until: float, now: float) -> None:
     """A window that ends after now has no data there yet: say so (on stderr)."""
     if until > now + 60:
-        from diagnoser.diagnosis.model import iso
-        from diagnoser.plumbing.durations import format_duration
+        from diagnoser.plumbing.durations import format_duration, iso
 
         click.echo(
             f"servediag: note: --until {iso(until)} is {format_duration(until - now)} in the "

@@ -13,7 +13,7 @@ from diagnoser.diagnosis.match import ConditionResult, Match, ScopeData
 from diagnoser.diagnosis.rows import findings_frame, series_frame
 from diagnoser.diagnosis.window import Window
 from diagnoser.metrics import engines
-from diagnoser.plumbing.durations import iso as iso
+from diagnoser.plumbing.durations import iso
 from diagnoser.plumbing.finite import finite
 from diagnoser.site import Site
 

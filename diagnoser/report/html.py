@@ -17,7 +17,8 @@ import jinja2
 import numpy as np
 from markupsafe import Markup
 
-from diagnoser.diagnosis.model import Diagnosis, iso
+from diagnoser.diagnosis.model import Diagnosis
+from diagnoser.plumbing.durations import iso
 from diagnoser.plumbing.source import Series
 from diagnoser.plumbing.units import fmt
 from diagnoser.report.format import health_line, needs, scope_text, since

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from diagnoser.diagnosis.model import Diagnosis, iso, what_if_of
+from diagnoser.diagnosis.model import Diagnosis, what_if_of
+from diagnoser.plumbing.durations import iso
 from diagnoser.plumbing.printable import defang
 from diagnoser.report.format import health_line, needs, scope_text, since
 from diagnoser.report.whatif import finding_lines
