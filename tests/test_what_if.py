@@ -334,3 +334,14 @@ def test_every_lever_of_the_grammar_has_one_replay_and_no_replay_lacks_its_lever
     assert sorted(TURNS) == sorted(KNOBS)
     with pytest.raises(ValueError, match="two replays"):
         turns("replicas")(TURNS["replicas"])
+
+
+def test_without_model_what_if_names_the_models_when_there_is_not_one():
+    from loopback import fleet, serve
+
+    with serve(fleet(2, sick=False)) as api:
+        res = run("what-if", "--prometheus-url", api.url, "--gpu", "H100-80GB")
+    assert res.exit_code == 2, res.output
+    assert "give --model: what-if fits one model (in the window: model-00000, model-00001)" in (
+        res.stderr
+    )

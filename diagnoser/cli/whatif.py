@@ -74,9 +74,8 @@ def what_if_cmd(
     import time
 
     from diagnoser.catalog.levers import LeverError, parse_lever
-    from diagnoser.whatif import fit as fitting
     from diagnoser.whatif import report
-    from diagnoser.whatif.setup import catalog_levers, predict
+    from diagnoser.whatif.setup import catalog_levers, predict, the_model
 
     site = load_site(config_path)
     try:
@@ -88,11 +87,7 @@ def what_if_cmd(
     prometheus = source.connect().operation()
     selector = site.config.selector
     if model is None:
-        found = fitting.models_with_traffic(prometheus, selector, start, end)
-        if len(found) != 1:
-            named = ", ".join(found[:10]) if found else "none with traffic"
-            fail(f"give --model: what-if fits one model (in the window: {named})")
-        model = found[0]
+        model = the_model(prometheus, selector, start, end)
     result = predict(prometheus, site, {"model_name": model}, (start, end), selector, setup, chosen)
     for warning in prometheus.warnings:
         click.echo(f"servediag: warning: partial answer: {warning}", err=True)

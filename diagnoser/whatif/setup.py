@@ -90,6 +90,19 @@ def predict(
     return what_if(fitted, engine, levers, (objectives.ttft_seconds, objectives.itl_seconds))
 
 
+def the_model(prometheus: MetricSource, selector: tuple[str, ...], start: float, end: float) -> str:
+    """The one model with traffic in ``[start, end]`` (what-if fits one model); ``UserError``
+    naming those there are when there is not exactly one."""
+    from diagnoser.plumbing.errors import UserError
+    from diagnoser.whatif.fit import models_with_traffic
+
+    found = models_with_traffic(prometheus, selector, start, end)
+    if len(found) != 1:
+        named = ", ".join(found[:10]) if found else "none with traffic"
+        raise UserError(f"give --model: what-if fits one model (in the window: {named})")
+    return found[0]
+
+
 def catalog_levers(site: Site) -> list[Lever]:
     """Every lever the catalog's fixes name, once each, in catalog order."""
     from diagnoser.catalog.levers import parse_lever
