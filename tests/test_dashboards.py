@@ -229,6 +229,7 @@ def test_optional_feature_rows_start_collapsed():
                 ), p["title"]
 
 
+@pytest.mark.prometheus  # generate checks the rules it writes with promtool where it is installed
 def test_provisioning_and_configmaps_carry_every_dashboard(tmp_path):
     import yaml
 
