@@ -34,9 +34,12 @@ test: setup
 
 # The inner loop: no promtool, Prometheus, Alertmanager or VictoriaMetrics, nothing marked slow.
 # Those binaries are stood in for by ones that fail, so a test that needs one unmarked fails.
+# Twice as many workers as cores: most of these tests wait (on deadlines, drains, slow
+# clients), and the waits overlap.
+FAST_WORKERS ?= $(shell echo $$(( $$(nproc) * 2 )))
 test-fast:
 	@test -x $(PY) || $(MAKE) setup
-	$(PY) -m pytest -m "not prometheus and not slow" --without-servers -n auto --dist loadgroup
+	$(PY) -m pytest -m "not prometheus and not slow" --without-servers -n $(FAST_WORKERS) --dist loadgroup
 
 lint: setup
 	$(VENV)/bin/ruff check diagnoser lab tests dashboards examples scripts scripts/extract-reference
