@@ -36,7 +36,7 @@ from diagnoser.sim.batch import CHAT as CHAT  # re-exported
 from diagnoser.sim.batch import Batch
 from diagnoser.sim.batch import Request as Request  # re-exported
 from diagnoser.sim.engine_config import EngineConfig as EngineConfig  # re-exported
-from diagnoser.sim.engine_stats import EngineStats as EngineStats  # re-exported
+from diagnoser.sim.engine_stats import EngineStats
 from diagnoser.sim.speculation import speculate
 
 

@@ -34,7 +34,8 @@ from diagnoser.hardware.presets import GB
 from diagnoser.metrics import families_sglang as SG
 from diagnoser.metrics.exposition import Histogram, Labels, Recorder
 from diagnoser.metrics.family import Family
-from diagnoser.sim.engine import Engine, EngineStats, Request
+from diagnoser.sim.engine import Engine, Request
+from diagnoser.sim.engine_stats import EngineStats
 
 PROFILES = {"0.5": "0.5.23"}
 STREAMING = "true"  # the simulated clients stream
