@@ -110,9 +110,10 @@ def run(request: Request, now: float | None = None) -> Diagnosis:
     fix has levers when it asks for them (a what-if that cannot be made is said on its
     finding and changes nothing else). Raises ``SourceError`` when the source fails."""
     from diagnoser.diagnosis.run import diagnose
+    from diagnoser.plumbing.source import one_operation
 
     matchers = request.scope.matchers()
-    source = _within(request.source, request.timeout)
+    source = one_operation(request.source, request.timeout)
     result = diagnose(
         source,
         request.site,
@@ -126,16 +127,3 @@ def run(request: Request, now: float | None = None) -> Diagnosis:
 
         attach(result, source, request.site, request.what_if)
     return result
-
-
-def _within(source: MetricSource, timeout: float | None) -> MetricSource:
-    """``source`` with ``timeout`` as its deadline (a Prometheus source's; others keep theirs)."""
-    from diagnoser.plumbing.source import PrometheusSource
-
-    if timeout is None or not isinstance(source, PrometheusSource):
-        return source
-    import copy
-
-    bounded = copy.copy(source)
-    bounded.timeout = timeout
-    return bounded

@@ -296,9 +296,14 @@ def source_options(default_url: str | None, url_help: str) -> Callable[[F], F]:
             values = [kwargs.pop(name) for name in _SOURCE_PARAMS]
             return fn(*args, source=SourceOptions(*values), **kwargs)
 
-        decorated: Any = wrapper
-        for option in reversed(options):
-            decorated = option(decorated)
-        return decorated  # type: ignore[no-any-return]
+        return with_options(wrapper, options)  # type: ignore[no-any-return]
 
     return decorate
+
+
+def with_options(fn: Callable[..., Any], options: list[Callable[[Any], Any]]) -> Any:
+    """``fn`` with click ``options``, listed in the order ``--help`` shows them."""
+    decorated: Any = fn
+    for option in reversed(options):
+        decorated = option(decorated)
+    return decorated

@@ -13,7 +13,7 @@ from typing import Any
 
 import click
 
-from diagnoser.cli.options import F, fail
+from diagnoser.cli.options import F, fail, with_options
 from diagnoser.cli.params import DURATION, HOST_PORT, TIMESTAMP, Duration
 from diagnoser.hardware.hfconfig import LARGEST
 from diagnoser.hardware.presets import MODEL_ALIASES, SERVED_DTYPES
@@ -88,10 +88,7 @@ def reading_options(fn: F) -> F:
             "buckets; much faster on a large fleet. The rest is read as without it.",
         ),
     ]
-    decorated: Any = fn
-    for option in reversed(options):
-        decorated = option(decorated)
-    return decorated  # type: ignore[no-any-return]
+    return with_options(fn, options)  # type: ignore[no-any-return]
 
 
 def _baseline(ctx: click.Context, param: click.Parameter, value: str) -> float | None:
@@ -170,7 +167,4 @@ def setup_options(fn: F) -> F:
             fail("give --preset or --model-config, not both")
         return fn(*args, setup=setup, **kwargs)
 
-    decorated: Any = wrapper
-    for option in reversed(options):
-        decorated = option(decorated)
-    return decorated  # type: ignore[no-any-return]
+    return with_options(wrapper, options)  # type: ignore[no-any-return]

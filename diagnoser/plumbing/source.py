@@ -166,10 +166,10 @@ def _basic(user: str, password: str) -> str:
     return base64.b64encode(f"{user}:{password}".encode()).decode()
 
 
-def one_operation(source: MetricSource) -> MetricSource:
+def one_operation(source: MetricSource, timeout: float | None = None) -> MetricSource:
     """``source`` with one deadline for every query made through it from now on (a
-    Prometheus source's ``timeout``); other sources as they are."""
-    return source.operation() if isinstance(source, PrometheusSource) else source
+    Prometheus source's ``timeout``, or ``timeout`` where given); other sources as they are."""
+    return source.operation(timeout) if isinstance(source, PrometheusSource) else source
 
 
 def in_time(source: MetricSource) -> None:
@@ -227,11 +227,14 @@ class PrometheusSource:
         self._lock = threading.Lock()
         self.budget = http.Budget(max_bytes)
 
-    def operation(self) -> PrometheusSource:
-        """A copy whose queries share one deadline, ``timeout`` seconds from now, and collect
+    def operation(self, timeout: float | None = None) -> PrometheusSource:
+        """A copy whose queries share one deadline, ``timeout`` seconds from now (this
+        source's own where not given; the copy keeps it for its own operations), and collect
         their warnings apart."""
         op = copy.copy(self)
-        op.deadline = time.monotonic() + self.timeout
+        if timeout is not None:
+            op.timeout = timeout
+        op.deadline = time.monotonic() + op.timeout
         op.warnings = []
         op._lock = threading.Lock()
         return op

@@ -99,7 +99,7 @@ class Webhook:
         clock: Callable[[], float] = time.monotonic,
         now: Callable[[], float] = time.time,
     ):
-        self.source, self.site, self.emit = source, site, emit
+        self.site, self.emit = site, emit
         self.cfg = site.config
         # Every alert's diagnosis: this, scoped to the alert and ending when it is diagnosed.
         self.request = Request(
