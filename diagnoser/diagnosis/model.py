@@ -80,6 +80,8 @@ class Diagnosis:
     window: Window
     site: Site
     findings: list[Match] = field(default_factory=list)
+    # Findings whose pattern stopped holding before the window's end, most recent end first.
+    resolved: list[Match] = field(default_factory=list)
     undecided: list[Match] = field(default_factory=list)
     checked: list[Match] = field(default_factory=list)
     idle: list[Scope] = field(default_factory=list)

@@ -8,6 +8,8 @@ before) and at most one action on the server at its start:
 - ``kill``: ``SIGKILL`` the server and leave it down (a crash);
 - ``crash_loop``: kill it every ``every`` seconds and start it again (a loop);
 - ``freeze``: ``SIGSTOP`` its engine core and workers (a hang: the API server still answers);
+- ``thaw``: ``SIGCONT`` to the frozen engine (the hang ends; in a sequence);
+- ``start``: start the killed server again (in a sequence);
 - ``replace``: a rollout to a new pod: the server is stopped and its target leaves service
   discovery; a new server with ``args`` on a new port (a new target) takes its place, and is
   started again each time it exits, after the kubelet's back-off (10 s, doubling).
@@ -33,7 +35,7 @@ from diagnoser.plumbing.durations import parse_duration
 from diagnoser.plumbing.errors import FileFieldError, read_yaml_mapping
 from lab.real.load import LoadSpec
 
-ACTIONS = ("restart", "kill", "crash_loop", "freeze", "replace")
+ACTIONS = ("restart", "kill", "crash_loop", "freeze", "replace", "thaw", "start")
 HEALTH = ("healthy", "unhealthy", "any")
 
 
@@ -105,14 +107,14 @@ def find(name_or_path: str) -> Incident:
     return load(path)
 
 
-def _duration(path: Path, where: str, value: object) -> float:
+def duration_field(path: Path, where: str, value: object) -> float:
     try:
         return parse_duration(value)
     except ValueError as exc:
         raise IncidentError(path, where, str(exc)) from None
 
 
-def _load_spec(path: Path, where: str, raw: object, before: LoadSpec) -> LoadSpec:
+def load_spec(path: Path, where: str, raw: object, before: LoadSpec) -> LoadSpec:
     if raw is None:
         return before
     if not isinstance(raw, dict):
@@ -131,7 +133,7 @@ def _load_spec(path: Path, where: str, raw: object, before: LoadSpec) -> LoadSpe
     return spec
 
 
-def _args(path: Path, where: str, raw: object) -> tuple[str, ...]:
+def args_field(path: Path, where: str, raw: object) -> tuple[str, ...]:
     if raw is None:
         return ()
     if not isinstance(raw, list) or not all(isinstance(a, (str, int, float)) for a in raw):
@@ -150,7 +152,7 @@ def load(path: Path) -> Incident:
         where = f"phases[{i}]"
         if not isinstance(raw, dict):
             raise IncidentError(path, where, "must be a mapping")
-        spec = _load_spec(path, f"{where}.load", raw.get("load"), spec)
+        spec = load_spec(path, f"{where}.load", raw.get("load"), spec)
         action = raw.get("action")
         if action is not None and action not in ACTIONS:
             raise IncidentError(path, f"{where}.action", f"must be one of {', '.join(ACTIONS)}")
@@ -160,11 +162,11 @@ def load(path: Path) -> Incident:
         phases.append(
             Phase(
                 name=str(raw.get("name", f"phase {i + 1}")),
-                duration=_duration(path, f"{where}.duration", raw.get("duration")),
+                duration=duration_field(path, f"{where}.duration", raw.get("duration")),
                 load=spec,
                 action=action,
-                args=_args(path, f"{where}.args", raw.get("args")),
-                every=_duration(path, f"{where}.every", every) if every is not None else 0.0,
+                args=args_field(path, f"{where}.args", raw.get("args")),
+                every=duration_field(path, f"{where}.every", every) if every is not None else 0.0,
             )
         )
     expect = doc.get("expect")
@@ -200,8 +202,8 @@ def load(path: Path) -> Incident:
         description=" ".join(str(doc.get("description", "")).split()),
         expect=None if expect == "none" else expect,
         health=health,
-        server=_args(path, "server", doc.get("server")),
-        warmup=_duration(path, "warmup", doc.get("warmup", "1m")),
+        server=args_field(path, "server", doc.get("server")),
+        warmup=duration_field(path, "warmup", doc.get("warmup", "1m")),
         phases=tuple(phases),
         probe=bool(doc.get("probe", False)),
         seed=seed,

@@ -85,11 +85,14 @@ def write(directory: Path, files: dict[str, str | bytes], provenance: dict[str, 
 
 
 @contextlib.contextmanager
-def raw_prometheus(directory: Path, work: Path) -> Iterator[Prometheus]:
+def raw_prometheus(
+    directory: Path, work: Path, lookback: str | None = None
+) -> Iterator[Prometheus]:
     """A Prometheus serving a recording's raw samples (``raw.om.gz``), backfilled into
-    ``work``; stopped on leaving."""
+    ``work``, with ``lookback`` as its query lookback where given; stopped on leaving."""
     om = work / "raw.om"
     om.write_bytes(gzip.decompress((directory / "raw.om.gz").read_bytes()))
     backfill(om, work / "tsdb")
-    with Prometheus(work / "tsdb") as prom:
+    extra = [f"--query.lookback-delta={lookback}"] if lookback else []
+    with Prometheus(work / "tsdb", extra_args=extra) as prom:
         yield prom

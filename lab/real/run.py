@@ -162,6 +162,11 @@ class Run:
         elif phase.action == "freeze":
             n = self.server.freeze_engine()
             self.say(f"      SIGSTOP to {n} engine process(es)")
+        elif phase.action == "thaw":
+            self.server.thaw_engine()
+            self.say("      SIGCONT to the engine")
+        elif phase.action == "start":
+            self.start_server()
         elif phase.action == "crash_loop":
             self._crash_loop(phase, end)
         elif phase.action == "replace":

@@ -46,7 +46,14 @@ from diagnoser.whatif.replay import Setup
 from diagnoser.whatif.setup import vllm_defaults
 from lab.real import model, record
 from lab.real import venv as lab_venv
-from lab.real.incident import Incident, IncidentError, Phase, _args, _duration, _load_spec
+from lab.real.incident import (
+    Incident,
+    IncidentError,
+    Phase,
+    args_field,
+    duration_field,
+    load_spec,
+)
 from lab.real.load import LoadSpec
 from lab.real.run import MAX_MODEL_LEN, Run, utc
 from lab.real.server import DTYPE, MODEL_NAME, base_args
@@ -128,7 +135,7 @@ def find(name: str) -> Experiment:
 
 def load(path: Path) -> Experiment:
     doc = read_yaml_mapping(path, IncidentError, "a what-if experiment")
-    spec = _load_spec(path, "load", doc.get("load"), LoadSpec(rate=0.0))
+    spec = load_spec(path, "load", doc.get("load"), LoadSpec(rate=0.0))
     if spec.rate <= 0:
         raise IncidentError(path, "load.rate", "must be above 0")
     raw = doc.get("levers")
@@ -143,15 +150,15 @@ def load(path: Path) -> Experiment:
             lever = parse_lever(item["lever"])
         except LeverError as exc:
             raise IncidentError(path, f"{where}.lever", str(exc)) from None
-        args = _args(path, f"{where}.args", item.get("args"))
-        changed = _load_spec(path, f"{where}.load", item.get("load"), spec)
+        args = args_field(path, f"{where}.args", item.get("args"))
+        changed = load_spec(path, f"{where}.load", item.get("load"), spec)
         if lever.restart != bool(args):
             need = "flags to restart with (args)" if lever.restart else "a load, not flags"
             raise IncidentError(path, where, f"{lever.text} needs {need}")
         if any(t.lever.text == lever.text for t in trials):
             raise IncidentError(path, f"{where}.lever", f"{lever.text} is listed twice")
         trials.append(Trial(lever, args, None if changed == spec else changed))
-    server = _args(path, "server", doc.get("server"))
+    server = args_field(path, "server", doc.get("server"))
     for flag in INT_FLAGS:
         at = server.index(flag) if flag in server[:-1] else -1
         if at >= 0 and not server[at + 1].isdigit():
@@ -168,9 +175,9 @@ def load(path: Path) -> Experiment:
         description=" ".join(str(doc.get("description", "")).split()),
         server=server,
         load=spec,
-        warmup=_duration(path, "warmup", doc.get("warmup", "3m")),
-        window=_duration(path, "window", doc.get("window", "5m")),
-        settle=_duration(path, "settle", doc.get("settle", "90s")),
+        warmup=duration_field(path, "warmup", doc.get("warmup", "3m")),
+        window=duration_field(path, "window", doc.get("window", "5m")),
+        settle=duration_field(path, "settle", doc.get("settle", "90s")),
         trials=tuple(trials),
         seed=seed if isinstance(seed, int) and not isinstance(seed, bool) else 1,
         shape=shape,
