@@ -108,6 +108,15 @@ class Match:
     def onset(self) -> float | None:
         return self.periods.onset if self.periods else None
 
+    @property
+    def end(self) -> float | None:
+        """When the pattern stopped holding (None: it holds at the window's end)."""
+        return self.periods.end if self.periods else None
+
+    @property
+    def current(self) -> bool:
+        return self.end is None
+
     def shown(self) -> list[ConditionResult]:
         """The evidence that decided something (or was missing)."""
         return [r for r in self.results if r.verdict.holds is not None or r.missing]

@@ -80,8 +80,12 @@ class Diagnosis:
     window: Window
     site: Site
     findings: list[Match] = field(default_factory=list)
-    # Findings whose pattern stopped holding before the window's end, most recent end first.
+    # Findings whose pattern stopped holding inside the window (``Match.end``), most recent
+    # end first: after every current finding, never the likely cause.
     resolved: list[Match] = field(default_factory=list)
+    # Incidents that ended before the window began (no finding of the window): what a report
+    # may say ended just before it.
+    ended_before: list[Match] = field(default_factory=list)
     undecided: list[Match] = field(default_factory=list)
     checked: list[Match] = field(default_factory=list)
     idle: list[Scope] = field(default_factory=list)

@@ -44,10 +44,14 @@ class Verdict:
 
 @dataclass(frozen=True)
 class Periods:
+    """``now`` runs from the onset to the end of the incident: the window's end while it
+    lasts, else ``end``, where the pattern stopped holding (what follows is its recovery)."""
+
     baseline: Span
     now: Span
     window: Span
     onset: float | None
+    end: float | None = None
 
 
 class ConditionLike(Protocol):
