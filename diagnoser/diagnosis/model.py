@@ -235,6 +235,7 @@ def evidence_json(r: ConditionResult) -> dict[str, Any]:
 def sli_json(s: Sli) -> dict[str, Any]:
     return {
         "good_share": s.good if s.good is None else round(s.good, 6),
+        "good_share_now": s.now if s.now is None else round(s.now, 6),
         "objective": s.objective,
         "threshold_seconds": s.threshold,
         "read_at_seconds": list(s.read_at),
@@ -266,6 +267,9 @@ def health_json(d: Diagnosis, h: Health) -> dict[str, Any]:
         },
         "restarts": h.restarts,
         "traffic_stopped_at": iso(h.stopped_at),
+        "present": None
+        if h.present is None
+        else {"start": iso(h.present[0]), "end": iso(h.present[1])},
     }
     if h.verdict == "unhealthy" and not d.findings_for(h.scope):
         out["cause"] = "unknown"
