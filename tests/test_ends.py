@@ -45,7 +45,7 @@ def collapse(recovered_at: float | None) -> ScopeData:
     ``recovered_at``), with steady prompts."""
     hit = np.where(T >= 4000, 0.05, 0.9)
     if recovered_at is not None:
-        hit = np.where(T >= recovered_at, 0.9, hit)
+        hit = np.where(recovered_at <= T, 0.9, hit)
     series = {
         "prefix_cache_hit_rate": Series({}, T, noisy(hit, 0.02)),
         "prompt_tokens_per_request": Series({}, T, noisy(np.full(T.size, 3000.0), 0.02)),
@@ -84,7 +84,7 @@ def test_an_incident_between_baseline_and_recovery_is_found_though_the_recovery_
 def hung(thawed_at: float) -> ScopeData:
     """An engine frozen from 3,000 s to ``thawed_at``: its counters stop, the hit rate read
     over the freeze is what it was before, the running gauge stays at 4."""
-    frozen = (T >= 3000) & (T < thawed_at)
+    frozen = (T >= 3000) & (thawed_at > T)
     series = {
         "stalled_engines": Series({}, T, np.where(frozen, 1.0, 0.0)),
         "requests_running": Series({}, T, np.where(frozen, 4.0, noisy(np.full(T.size, 3.0)))),

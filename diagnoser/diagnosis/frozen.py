@@ -56,7 +56,8 @@ def freezes(data: ScopeData) -> list[tuple[float, float]]:
         return []
     edges = np.flatnonzero(np.diff(np.concatenate(([0], on.astype(np.int8), [0]))))
     pad = data.smoothing
-    return [(float(s.t[a]) - pad, float(s.t[b - 1]) + pad) for a, b in zip(edges[::2], edges[1::2], strict=True)]  # fmt: skip
+    spans = zip(edges[::2], edges[1::2], strict=True)
+    return [(float(s.t[a]) - pad, float(s.t[b - 1]) + pad) for a, b in spans]
 
 
 def _masked(s: Series, spans: list[tuple[float, float]]) -> Series:

@@ -18,8 +18,8 @@ from dataclasses import dataclass
 
 from diagnoser.catalog import Playbook
 from diagnoser.catalog.shapes import Periods
-from diagnoser.diagnosis.fetch import Fetched, fetch, needed_signals
 from diagnoser.diagnosis.ends import judge
+from diagnoser.diagnosis.fetch import Fetched, fetch, needed_signals
 from diagnoser.diagnosis.match import Match, ScopeData, evaluate_absolute
 from diagnoser.diagnosis.onset import MIN_SEGMENT, change_point
 from diagnoser.diagnosis.window import MIN_STEP, Window
