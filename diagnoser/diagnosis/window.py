@@ -85,9 +85,7 @@ class Window:
         windows of minutes, where the planned 15 s step and 5 m rates are too coarse)."""
         from dataclasses import replace
 
-        return replace(
-            self, step=step, rate_window=f"{max(2, round(4 * step))}s", rate_given=True
-        )
+        return replace(self, step=step, rate_window=f"{max(2, round(4 * step))}s", rate_given=True)
 
     @property
     def span(self) -> tuple[float, float]:
