@@ -356,7 +356,12 @@ def to_json(d: Diagnosis) -> dict[str, Any]:
 def _to_json(d: Diagnosis) -> dict[str, Any]:
     w = d.window
     return {
-        "window": {"start": iso(w.start), "end": iso(w.end), "step_seconds": w.step},
+        "window": {
+            "start": iso(w.start),
+            "end": iso(w.end),
+            "step_seconds": w.step,
+            "rate_window": w.rate_window,
+        },
         "baseline": {"start": iso(w.baseline_start), "end": iso(w.baseline_end)},
         "scopes": d.scopes,
         "health": [health_json(d, h) for h in d.health],
