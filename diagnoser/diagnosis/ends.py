@@ -9,8 +9,10 @@ mean shifts (``change_points``), and
   signature no longer holds (and stays so to the window's end): the evidence is then read
   over the incident alone, and the finding is *resolved* at that time;
 - where the strongest change does not match (a window holding baseline, incident and
-  recovery, whose strongest change is the recovery), tries each other change as the onset,
-  the most recent first, against the stretch before it.
+  recovery, whose strongest change is the recovery), tries each change followed by another
+  after which the signature fails as an incident that ended, the most recent first, against
+  the stretch before it. Only an incident that ended is found so: a change within a lasting
+  incident is no onset against the incident's own first minutes.
 
 A signature the data cannot decide after a change (no samples: a server down, an engine
 frozen) has not ended there.
@@ -59,7 +61,7 @@ def judge(
     basis: str = "window",
 ) -> Match:
     """``evaluate``, with the incident's end where it ended, and, where the strongest
-    change does not match, the most recent other change that does."""
+    change does not match, the most recent incident between two changes that does."""
     m = evaluate(pb, data, window, baseline, step, periods, basis)
     sig = pb.signature
     assert sig is not None
@@ -73,24 +75,20 @@ def judge(
     if m.status != "not_matched" or periods is not None:
         return m
     for onset in reversed(cps):
-        if onset < window[0] - (window[1] - window[0]):
+        later = [c for c in cps if c > onset]
+        if not later or onset < window[0] - (window[1] - window[0]):
             continue
         before = [c for c in cps if c < onset]
         start = max(baseline[0], before[-1]) if before else baseline[0]
         if onset - step - start < MIN_SEGMENT * step:
             continue
-        base, now_start = (start, onset - step), max(onset, window[0])
-        if onset != m.onset:  # the strongest change was judged to the end already
-            p = Periods(base, (now_start, end), window, onset)
-            found = evaluate(pb, data, window, baseline, step, p, basis)
-            if found.status in FOUND:
-                return _ended(pb, data, found, cps, step, basis)
-        later = [c for c in cps if c > onset]
-        if later and holds(pb, data, Periods(base, (later[0], end), window, later[0])) is False:
-            p = Periods(base, (now_start, later[0] - step), window, onset, later[0])
-            found = evaluate(pb, data, window, baseline, step, p, basis)
-            if found.status in FOUND:
-                return found
+        base = (start, onset - step)
+        if holds(pb, data, Periods(base, (later[0], end), window, later[0])) is not False:
+            continue
+        p = Periods(base, (max(onset, window[0]), later[0] - step), window, onset, later[0])
+        found = evaluate(pb, data, window, baseline, step, p, basis)
+        if found.status in FOUND:
+            return found
     return m
 
 

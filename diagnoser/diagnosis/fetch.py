@@ -20,7 +20,7 @@ from diagnoser.catalog import Catalog
 from diagnoser.diagnosis.frozen import thawed
 from diagnoser.diagnosis.match import ScopeData
 from diagnoser.diagnosis.targets import Served, Target, by_model, served
-from diagnoser.diagnosis.window import Window
+from diagnoser.diagnosis.window import Window, rate_text
 from diagnoser.metrics import engines as registry
 from diagnoser.metrics.buckets import CUSTOM_FAMILIES
 from diagnoser.metrics.family import family
@@ -80,7 +80,10 @@ def needed_signals(site: Site, catalog: Catalog | None = None) -> list[Signal]:
 def query(site: Site, sig: Signal, window: Window, matchers: Sequence[str] = ()) -> str:
     """The signal's PromQL for this site, window and scope."""
     extra = (*matchers, site.config.targets(sig.engine)) if sig.target_level else tuple(matchers)
-    return sig.render(site.scope(sig, window=window.rate_window, matchers=extra))
+    rate = window.rate_window
+    if sig.least_window > parse_seconds(rate):
+        rate = rate_text(int(sig.least_window))
+    return sig.render(site.scope(sig, window=rate, matchers=extra))
 
 
 def bucket_query(site: Site, matchers: Sequence[str] = ()) -> str:

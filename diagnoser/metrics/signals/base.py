@@ -73,6 +73,10 @@ class Signal:
     # A latency quantile's vLLM histograms: their top finite bounds are known without a query
     # of its own (vLLM's defaults, or the bounds ``diagnose`` read from the servers).
     quantile_of: tuple[str, ...] = ()
+    # A count of events over its window, not a rate (restarts): read over at least this many
+    # seconds, however short the window's rates, so that an event stays counted as long as
+    # the alerts count it and a recurrence is seen as one.
+    least_window: float = 0.0
 
     @property
     def target_level(self) -> bool:

@@ -56,7 +56,8 @@ def restarts() -> list[Signal]:
         Signal(
             "engine_restarts",
             "restarts",
-            "Restarts of the model's most restarted server over the rate window (its API "
+            "Restarts of the model's most restarted server over the rate window, five minutes "
+            "at least (its API "
             "server's start time changed, or its counters reset): a loop counts up on one "
             "server, a rolling deploy counts one per server at a time.",
             on(
@@ -67,6 +68,7 @@ def restarts() -> list[Signal]:
             ),
             ("vllm_restarts", "changes"),
             per_instance=True,
+            least_window=300.0,
         )
     ]
 
