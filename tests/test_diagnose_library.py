@@ -1,4 +1,5 @@
-"""diagnose over the whole scenario library, each in a real Prometheus: the right cause first."""
+"""diagnose over the whole scenario library, each in a real Prometheus: the right cause first,
+and an incident that ended reported resolved, never current."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ from diagnoser.plumbing.source import PrometheusSource
 from diagnoser.sim import library
 
 NAMES = library.names()
+# Scenarios whose labels say an incident ended in the window or just before it.
+ENDING = [n for n in NAMES if library.find(n).labels.resolved or library.find(n).labels.ended]
 
 
 @pytest.fixture(scope="session")
@@ -16,16 +19,21 @@ def diagnoses(scenario_library, prometheus_for, site):
     """Each scenario diagnosed once per worker. Session-scoped, not module-scoped, so that the
     module's tests spread over the workers: the scenarios it simulates are the run's shared
     library, and one worker alone would simulate them all one after another."""
-    cache: dict[str, dict] = {}
+    cache: dict[str, tuple[dict, list[str]]] = {}
 
-    def get(name: str) -> dict:
+    def said(name: str) -> tuple[dict, list[str]]:
         if name not in cache:
             sc = library.find(name)
             prom = prometheus_for(name)
             window = Window.plan(sc.labels.window, scenario_library[name].end)
-            cache[name] = to_json(diagnose(PrometheusSource(prom.url), site, window))
+            result = diagnose(PrometheusSource(prom.url), site, window)
+            cache[name] = (to_json(result), [m.playbook.id for m in result.resolved])
         return cache[name]
 
+    def get(name: str) -> dict:
+        return said(name)[0]
+
+    get.resolved = lambda name: said(name)[1]  # type: ignore[attr-defined]
     return get
 
 
@@ -34,13 +42,21 @@ def test_the_top_finding_is_the_labelled_cause(name, diagnoses):
     sc = library.find(name)
     doc = diagnoses(name)
     found = [(f["id"], f["confidence"], f["explained_by"]) for f in doc["findings"]]
-    if sc.labels.healthy:
-        assert found == [], f"healthy scenario {name} yielded findings: {found}"
+    if not sc.labels.expect:
+        assert found == [], f"{sc.labels.kind} scenario {name} yielded findings: {found}"
         return
     assert found, f"{name}: nothing found; undecided {doc['undecided']}"
     assert found[0][0] == sc.labels.expect[0], (
         f"{name}: expected {sc.labels.expect[0]}, got {found}"
     )
+
+
+@pytest.mark.parametrize("name", ENDING)
+def test_incidents_that_ended_are_reported_resolved_and_not_current(name, diagnoses):
+    sc = library.find(name)
+    ids = [f["id"] for f in diagnoses(name)["findings"]]
+    misses = sc.labels.misses(ids, diagnoses.resolved(name))
+    assert not misses, f"{name}: {'; '.join(misses)}"
 
 
 @pytest.mark.parametrize("name", NAMES)

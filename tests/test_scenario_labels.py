@@ -127,3 +127,35 @@ def test_healthy_and_incident_labels_are_judged_as_before():
 def test_every_library_label_names_a_known_playbook(catalog):
     for name in library.names():
         check_labels(library.find(name), catalog.ids())
+
+
+# --- variants of incidents that end ---------------------------------------------------------
+
+ENDING = [n for n in library.names() if library.find(n).labels.kind == "recovery"]
+
+
+def test_the_library_has_recoveries_short_windows_after_one_and_a_sequence():
+    kinds = {n: library.find(n).labels for n in library.names()}
+    assert sum(bool(lab.resolved) and not lab.expect for lab in kinds.values()) >= 3
+    assert sum(bool(lab.ended) for lab in kinds.values()) >= 2
+    assert any(lab.expect and lab.resolved for lab in kinds.values())
+
+
+@pytest.mark.parametrize("name", ENDING)
+def test_a_variant_of_a_recovery_shifts_the_incident_and_still_sets_the_knob_back(name):
+    from diagnoser.sim.variants import SHIFTS, can_age
+
+    base = library.find(name)
+    assert not can_age(base)  # aged by hours, the incident would end long before its window
+    for k in (1, 4, 8):
+        v = library.find(f"{name}~{k}")
+        assert v.labels == base.labels and v.duration == base.duration
+        for m, mv in zip(base.models, v.models, strict=True):
+            for c, cv in zip(m.timeline, mv.timeline, strict=True):
+                assert cv.at == max(60.0, c.at + SHIFTS[k - 1])
+            # The last change restores the value the model had before the timeline.
+            (knob, value), *_ = m.timeline[-1].set.items()
+            assert mv.timeline[-1].set[knob] == value
+        # However shifted, the recovery stays inside the scenario and before its end.
+        last = max(c.at + c.over for m in v.models for c in m.timeline)
+        assert last < v.duration - 60
