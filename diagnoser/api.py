@@ -138,7 +138,8 @@ def diagnose(
     finds the model's shape from a preset of its served name and the GPU from DCGM, or give
     a ``diagnoser.SetupOptions(preset=..., gpu_name=..., max_num_seqs=...)``; the
     predictions are in ``Diagnosis.what_if`` and its JSON. Returns a ``Diagnosis``:
-    ``findings`` likely cause first, ``health`` per model, ``to_frame()`` and
+    ``findings`` likely cause first (those that still hold), ``resolved`` those that ended
+    in the window, ``health`` per model, ``to_frame()`` and
     ``findings_frame()`` for pandas, ``to_json()`` for the JSON contract. Raises
     ``SourceError`` when the source fails, ``UserError`` for a bad config or catalog,
     ``ValueError`` for a bad argument.

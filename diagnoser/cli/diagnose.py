@@ -198,8 +198,10 @@ def diagnose_cmd(
     except OSError as exc:
         fail(f"cannot write {output}: {exc.strerror or exc}")
     top = result.findings[0].playbook.id if result.findings else "no finding"
+    ended = f", {len(result.resolved)} resolved in the window" if result.resolved else ""
     click.echo(
-        f"{len(result.findings)} finding(s), first: {top}; report written to {output}", err=True
+        f"{len(result.findings)} finding(s){ended}, first: {top}; report written to {output}",
+        err=True,
     )
 
 

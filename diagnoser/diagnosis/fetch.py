@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from diagnoser.catalog import Catalog
+from diagnoser.diagnosis.frozen import thawed
 from diagnoser.diagnosis.match import ScopeData
 from diagnoser.diagnosis.targets import Served, Target, by_model, served
 from diagnoser.diagnosis.window import Window
@@ -123,6 +124,25 @@ def server_buckets(
     )
 
 
+SCRAPE_SPAN = 600.0  # seconds of ``up`` the scrape interval is read from, at most
+
+
+def scrape_interval(source: MetricSource, site: Site, window: Window) -> float | None:
+    """The shortest scrape interval of the reference engine's targets at the window's end,
+    from how many ``up`` samples the last minutes hold (one point of a range query, so that
+    recordings keep it); None where no target was scraped then."""
+    span = int(min(SCRAPE_SPAN, max(60.0, window.end - window.start)))
+    # The targets alone: a scope's matchers name labels ``up`` does not have.
+    up = selector("up", (site.config.targets(registry.reference().name),))
+    expr = f"max(count_over_time({up}[{span}s]))"
+    try:
+        series = source.query_range(expr, window.end, window.end, window.step)
+    except OverLimit as exc:
+        raise exc.about("the scrape interval") from None
+    counts = [float(v) for s in series for v in s.v if np.isfinite(v) and v >= 2]
+    return span / max(counts) if counts else None
+
+
 def fetch(
     source: MetricSource,
     site: Site,
@@ -220,6 +240,7 @@ def fetch(
     smoothing = parse_seconds(window.rate_window)
     for data in (*out.models.values(), *out.targets.values()):
         data.smoothing = smoothing
+    out.models = {key: thawed(data) for key, data in out.models.items()}
     return out
 
 

@@ -6,6 +6,11 @@ Numbers are over the diagnosis window, from the series already fetched: shares a
 the traffic they are shares of (requests, HTTP requests, output tokens), so a quiet minute
 counts less than a busy one. A burn rate is the window's bad share over the share the
 objective allows (1 spends the error budget exactly as fast as it lasts the SLO period).
+
+The verdict is the state at the window's end: each SLI is read over the window and over its
+last minutes (``present``), and the present's decides where it has requests enough, so a
+window that holds an incident and its recovery says the service is healthy now, with the
+window's attainment beside it.
 """
 
 from __future__ import annotations
@@ -33,6 +38,16 @@ RESTART_DOWNTIME = 120.0
 # window's end after which its targets are gone, not late: a slow scrape and a query step.
 GONE_AFTER, GONE_STEPS = 120.0, 4
 STOPPED_TAIL = 600.0  # seconds at the end of the window with nothing finished: traffic stopped
+# The present: the window's last quarter, five minutes at most, and two rate windows at least
+# (a rate window's samples all come from its own minutes), never more than the window.
+PRESENT_SHARE, PRESENT_MAX, PRESENT_RATES = 0.25, 300.0, 2
+
+
+def present(window: tuple[float, float], smoothing: float) -> tuple[float, float]:
+    """The last minutes of ``window`` that say how the service is now."""
+    length = window[1] - window[0]
+    span = max(PRESENT_RATES * smoothing, min(PRESENT_MAX, PRESENT_SHARE * length))
+    return (window[1] - min(length, span), window[1])
 
 
 @dataclass
@@ -44,12 +59,20 @@ class Sli:
     # The bucket bounds the share was read at where the threshold is not one of the
     # servers' bounds (the largest below it); empty where it is.
     read_at: tuple[float, ...] = ()
+    now: float | None = None  # share of good events over the present (the window's end)
 
     @property
     def burn(self) -> float | None:
-        if self.good is None:
+        return self._burn(self.good)
+
+    @property
+    def burn_now(self) -> float | None:
+        return self._burn(self.now)
+
+    def _burn(self, good: float | None) -> float | None:
+        if good is None:
             return None
-        return (1 - self.good) / max(1e-12, 1 - self.objective)
+        return (1 - good) / max(1e-12, 1 - self.objective)
 
 
 def _off(site: Site, family: str, threshold: float) -> tuple[float, ...]:
@@ -78,6 +101,8 @@ class Health:
     down_episodes: int = 0  # separate stretches of it
     restarts: int = 0  # distinct restarts (separate rises of the restart count)
     stopped_at: float | None = None  # traffic stopped (it served before, not in the window)
+    present: tuple[float, float] | None = None  # the window's last minutes, the state now
+    present_rate: float | None = None  # requests per second over them
     reasons: list[str] = field(default_factory=list)
     # What was seen but is no reason for concern (a single restart with the SLOs met).
     notes: list[str] = field(default_factory=list)
@@ -190,6 +215,16 @@ def assess(
             _off(site, "inter_token_latency", objectives.itl_seconds),
         ),
     ]
+    h.present = now = present(window, data.smoothing)
+    h.present_rate = _mean(_inside(data, "request_rate", now))
+    errors = [
+        _weighted(data, "http_5xx_share", "http_request_rate", now),
+        _weighted(data, "finished_error_share", "request_rate", now),
+    ]
+    known = [e for e in errors if e is not None]
+    h.slis[0].now = 1 - min(1.0, sum(known)) if known else None
+    h.slis[1].now = _weighted(data, "ttft_slo_attainment", "request_rate", now)
+    h.slis[2].now = _weighted(data, "itl_slo_attainment", "generation_tokens_rate", now)
     total = _inside(data, "targets_total", window)
     down = _inside(data, "targets_down", window)
     if total is not None and total.size:
@@ -260,9 +295,24 @@ def _verdict(h: Health, seconds: float) -> None:
             "before it (traffic stopped: a gateway, a client, or a server that no longer answers)"
         )
     events = (h.request_rate or 0.0) * seconds
+    recent = 0.0
+    if h.present is not None:
+        recent = (h.present_rate or 0.0) * (h.present[1] - h.present[0])
     for sli in h.slis:
         burn = sli.burn
-        if burn is not None and burn >= UNHEALTHY_BURN and events >= MIN_EVENTS:
+        if recent >= MIN_EVENTS and sli.now is not None:
+            # The state now decides; what the window went through is said beside it.
+            if sli.burn_now is not None and sli.burn_now >= UNHEALTHY_BURN:
+                reasons.append(
+                    f"{describe(sli, now=True)} at the window's end, against an SLO of "
+                    f"{sli.objective * 100:g}% ({describe(sli)} over the window)"
+                )
+            elif burn is not None and burn >= UNHEALTHY_BURN and events >= MIN_EVENTS:
+                h.notes.append(
+                    f"{describe(sli)} over the window, {describe(sli, now=True)} at its end: "
+                    "recovered"
+                )
+        elif burn is not None and burn >= UNHEALTHY_BURN and events >= MIN_EVENTS:
             reasons.append(f"{describe(sli)}, against an SLO of {sli.objective * 100:g}%")
     if h.single_restart and downtime and reasons:
         reasons.insert(0, downtime)  # the restart's downtime, with the rest that went wrong
@@ -282,22 +332,23 @@ def _verdict(h: Health, seconds: float) -> None:
         h.notes.append(f"1 restart (a deploy or a single crash{down}){met}")
 
 
-def describe(sli: Sli, terse: bool = False) -> str:
+def describe(sli: Sli, terse: bool = False, now: bool = False) -> str:
     """An SLI's reading in words, as a reason says it (``TTFT <= 0.5 s for 93.1%``,
     ``availability 99.95%``) or, ``terse``, as a report's health line does
-    (``TTFT<=0.5s 93.1%``, ``available 99.95%``)."""
-    if sli.good is None:
+    (``TTFT<=0.5s 93.1%``, ``available 99.95%``); ``now``: its reading over the present."""
+    good = sli.now if now else sli.good
+    if good is None:
         return f"{sli.name} {'-' if terse else 'unknown'}"
     if sli.name == "availability":
-        return f"{'available' if terse else 'availability'} {sli.good:.2%}"
+        return f"{'available' if terse else 'availability'} {good:.2%}"
     what = "TTFT" if sli.name == "ttft" else "ITL"
     if not terse:
-        return f"{what} <= {sli.threshold:g} s for {sli.good:.1%}"
+        return f"{what} <= {sli.threshold:g} s for {good:.1%}"
     # A threshold that is not a bucket bound of the servers' histogram: the share is read
     # at the largest bound below it, and the line says so.
     bounds = " or ".join(f"{b:g}s" for b in sli.read_at)
     at = f" (read at {bounds}: not a bucket bound)" if sli.read_at else ""
-    return f"{what}<={sli.threshold:g}s{at} {sli.good:.1%}"
+    return f"{what}<={sli.threshold:g}s{at} {good:.1%}"
 
 
 def flag(h: Health, reason: str) -> None:

@@ -18,8 +18,9 @@ from dataclasses import dataclass
 
 from diagnoser.catalog import Playbook
 from diagnoser.catalog.shapes import Periods
+from diagnoser.diagnosis.ends import judge
 from diagnoser.diagnosis.fetch import Fetched, fetch, needed_signals
-from diagnoser.diagnosis.match import Match, ScopeData, evaluate, evaluate_absolute
+from diagnoser.diagnosis.match import Match, ScopeData, evaluate_absolute
 from diagnoser.diagnosis.onset import MIN_SEGMENT, change_point
 from diagnoser.diagnosis.window import MIN_STEP, Window
 from diagnoser.plumbing.source import MetricSource
@@ -113,7 +114,7 @@ def reassess(
         periods = onset_periods(pb, data, lb, window)
         found = None
         if periods is not None:
-            found = evaluate(pb, data, window.span, window.baseline, lb.step, periods, "lookback")
+            found = judge(pb, data, window.span, window.baseline, lb.step, periods, "lookback")
         if found is None or found.status not in ("matched", "contested"):
             change = (changes or {}).get(pb.id)
             absolute = evaluate_absolute(pb, fine, window.span, change)

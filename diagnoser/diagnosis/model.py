@@ -139,6 +139,11 @@ class Diagnosis:
         """The findings about a model scope: its own, and those of its targets."""
         return _indexed(self._indexes, "findings", self.findings, ByScope).within(scope)  # type: ignore[no-any-return]
 
+    def resolved_for(self, scope: Scope) -> list[Match]:
+        """The findings about a model scope that ended in the window: its own, and those of
+        its targets (none of them a cause of the scope's state now)."""
+        return _indexed(self._indexes, "resolved", self.resolved, ByScope).within(scope)  # type: ignore[no-any-return]
+
     def nearest(self, scope: Scope, most: int = 3) -> list[tuple[Match, ConditionResult | None]]:
         """The playbooks that came closest for a scope no playbook explains, each with the
         first required condition that failed (by the share of required conditions held)."""
@@ -171,11 +176,12 @@ class Diagnosis:
         return [(m, failed) for score, m, failed in ranked[:most] if score > 0]
 
     def for_alert(self, playbook: str | None) -> list[Match]:
-        """The findings as an alert's record ranks them: the alert's own playbook first when
-        the diagnosis confirms it, behind the cause that explains it if one was found (the
-        cause first, its symptom second). When the alert's playbook is not among the findings
-        but one found explains it (a replica's imbalance explains the model's queue), that
-        cause comes first. The rest in the diagnosis's order."""
+        """The current findings as an alert's record ranks them (one that ended in the window
+        is no cause; ``resolved_of`` finds the alert's own among those): the alert's own
+        playbook first when the diagnosis confirms it, behind the cause that explains it if
+        one was found (the cause first, its symptom second). When the alert's playbook is not
+        among the findings but one found explains it (a replica's imbalance explains the
+        model's queue), that cause comes first. The rest in the diagnosis's order."""
         ranked = list(self.findings)
         own = next((m for m in ranked if m.playbook.id == playbook), None)
         if own is None:
@@ -186,6 +192,13 @@ class Diagnosis:
         cause = next((m for m in ranked if m.playbook.id == own.explained_by), None)
         lead = [cause, own] if cause is not None else [own]
         return lead + [m for m in ranked if all(m is not x for x in lead)]
+
+    def resolved_of(self, playbook: str | None) -> Match | None:
+        """The alert's own playbook among the findings that ended in the window (the most
+        recent end first), when it is not also a current finding."""
+        if playbook is None or any(m.playbook.id == playbook for m in self.findings):
+            return None
+        return next((m for m in self.resolved if m.playbook.id == playbook), None)
 
     def to_frame(self) -> pd.DataFrame:
         """The series this diagnosis read, long format, for pandas: one row per point, with
@@ -235,6 +248,7 @@ def evidence_json(r: ConditionResult) -> dict[str, Any]:
 def sli_json(s: Sli) -> dict[str, Any]:
     return {
         "good_share": s.good if s.good is None else round(s.good, 6),
+        "good_share_now": s.now if s.now is None else round(s.now, 6),
         "objective": s.objective,
         "threshold_seconds": s.threshold,
         "read_at_seconds": list(s.read_at),
@@ -266,8 +280,15 @@ def health_json(d: Diagnosis, h: Health) -> dict[str, Any]:
         },
         "restarts": h.restarts,
         "traffic_stopped_at": iso(h.stopped_at),
+        "present": None
+        if h.present is None
+        else {"start": iso(h.present[0]), "end": iso(h.present[1])},
     }
-    if h.verdict == "unhealthy" and not d.findings_for(h.scope):
+    ended = [m.playbook.id for m in d.resolved_for(h.scope)]
+    if h.verdict == "unhealthy" and not d.findings_for(h.scope) and ended:
+        out["cause"] = "resolved"  # no cause now: what made it unhealthy ended in the window
+        out["resolved"] = list(dict.fromkeys(ended))
+    elif h.verdict == "unhealthy" and not d.findings_for(h.scope):
         out["cause"] = "unknown"
         out["nearest"] = [
             {
@@ -287,6 +308,14 @@ def onset_before(d: Diagnosis, m: Match) -> float | None:
     return round(d.window.start - m.onset, 1)
 
 
+def duration(m: Match) -> float | None:
+    """Seconds from the onset to the end of a finding that ended (None while it holds, or
+    when its onset is unknown)."""
+    if m.onset is None or m.end is None:
+        return None
+    return round(m.end - m.onset, 1)
+
+
 def finding_json(d: Diagnosis, m: Match) -> dict[str, Any]:
     pb = m.playbook
     return {
@@ -297,6 +326,8 @@ def finding_json(d: Diagnosis, m: Match) -> dict[str, Any]:
         "scope": m.scope,
         "onset": iso(m.onset),
         "onset_before_window_seconds": onset_before(d, m),
+        "resolved_at": iso(m.end),
+        "duration_seconds": duration(m),
         "basis": m.basis,
         "evidence": [evidence_json(r) for r in m.shown()],
         "cause": pb.cause,
@@ -333,6 +364,16 @@ def _to_json(d: Diagnosis) -> dict[str, Any]:
         "idle": d.idle,
         "below_traffic_floor": d.below_floor,
         "findings": [finding_json(d, m) for m in d.findings],
+        "resolved": [finding_json(d, m) for m in d.resolved],
+        "ended_before_window": [
+            {
+                "id": m.playbook.id,
+                "scope": m.scope,
+                "onset": iso(m.onset),
+                "resolved_at": iso(m.end),
+            }
+            for m in d.ended_before
+        ],
         "undecided": [
             {
                 "id": m.playbook.id,

@@ -17,6 +17,16 @@ MIN_GAIN = 0.2
 
 def change_point(s: Series, search: tuple[float, float]) -> float | None:
     """Time of the strongest shift in mean (in log space) within ``search``."""
+    found = _split(s, search)
+    return None if found is None else found[0]
+
+
+def _split(
+    s: Series, search: tuple[float, float], level: float | None = None
+) -> tuple[float, float, float] | None:
+    """The strongest shift in mean within ``search``: (its time, the share of the variance
+    it explains, the shift of the mean in log space); None when no clear one. ``level``:
+    the typical level to read the log space around (by default the searched samples')."""
     mask = (s.t >= search[0]) & (s.t <= search[1]) & np.isfinite(s.v)
     t, v = s.t[mask], s.v[mask]
     if v.size < 2 * MIN_SEGMENT:
@@ -24,7 +34,8 @@ def change_point(s: Series, search: tuple[float, float]) -> float | None:
     # Log space around a typical level, so a doubling counts the same at any scale. A series
     # that is mostly zero (a queue that is usually empty) takes its mean as the level: with
     # the median, every non-zero sample would look alike and the size of the change be lost.
-    level = float(np.median(np.abs(v))) or float(np.mean(np.abs(v)))
+    if level is None:
+        level = float(np.median(np.abs(v))) or float(np.mean(np.abs(v)))
     x = np.log1p(np.maximum(v, 0) / (level + 1e-12))
     csum, csum2, n = np.cumsum(x), np.cumsum(x * x), x.size
     k = np.arange(MIN_SEGMENT, n - MIN_SEGMENT + 1)
@@ -36,7 +47,44 @@ def change_point(s: Series, search: tuple[float, float]) -> float | None:
     best = int(np.argmax(gain))
     if total <= 1e-12 or gain[best] / total < MIN_GAIN:
         return None  # no clear shift
-    return float(t[k[best]])
+    kb = int(k[best])
+    shift = float(right_sum[best] / (n - kb) - csum[kb - 1] / kb)
+    return float(t[kb]), float(gain[best] / total), shift
+
+
+# A later change must move the mean by this much in log space (about a third of the typical
+# level) to count: within a period that already changed once, the strongest split of what is
+# left is often noise that explains a fifth of a small variance.
+MIN_SHIFT = 0.3
+
+
+def change_points(s: Series, search: tuple[float, float], most: int = 4) -> list[float]:
+    """The times the series' mean shifted within ``search``, in time order: the strongest
+    change, then the strongest within each side of it, and so on (binary segmentation), at
+    most ``most``. Each side is read around the whole series' level, so a quiet stretch's
+    noise does not count as a change of its own."""
+    mask = (s.t >= search[0]) & (s.t <= search[1]) & np.isfinite(s.v)
+    v = s.v[mask]
+    if v.size < 2 * MIN_SEGMENT:
+        return []
+    level = float(np.median(np.abs(v))) or float(np.mean(np.abs(v)))
+    found: list[float] = []
+    spans = [search]
+    while spans and len(found) < most:
+        splits = [(span, _split(s, span, level)) for span in spans]
+        spans = []
+        for span, split in splits:
+            if split is None or (found and abs(split[2]) < MIN_SHIFT):
+                continue
+            found.append(split[0])
+            step = _step_before(s, split[0])
+            spans += [(span[0], split[0] - step), (split[0], span[1])]
+    return sorted(found[:most])
+
+
+def _step_before(s: Series, t: float) -> float:
+    i = int(np.searchsorted(s.t, t))
+    return float(s.t[i] - s.t[i - 1]) if 0 < i < s.t.size else 0.0
 
 
 def periods_for(

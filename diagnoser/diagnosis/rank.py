@@ -78,6 +78,8 @@ def _explained(m: Match, by: Match) -> bool:
     the cause; with no order of events, the stronger."""
     if by is m or m.playbook.id not in _explains(by):
         return False
+    if m.current and not by.current:
+        return False  # a cause that ended explains nothing that goes on
     if by.playbook.id not in _explains(m):
         return True
     if by.onset is not None and m.onset is not None and by.onset != m.onset:

@@ -28,6 +28,7 @@ class Tabled(Protocol):
     window: Window
     site: Site
     findings: list[Match]
+    resolved: list[Match]
     scopes: list[dict[str, str]]
     data: dict[tuple[tuple[str, str], ...], ScopeData]
 
@@ -67,7 +68,9 @@ NUMBER_COLUMNS = (
 )
 # The findings table: one row per finding and condition shown as its evidence; the scope's
 # labels come between FINDING_HEAD and FINDING_TAIL.
-FINDING_HEAD = ("rank", "id", "title", "confidence", "severity", "basis", "onset")
+# ``resolved_at`` is when a finding's pattern stopped holding in the window (empty while it
+# holds).
+FINDING_HEAD = ("rank", "id", "title", "confidence", "severity", "basis", "onset", "resolved_at")
 FINDING_TAIL = (
     "signal",
     "over",
@@ -85,7 +88,7 @@ def scope_columns(d: Tabled) -> list[str]:
     """The scope's labels as columns, in the site's order (model_name, then group labels),
     then any other label a finding's scope carries (a target's job and instance)."""
     cols = list(d.site.config.by)
-    for scope in [*d.scopes, *(m.scope for m in d.findings)]:
+    for scope in [*d.scopes, *(m.scope for m in (*d.findings, *d.resolved))]:
         cols += [k for k in scope if k not in cols]
     return cols
 
@@ -106,9 +109,10 @@ def period_of(d: Tabled, t: float) -> str:
 
 
 def _evidence_signals(d: Tabled) -> dict[tuple[tuple[str, str], ...], dict[str, list[str]]]:
-    """Per scope, the findings each signal is evidence for (in the diagnosis's order)."""
+    """Per scope, the findings each signal is evidence for (in the diagnosis's order: the
+    current ones, then those that ended in the window)."""
     out: dict[tuple[tuple[str, str], ...], dict[str, list[str]]] = {}
-    for m in d.findings:
+    for m in (*d.findings, *d.resolved):
         data = d.data_for(m)
         key = data.key if data is not None else tuple(sorted(m.scope.items()))
         per = out.setdefault(key, {})
@@ -162,6 +166,7 @@ def _condition_row(d: Tabled, rank: int, m: Match, r: ConditionResult) -> dict[s
         "severity": pb.severity,
         "basis": m.basis,
         "onset": iso(m.onset),
+        "resolved_at": iso(m.end) or "",
         "signal": r.condition.signal,
         "over": r.condition.over,
         "condition": r.condition.describe(),
@@ -175,13 +180,15 @@ def _condition_row(d: Tabled, rank: int, m: Match, r: ConditionResult) -> dict[s
 
 
 def finding_rows(d: Tabled) -> Iterator[dict[str, Any]]:
-    """One row per finding and per condition its report shows, in the diagnosis's order:
-    the finding (``rank`` from 1, id, title, confidence, severity, basis, onset as RFC
-    3339), its scope labels, and the condition with the numbers the text report prints
-    (``baseline`` and ``now`` for a change, ``ratio``, ``share`` of time, a drift's
-    ``start`` and ``end``, a growth ``exponent``; empty where the shape has none)."""
+    """One row per finding and per condition its report shows, in the diagnosis's order, the
+    current findings first and then those that ended in the window (their rank continues):
+    the finding (``rank`` from 1, id, title, confidence, severity, basis, onset and
+    ``resolved_at`` as RFC 3339, ``resolved_at`` empty while it holds), its scope labels, and
+    the condition with the numbers the text report prints (``baseline`` and ``now`` for a
+    change, ``ratio``, ``share`` of time, a drift's ``start`` and ``end``, a growth
+    ``exponent``; empty where the shape has none)."""
     labels = scope_columns(d)
-    for rank, m in enumerate(d.findings, 1):
+    for rank, m in enumerate((*d.findings, *d.resolved), 1):
         scope = {k: m.scope.get(k, "") for k in labels}
         for r in m.shown():
             row = _condition_row(d, rank, m, r)
@@ -209,9 +216,10 @@ def series_frame(d: Tabled) -> pd.DataFrame:
 
 
 def findings_frame(d: Tabled) -> pd.DataFrame:
-    """``finding_rows`` as a DataFrame; ``onset`` as a UTC timestamp. No finding gives an
-    empty frame with the same columns."""
+    """``finding_rows`` as a DataFrame; ``onset`` and ``resolved_at`` as UTC timestamps (NaT
+    while a finding holds). No finding gives an empty frame with the same columns."""
     pd = _pandas()
     frame = pd.DataFrame(list(finding_rows(d)), columns=finding_columns(d))
     frame["onset"] = pd.to_datetime(frame["onset"], utc=True)
+    frame["resolved_at"] = pd.to_datetime(frame["resolved_at"], utc=True)
     return frame

@@ -13,10 +13,17 @@ import numpy as np
 
 from diagnoser.catalog import Playbook
 from diagnoser.diagnosis import recorded
-from diagnoser.diagnosis.fetch import Fetched, fetch, needed_signals, server_buckets
+from diagnoser.diagnosis.ends import judge
+from diagnoser.diagnosis.fetch import (
+    Fetched,
+    fetch,
+    needed_signals,
+    scrape_interval,
+    server_buckets,
+)
 from diagnoser.diagnosis.health import Health, assess, flag
 from diagnoser.diagnosis.lookback import fetch_lookback, reassess
-from diagnoser.diagnosis.match import Match, ScopeData, evaluate, evaluate_absolute
+from diagnoser.diagnosis.match import Match, ScopeData, evaluate_absolute
 from diagnoser.diagnosis.model import ByScope, Diagnosis, ScopeKey, scope_key
 from diagnoser.diagnosis.rank import rank
 from diagnoser.diagnosis.targets import Served
@@ -67,6 +74,7 @@ def _diagnose(
     source = one_operation(source)
     rules_site = site
     site = site.with_buckets(server_buckets(source, site, window, matchers))
+    window = window.fitted(scrape_interval(source, site, window))
     catalog = site.catalog
     model_level = [pb for pb in catalog.detectable() if not _target_level(pb, site)]
     signals = needed_signals(site)
@@ -78,7 +86,7 @@ def _diagnose(
     result = Diagnosis(
         window,
         site,
-        queries=fetched.queries + 1 + (plan.queries if plan else 0),
+        queries=fetched.queries + 2 + (plan.queries if plan else 0),
         query_seconds=fetched.query_seconds + (plan.seconds if plan else 0.0),
         recorded=len(records),
         not_recorded=plan.reason if plan else None,
@@ -99,7 +107,7 @@ def _diagnose(
             result.below_floor.append(data.scope)
         judged[data.key] = (data, health)
         for pb in model_level:
-            matches.append(evaluate(pb, data, span, base, window.step))
+            matches.append(judge(pb, data, span, base, window.step))
     by = site.config.by
     heirs = _heirs(fetched, result.health, by)
     for target, data in sorted(fetched.targets.items()):
@@ -108,7 +116,7 @@ def _diagnose(
         owner = fetched.owners.get(target) or heirs.get(target)
         for pb in catalog.detectable():
             if _target_level(pb, site):
-                m = evaluate(pb, data, span, base, window.step)
+                m = judge(pb, data, span, base, window.step)
                 if m.status in FOUND:
                     if owner is not None:  # the model it served last: a finding about it
                         m.scope = {**dict(zip(by, owner.model, strict=True)), **m.scope}
@@ -126,7 +134,11 @@ def _diagnose(
         fetched.first_seen,
     )
     result.warnings = warnings_of(source)
-    result.findings = rank(matches, catalog.advisory())
+    found = rank(matches, catalog.advisory())
+    result.findings = [m for m in found if m.current]
+    ended = sorted((m for m in found if not m.current), key=lambda m: -(m.end or 0.0))
+    result.resolved = [m for m in ended if (m.end or 0.0) > window.start]
+    result.ended_before = [m for m in ended if (m.end or 0.0) <= window.start]
     result.undecided = [m for m in matches if m.status == "undecided"]
     result.checked = [m for m in matches if m.status in ("not_matched", "ruled_out")]
     for health in result.health:
@@ -190,7 +202,7 @@ def _look_back(
     found = ByScope(matches)
     for data, health in judged.values():
         in_time(source)
-        own = [m for m in found.within(data.scope) if m.status in FOUND]
+        own = [m for m in found.within(data.scope) if m.status in FOUND and m.current]
         if own and all(m.onset is not None for m in own) and health.verdict != "unhealthy":
             continue  # a change inside the window explains it, and the SLOs hold
         changes = _window_verdicts(found, data.scope)

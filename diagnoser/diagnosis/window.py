@@ -13,6 +13,24 @@ MIN_STEP = 15.0
 # A 15 s step under 5 m rates makes the store read every sample twenty times; an hour's window
 # at 60 s reads each about five times, a quarter of the samples, for the same curves.
 MIN_WINDOW_POINTS = 60
+# Rates and quantiles are read over an eighth of the window, five minutes at most and a few
+# scrapes at least (as Grafana's $__rate_interval): a window of minutes after an incident
+# reads its own minutes, not five minutes that reach back into the incident. Windows of 40
+# minutes and more keep five minutes, where a quiet server's quantiles have requests enough.
+RATE_SHARE, MAX_RATE = 8, 300
+SCRAPES_PER_RATE = 4
+DEFAULT_SCRAPE = 15.0  # seconds, where the data does not say
+MIN_STEP_FITTED = 1.0  # a window fitted to fast scrapes may be read finer than ``MIN_STEP``
+
+
+def rate_seconds(since: float, step: float, scrape: float | None = None) -> int:
+    """The rate window for a window ``since`` long read every ``step`` seconds."""
+    lo = SCRAPES_PER_RATE * (scrape or DEFAULT_SCRAPE)
+    return int(max(4 * step, min(MAX_RATE, max(lo, since / RATE_SHARE))))
+
+
+def rate_text(seconds: int) -> str:
+    return f"{seconds // 60}m" if seconds % 60 == 0 else f"{seconds}s"
 
 
 @dataclass(frozen=True)
@@ -23,6 +41,8 @@ class Window:
     baseline_end: float
     step: float
     rate_window: str
+    # The rate window was given (``with_step``), not fitted to the window and its scrapes.
+    rate_given: bool = False
 
     @classmethod
     def plan(cls, since: float, end: float, baseline_offset: float | None = None) -> Window:
@@ -38,19 +58,34 @@ class Window:
             b_start, b_end = start - since, start
         total = end - min(b_start, start)
         step = max(MIN_STEP, math.ceil(total / MAX_STEP_POINTS / MIN_STEP) * MIN_STEP)
-        rate = max(300, int(4 * step))
+        rate = rate_seconds(since, step)
         fitted = math.floor(min(since / MIN_WINDOW_POINTS, rate / 4) / MIN_STEP) * MIN_STEP
         step = max(step, fitted)
-        return cls(
-            start, end, b_start, b_end, step, f"{rate // 60}m" if rate % 60 == 0 else f"{rate}s"
-        )
+        return cls(start, end, b_start, b_end, step, rate_text(rate))
+
+    def fitted(self, scrape: float | None) -> Window:
+        """This window with its rates fitted to the scrape interval (seconds; None: unknown),
+        unless they were given."""
+        if self.rate_given or scrape is None:
+            return self
+        from dataclasses import replace
+
+        since, step = self.end - self.start, self.step
+        rate = rate_seconds(since, step, scrape)
+        fine = rate_seconds(since, MIN_STEP_FITTED, scrape)
+        if step <= MIN_STEP and fine < rate:
+            # A short window over fast scrapes: read finer, on the scrapes' grid, so that
+            # consecutive rates still overlap.
+            step = max(scrape, math.floor(fine / 4 / scrape) * scrape)
+            rate = max(fine, int(4 * step))
+        return replace(self, step=step, rate_window=rate_text(rate))
 
     def with_step(self, step: float) -> Window:
         """This window at another resolution, rates over four steps (for fast scrapes and
         windows of minutes, where the planned 15 s step and 5 m rates are too coarse)."""
         from dataclasses import replace
 
-        return replace(self, step=step, rate_window=f"{max(2, round(4 * step))}s")
+        return replace(self, step=step, rate_window=f"{max(2, round(4 * step))}s", rate_given=True)
 
     @property
     def span(self) -> tuple[float, float]:

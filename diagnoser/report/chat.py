@@ -18,7 +18,16 @@ from urllib.parse import urlsplit
 
 from diagnoser.diagnosis.model import Diagnosis
 from diagnoser.plumbing.printable import defang, inert, printable
-from diagnoser.report.format import evidence_lines, health_line, scope_text, since
+from diagnoser.report.format import (
+    NO_CURRENT_CAUSE,
+    clock,
+    ended_before_line,
+    evidence_lines,
+    health_line,
+    resolved_head,
+    scope_text,
+    since,
+)
 from diagnoser.site import Site
 
 MAX_EVIDENCE = 5
@@ -65,8 +74,11 @@ def message(record: dict[str, Any], d: Diagnosis | None, site: Site) -> str:
         lines.append("*Partial answer:* " + "; ".join(d.warnings))
     if d is not None:
         lines += [f"*State:* {scope_text(h.scope)}: {health_line(h)}" for h in d.health]
+    resolved = d.resolved if d is not None and not record.get("error") else []
     if record.get("error"):
         lines.append(f"*Diagnosis failed:* {record['error']}")
+    elif not findings and resolved:  # what fired ended in the window: no cause now
+        lines.append(f"*Diagnosis:* {NO_CURRENT_CAUSE}")
     elif not findings:
         sick = [h for h in d.health if h.verdict == "unhealthy"] if d else []
         if sick:
@@ -94,13 +106,18 @@ def message(record: dict[str, Any], d: Diagnosis | None, site: Site) -> str:
         lines.append("*Fix:*")
         lines += [f"{i}. {step}" for i, step in enumerate(top.playbook.fix, 1)]
         lines.append(["*Runbook:*", link(d.runbook(top), top.playbook.id)])
+    if d is not None and not record.get("error"):
+        lines += _resolved(d)
+    own = d.resolved_of(playbook) if d is not None and resolved else None
     if playbook is None:
         if record.get("runbook_url") and top is None:
             lines.append(["*Runbook:*", link(record["runbook_url"], record["alert"])])
         return _text(lines)
     if top is None or top.playbook.id != playbook:
         rank, cause = record.get("playbook_rank"), record.get("explained_by")
-        if cause and rank:
+        if own is not None and own.end is not None:
+            state = f"its pattern ended at {clock(own.end)}: resolved"
+        elif cause and rank:
             state = f"ranked {rank} in the diagnosis, behind its cause `{cause}`"
         elif cause:
             state = f"not matched on its own; `{cause}` above accounts for its symptoms"
@@ -111,3 +128,15 @@ def message(record: dict[str, Any], d: Diagnosis | None, site: Site) -> str:
             lines.append(f"*Cause:* {' '.join(site.catalog[playbook].cause.split())}")
         lines.append(["*Runbook:*", link(record["runbook_url"], playbook)])
     return _text(lines)
+
+
+def _resolved(d: Diagnosis) -> list[str | list[str]]:
+    """The findings that ended in the window, one line each with its evidence and runbook
+    link, and what ended just before it: none is the cause of what fired."""
+    lines: list[str | list[str]] = ["*Resolved in the window:*"] if d.resolved else []
+    for m in d.resolved:
+        shown = evidence_lines(d, m, MAX_EVIDENCE)
+        evidence = f" ({'; '.join(shown)})" if shown else ""
+        lines.append([f"{resolved_head(m)}{evidence}", link(d.runbook(m), "runbook")])
+    before = ended_before_line(d)
+    return lines if before is None else [*lines, before]

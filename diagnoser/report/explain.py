@@ -9,7 +9,8 @@ from diagnoser.report.format import scope_text
 
 
 def explain(d: Diagnosis, playbook_id: str) -> str:
-    matches = [m for m in (*d.findings, *d.undecided, *d.checked) if m.playbook.id == playbook_id]
+    every = (*d.findings, *d.resolved, *d.ended_before, *d.undecided, *d.checked)
+    matches = [m for m in every if m.playbook.id == playbook_id]
     if not matches:
         return (
             f"{playbook_id}: not evaluated: no scope with traffic in the window "
@@ -28,6 +29,9 @@ def explain(d: Diagnosis, playbook_id: str) -> str:
             "undecided": f"undecided: {m.reason or 'missing series'}",
             "not_matched": f"not matched: {m.reason}",
         }[m.status]
+        if m.status == "matched" and m.end is not None:
+            ended = "before the window" if m.end < d.window.start else "in the window"
+            status += f", ended {ended} at {clock(m.end)} UTC (resolved)"
         out.append(f"{playbook_id} for {scope_text(m.scope)}: {status}")
         if m.explained_by:
             out.append(f"  explained by {m.explained_by} (its confidence halved)")

@@ -67,6 +67,45 @@ def since(d: Diagnosis, m: Match) -> str:
     return f"since {clock(m.onset)}"
 
 
+def hours(m: Match) -> str:
+    """When a finding that ended held: ``17:52-17:59 UTC`` (``until 17:59 UTC`` when its
+    onset is not known)."""
+    end = time.strftime("%H:%M", time.gmtime(m.end)) if m.end is not None else "?"
+    if m.onset is None:
+        return f"until {end} UTC"
+    return f"{time.strftime('%H:%M', time.gmtime(m.onset))}-{end} UTC"
+
+
+def span(m: Match) -> str:
+    """A finding that ended in the window, as on-call reads it: ``17:52-17:59 UTC, 7 min``."""
+    if m.onset is None or m.end is None:
+        return hours(m)
+    return f"{hours(m)}, {format_duration(m.end - m.onset)}"
+
+
+def resolved_head(m: Match) -> str:
+    """``batch-slot-limit: 17:52-17:59 UTC, 7 min, resolved``"""
+    return f"{m.playbook.id}: {span(m)}, resolved"
+
+
+NO_CURRENT_CAUSE = "No current cause: the incidents below ended in the window."
+
+
+def ended_before_line(d: Diagnosis) -> str | None:
+    """``Ended just before the window: prefix-cache-collapse (17:31-17:40 UTC).`` (None when
+    no incident ended before it); each incident's scope is named when there are several."""
+    if not d.ended_before:
+        return None
+    several = len({tuple(sorted(m.scope.items())) for m in d.ended_before}) > 1 or (
+        len(d.scopes) > 1
+    )
+    parts = []
+    for m in d.ended_before:
+        where = f" on {scope_text(m.scope)}" if several and m.scope else ""
+        parts.append(f"{m.playbook.id}{where} ({hours(m)})")
+    return f"Ended just before the window: {'; '.join(parts)}."
+
+
 def _sli(s: Sli) -> str:
     """An SLI's reading as the health line gives it, with its objective when read."""
     words = describe(s, terse=True)

@@ -17,11 +17,20 @@ import jinja2
 import numpy as np
 from markupsafe import Markup
 
+from diagnoser.diagnosis.match import Match
 from diagnoser.diagnosis.model import Diagnosis
 from diagnoser.plumbing.durations import iso
 from diagnoser.plumbing.source import Series
 from diagnoser.plumbing.units import fmt
-from diagnoser.report.format import health_line, needs, scope_text, since
+from diagnoser.report.format import (
+    NO_CURRENT_CAUSE,
+    ended_before_line,
+    health_line,
+    needs,
+    scope_text,
+    since,
+    span,
+)
 
 W, H, PAD = 560, 120, 28
 
@@ -62,6 +71,7 @@ def plot(
     end: float,
     window_start: float,
     onset: float | None,
+    ended: float | None = None,
 ) -> dict[str, Any] | None:
     """One evidence plot's geometry and labels for the template (None: nothing to plot)."""
     mask = (series.t >= start) & (series.t <= end) & np.isfinite(series.v)
@@ -83,6 +93,7 @@ def plot(
         "shade_w": W - PAD - shade,
         "points": _path(series.t, series.v, start, end, lo, hi),
         "onset_x": xpos(onset) if onset is not None and start <= onset <= end else None,
+        "end_x": xpos(ended) if ended is not None and start <= ended <= end else None,
         "top": fmt(hi, unit),
         "bottom": fmt(lo, unit),
     }
@@ -100,47 +111,12 @@ def _template() -> jinja2.Template:
 
 def render(d: Diagnosis) -> str:
     w = d.window
-    start = w.first
-    unexplained = [h for h in d.health if h.verdict == "unhealthy" and not d.findings_for(h.scope)]
-    findings = []
-    for m in d.findings:
-        pb = m.playbook
-        data = d.data_for(m)
-        plots = []
-        if data is not None:
-            for name in pb.evidence:
-                s = data.series.get(name)
-                if s is not None:
-                    p = plot(s, name, d.unit(name), start, w.end, w.start, m.onset)
-                    if p is not None:
-                        plots.append(p)
-        url = d.runbook(m)
-        findings.append(
-            {
-                "id": pb.id,
-                "title": pb.title,
-                "scope": scope_text(m.scope),
-                "since": since(d, m),
-                "confidence": f"{m.confidence:.0%}",
-                "severity": pb.severity,
-                "explained_by": m.explained_by,
-                "caveats": m.caveats,
-                "plots": plots,
-                "evidence": [
-                    {
-                        "text": d.evidence_text(r),
-                        "condition": r.condition.describe(),
-                        "holds": "yes" if r.verdict.holds else "no",
-                    }
-                    for r in m.shown()
-                ],
-                "cause": pb.cause,
-                "fix": list(pb.fix),
-                "guardrail": " ".join(pb.guardrail),
-                "runbook": url,
-                "runbook_is_link": runbook_link(url),
-            }
-        )
+    causeless = [h for h in d.health if h.verdict == "unhealthy" and not d.findings_for(h.scope)]
+    unexplained = [h for h in causeless if not d.resolved_for(h.scope)]
+    findings = [_finding(d, m) for m in d.findings]
+    resolved = [
+        {**_finding(d, m), "span": span(m), "resolved_at": str(iso(m.end))} for m in d.resolved
+    ]
     page = _template().render(
         css=Markup(CSS),
         start=str(iso(w.start)),
@@ -172,8 +148,56 @@ def render(d: Diagnosis) -> str:
             for h in unexplained
         ],
         findings=findings,
+        resolved=resolved,
+        first_resolved=len(findings) + 1,
+        no_current_cause=NO_CURRENT_CAUSE if resolved and not findings else None,
+        ended_sick=[scope_text(h.scope) for h in causeless if d.resolved_for(h.scope)]
+        if findings
+        else [],
+        ended_before=ended_before_line(d),
         undecided=[
             {"id": u.playbook.id, "needs": needs(u), "gap": d.engine_gap(u)} for u in d.undecided
         ],
     )
     return page + "\n"
+
+
+def _finding(d: Diagnosis, m: Match) -> dict[str, Any]:
+    """A finding's part of the page: its plots (the onset marked, and its end when it ended
+    in the window), its evidence, cause, fix and runbook."""
+    w = d.window
+    pb = m.playbook
+    data = d.data_for(m)
+    plots = []
+    if data is not None:
+        for name in pb.evidence:
+            s = data.series.get(name)
+            if s is not None:
+                p = plot(s, name, d.unit(name), w.first, w.end, w.start, m.onset, m.end)
+                if p is not None:
+                    plots.append(p)
+    url = d.runbook(m)
+    return {
+        "id": pb.id,
+        "title": pb.title,
+        "scope": scope_text(m.scope),
+        "since": since(d, m),
+        "confidence": f"{m.confidence:.0%}",
+        "severity": pb.severity,
+        "explained_by": m.explained_by,
+        "caveats": m.caveats,
+        "plots": plots,
+        "evidence": [
+            {
+                "text": d.evidence_text(r),
+                "condition": r.condition.describe(),
+                "holds": "yes" if r.verdict.holds else "no",
+            }
+            for r in m.shown()
+        ],
+        "cause": pb.cause,
+        "fix": list(pb.fix),
+        "guardrail": " ".join(pb.guardrail),
+        "runbook": url,
+        "runbook_is_link": runbook_link(url),
+    }

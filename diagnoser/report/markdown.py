@@ -2,10 +2,19 @@
 
 from __future__ import annotations
 
+from diagnoser.diagnosis.match import Match
 from diagnoser.diagnosis.model import Diagnosis, what_if_of
 from diagnoser.plumbing.durations import iso
 from diagnoser.plumbing.printable import defang
-from diagnoser.report.format import health_line, needs, scope_text, since
+from diagnoser.report.format import (
+    NO_CURRENT_CAUSE,
+    ended_before_line,
+    health_line,
+    needs,
+    scope_text,
+    since,
+    span,
+)
 from diagnoser.report.whatif import finding_lines
 
 
@@ -33,7 +42,18 @@ def markdown(d: Diagnosis) -> str:
             for h in d.health
         ]
         out.append("")
-    unexplained = [h for h in d.health if h.verdict == "unhealthy" and not d.findings_for(h.scope)]
+    causeless = [h for h in d.health if h.verdict == "unhealthy" and not d.findings_for(h.scope)]
+    unexplained = [h for h in causeless if not d.resolved_for(h.scope)]
+    if not d.findings and d.resolved:
+        out += [f"**{NO_CURRENT_CAUSE}**", ""]
+    elif len(causeless) > len(unexplained):
+        out += [
+            f"**{plain(scope_text(h.scope))}: no current cause:** its incidents below ended in "
+            "the window."
+            for h in causeless
+            if d.resolved_for(h.scope)
+        ]
+        out.append("")
     for h in unexplained:
         out.append(
             f"**{plain(scope_text(h.scope))} is unhealthy and no known problem pattern explains "
@@ -52,7 +72,7 @@ def markdown(d: Diagnosis) -> str:
                 for m, f in near
             ]
         out.append("")
-    if not d.findings and not unexplained:
+    if not d.findings and not d.resolved and not unexplained:
         out.append("No known problem pattern matched.")
     for i, m in enumerate(d.findings, 1):
         pb = m.playbook
@@ -86,6 +106,11 @@ def markdown(d: Diagnosis) -> str:
             # In a code block, where only a backquote could end it early.
             shown = (ln.replace("`", "'") for ln in finding_lines(predicted, ""))
             out += ["**What-if.**", "", "```", *shown, "```", ""]
+    for i, m in enumerate(d.resolved, len(d.findings) + 1):
+        out += _resolved(d, i, m)
+    before = ended_before_line(d)
+    if before:
+        out += [plain(before), ""]
     if d.undecided:
         out.append("### Undecided")
         out += [
@@ -94,3 +119,20 @@ def markdown(d: Diagnosis) -> str:
             for u in d.undecided
         ]
     return "\n".join(out) + "\n"
+
+
+def _resolved(d: Diagnosis, i: int, m: Match) -> list[str]:
+    """A finding that ended in the window: when it held, its evidence and its runbook (its
+    cause and fix are the runbook's, should it return)."""
+    pb = m.playbook
+    out = [f"### {i}. Resolved: {pb.title} (`{pb.id}`)", ""]
+    out.append(f"- **Resolved:** {span(m)} ({iso(m.onset) or 'no onset found'} to {iso(m.end)})")
+    out.append(f"- **Scope:** {plain(scope_text(m.scope))}")
+    out.append(f"- **Confidence:** {m.confidence:.0%} ({pb.severity})")
+    if m.explained_by:
+        out.append(f"- **Explained by:** `{m.explained_by}`")
+    out += ["", "| Evidence | Holds |", "|---|---|"]
+    for r in m.shown():
+        text = cell(f"{d.evidence_text(r)} ({r.condition.describe()})")
+        out.append(f"| {text} | {r.verdict.holds} |")
+    return [*out, "", f"Runbook: {d.runbook(m)}", ""]

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 from diagnoser.diagnosis.model import Diagnosis, what_if_of
 from diagnoser.report.format import (
+    NO_CURRENT_CAUSE,
     clock,
     day,
+    ended_before_line,
     evidence_lines,
     health_line,
     needs,
+    resolved_head,
     scope_text,
     since,
     wrap,
@@ -32,8 +35,17 @@ def text(d: Diagnosis, colour: bool = False) -> str:
     colours = {"unhealthy": "31;1", "healthy": "32", "idle": "33", "unknown": "33"}
     for h in d.health:
         out.append(f"{scope_text(h.scope)}: " + c(colours[h.verdict], health_line(h)))
-    unexplained = [h for h in d.health if h.verdict == "unhealthy" and not d.findings_for(h.scope)]
-    if not d.findings and not unexplained:
+    causeless = [h for h in d.health if h.verdict == "unhealthy" and not d.findings_for(h.scope)]
+    unexplained = [h for h in causeless if not d.resolved_for(h.scope)]
+    if not d.findings and d.resolved:  # what made it sick ended: no cause now, none likely
+        out.append(c("32", NO_CURRENT_CAUSE))
+    elif len(causeless) > len(unexplained):
+        out += [
+            f"{scope_text(h.scope)}: no current cause: its incidents below ended in the window."
+            for h in causeless
+            if d.resolved_for(h.scope)
+        ]
+    elif not d.findings and not unexplained:
         if d.scopes and len(d.idle) < len(d.scopes):
             out.append(
                 c(
@@ -133,8 +145,23 @@ def text(d: Diagnosis, colour: bool = False) -> str:
         predicted = what_if_of(d, m)
         if predicted is not None:
             out += finding_lines(predicted)
+    for i, m in enumerate(d.resolved, len(d.findings) + 1):
+        out.append("")
+        out.append(c("1", f"{i}. {resolved_head(m)}"))
+        expl = f" | a consequence of {m.explained_by}" if m.explained_by else ""
+        out += wrap(
+            f"{m.playbook.title} | {scope_text(m.scope)} | confidence {m.confidence:.0%}{expl}",
+            "   ",
+        )
+        shown = evidence_lines(d, m, MAX_EVIDENCE)
+        if shown:
+            out += wrap("evidence: " + "; ".join(shown), "   ")
+        out.append(f"   runbook: {d.runbook(m)}")
     ruled = d.ruled_out()
     out.append("")
+    before = ended_before_line(d)
+    if before:
+        out += wrap(before, "")
     if ruled:
         out += wrap("ruled out: " + "; ".join(f"{r.playbook.id} ({r.reason})" for r in ruled), "")
     if d.undecided:

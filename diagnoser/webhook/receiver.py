@@ -31,6 +31,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from diagnoser.diagnosis import Diagnosis, to_json
+from diagnoser.plumbing.durations import iso
 from diagnoser.plumbing.source import MetricSource, SourceError
 from diagnoser.request import Request, Scope, run
 from diagnoser.site import Site, SiteConfig
@@ -314,6 +315,7 @@ class Webhook:
         symptom = a.labels.get("symptom")
         page = playbook or symptom
         ids = [m.playbook.id for m in result.for_alert(playbook)] if result else []
+        ended = result.resolved_of(playbook) if result else None
         return {
             "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.now())),
             "alert": a.name,
@@ -329,6 +331,8 @@ class Webhook:
             "top_finding": ids[0] if ids else None,
             "playbook_rank": ids.index(playbook) + 1 if playbook in ids else None,
             "explained_by": _explained_by(result, playbook, ids),
+            # The alert's own pattern, when it stopped holding in the window (no cause now).
+            "playbook_resolved_at": iso(ended.end) if ended is not None else None,
             "since_seconds": self.request.since,
             "diagnosis": to_json(result) if result else None,
             "error": error,

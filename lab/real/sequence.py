@@ -225,8 +225,9 @@ def run(seq: Sequence, venv: Path, out: Path | None, say: Callable[[str], None],
             say(f"      warm-up {seq.warmup:.0f} s")
             time.sleep(seq.warmup)
             for phase in seq.phases:
-                say(f"      phase {phase.name}: {phase.duration:.0f} s at "
-                    f"{phase.load.rate:g} req/s" + (f", {phase.action}" if phase.action else ""))  # fmt: skip
+                action = f", {phase.action}" if phase.action else ""
+                rate = f"{phase.load.rate:g} req/s{action}"
+                say(f"      phase {phase.name}: {phase.duration:.0f} s at {rate}")
                 r.phase(phase)
             end = float(int(time.time()))
             time.sleep(6)  # the last scrape lands
@@ -299,24 +300,35 @@ def rerecord(name: str) -> str:
     """Record every window's answers of ``name`` again from its raw samples."""
     directory = DATA / name
     site = Site.default()
-    with tempfile.TemporaryDirectory(prefix="servediag-rerecord-") as tmp:
-        with record.raw_prometheus(directory, Path(tmp), RAW_LOOKBACK) as prom:
-            n = 0
-            for path in sorted(directory.glob("*.json.gz")):
-                meta = Replay(path).meta
-                _, rec = diagnosed(prom.url, site, meta["since"], meta["end"])
-                path.write_bytes(rec.dump(**meta))
-                n += 1
+    with (
+        tempfile.TemporaryDirectory(prefix="servediag-rerecord-") as tmp,
+        record.raw_prometheus(directory, Path(tmp), RAW_LOOKBACK) as prom,
+    ):
+        n = 0
+        for path in sorted(directory.glob("*.json.gz")):
+            meta = Replay(path).meta
+            _, rec = diagnosed(prom.url, site, meta["since"], meta["end"])
+            path.write_bytes(rec.dump(**meta))
+            n += 1
     return f"{name}: {n} windows recorded again from raw samples"
 
 
 @click.command()
 @click.argument("name", default="evening")
 @click.option("--record", "record_", is_flag=True, help="Write into tests/data/real-sequences/.")
-@click.option("--server-core", type=click.IntRange(0), default=None,
-              help="Pin the server to this core (run the rest on another, with taskset).")
-@click.option("--venv", type=click.Path(path_type=Path), default=Path(".venv-vllm"),
-              show_default=True, help="vLLM's CPU build is installed here.")
+@click.option(
+    "--server-core",
+    type=click.IntRange(0),
+    default=None,
+    help="Pin the server to this core (run the rest on another, with taskset).",
+)
+@click.option(
+    "--venv",
+    type=click.Path(path_type=Path),
+    default=Path(".venv-vllm"),
+    show_default=True,
+    help="vLLM's CPU build is installed here.",
+)
 @click.option("--bench", "bench_", is_flag=True, help="Every recorded window, replayed.")
 @click.option("--rerecord", "again", is_flag=True, help="Answers again from the raw samples.")
 def main(name: str, record_: bool, server_core: int | None, venv: Path, bench_: bool,
@@ -325,27 +337,27 @@ def main(name: str, record_: bool, server_core: int | None, venv: Path, bench_: 
     phase's window."""
     if bench_:
         results = replay_all()
-        for seq, which, s, e in results:
-            click.echo(f"{seq}: {s.line(which, e)}")
+        for named, which, s, e in results:
+            click.echo(f"{named}: {s.line(which, e)}")
         ok = sum(s.ok(w, e) for _, w, s, e in results)
         click.echo(f"sequence windows, replayed: {ok}/{len(results)} as expected")
         return
     try:
-        seq = find(name)
+        chosen = find(name)
     except UserError as exc:
         click.echo(f"sequence: {exc}", err=True)
         sys.exit(2)
     if again:
-        click.echo(rerecord(seq.name))
+        click.echo(rerecord(chosen.name))
         return
     try:
         with interrupted_cleanly():
-            got = run(seq, venv, DATA if record_ else None, click.echo, server_core)
+            got = run(chosen, venv, DATA if record_ else None, click.echo, server_core)
     except (LabError, PrometheusError, OSError) as exc:
-        click.echo(f"sequence: {seq.name} failed: {exc}", err=True)
+        click.echo(f"sequence: {chosen.name} failed: {exc}", err=True)
         sys.exit(1)
-    ok = sum(s.ok(w, expectation(seq, w)) for w, s in got.items())
-    click.echo(f"{seq.name}: {ok}/{len(got)} windows as expected")
+    ok = sum(s.ok(w, expectation(chosen, w)) for w, s in got.items())
+    click.echo(f"{chosen.name}: {ok}/{len(got)} windows as expected")
     sys.exit(0 if ok == len(got) else 1)
 
 
