@@ -19,21 +19,16 @@ def diagnoses(scenario_library, prometheus_for, site):
     """Each scenario diagnosed once per worker. Session-scoped, not module-scoped, so that the
     module's tests spread over the workers: the scenarios it simulates are the run's shared
     library, and one worker alone would simulate them all one after another."""
-    cache: dict[str, tuple[dict, list[str]]] = {}
+    cache: dict[str, dict] = {}
 
-    def said(name: str) -> tuple[dict, list[str]]:
+    def get(name: str) -> dict:
         if name not in cache:
             sc = library.find(name)
             prom = prometheus_for(name)
             window = Window.plan(sc.labels.window, scenario_library[name].end)
-            result = diagnose(PrometheusSource(prom.url), site, window)
-            cache[name] = (to_json(result), [m.playbook.id for m in result.resolved])
+            cache[name] = to_json(diagnose(PrometheusSource(prom.url), site, window))
         return cache[name]
 
-    def get(name: str) -> dict:
-        return said(name)[0]
-
-    get.resolved = lambda name: said(name)[1]  # type: ignore[attr-defined]
     return get
 
 
@@ -54,8 +49,9 @@ def test_the_top_finding_is_the_labelled_cause(name, diagnoses):
 @pytest.mark.parametrize("name", ENDING)
 def test_incidents_that_ended_are_reported_resolved_and_not_current(name, diagnoses):
     sc = library.find(name)
-    ids = [f["id"] for f in diagnoses(name)["findings"]]
-    misses = sc.labels.misses(ids, diagnoses.resolved(name))
+    doc = diagnoses(name)
+    ids = [f["id"] for f in doc["findings"]]
+    misses = sc.labels.misses(ids, [f["id"] for f in doc["resolved"]])
     assert not misses, f"{name}: {'; '.join(misses)}"
 
 
