@@ -151,3 +151,15 @@ def test_rates_fit_the_window_and_the_scrapes(since, scrape, rate, step):
     assert (w.rate_window, w.step) == (rate, step)
     assert w.step <= float(w.rate_window[:-1]) * (60 if w.rate_window[-1] == "m" else 1) / 4
     assert Window.plan(since, 1_700_000_000.0).with_step(5).fitted(scrape).rate_window == "20s"
+
+
+def test_the_lookback_reads_a_short_window_through_its_own_rates():
+    from diagnoser.diagnosis.lookback import plan
+
+    short = Window.plan(240, 1_700_000_000.0).fitted(5.0)
+    assert short.rate_window == "30s"
+    assert plan(short, 4200).rate_window == "1m"  # four of its 15 s steps, not five minutes
+    # A day back is read a minute apart: its rates span four steps at least.
+    assert plan(short, 86400).rate_window == "4m"
+    hour = Window.plan(3600, 1_700_000_000.0).fitted(15.0)
+    assert plan(hour, 86400).rate_window == "5m"

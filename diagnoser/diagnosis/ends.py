@@ -112,5 +112,25 @@ def _ended(
         during = replace(p, now=(p.now[0], e - step), end=e)
         found = evaluate(pb, data, p.window, p.baseline, step, during, basis)
         if found.status in FOUND:
+            found.lasting = m
             return found
     return m
+
+
+def unended(own: list[Match], start: float) -> dict[int, Match]:
+    """A scope still unhealthy at the window's end with no current finding has not
+    recovered: what ended in the window (after ``start``) left consequences that last (a
+    queue still draining after the preemptions stopped). Each such finding of ``own`` (the
+    scope's ranked findings) is current again, read to the window's end, as ranked. Returns
+    the replacements by the ``id`` of the finding replaced."""
+    if any(m.current for m in own):
+        return {}
+    out = {}
+    for m in own:
+        if m.lasting is None or m.end is None or m.end <= start:
+            continue
+        again = m.lasting
+        again.status, again.confidence = m.status, m.confidence
+        again.explained_by, again.hints, again.caveats = m.explained_by, m.hints, m.caveats
+        out[id(m)] = again
+    return out

@@ -22,7 +22,8 @@ from diagnoser.diagnosis.ends import judge
 from diagnoser.diagnosis.fetch import Fetched, fetch, needed_signals
 from diagnoser.diagnosis.match import Match, ScopeData, evaluate_absolute
 from diagnoser.diagnosis.onset import MIN_SEGMENT, change_point
-from diagnoser.diagnosis.window import MIN_STEP, Window
+from diagnoser.diagnosis.window import MIN_STEP, Window, rate_text
+from diagnoser.plumbing.durations import parse_seconds
 from diagnoser.plumbing.source import MetricSource
 from diagnoser.site import Site
 
@@ -43,9 +44,10 @@ def plan(window: Window, lookback: float) -> Window:
     """The coarse lookback window ``[end - lookback, end]``."""
     start = window.end - lookback
     step = max(MIN_STEP, math.ceil(lookback / MAX_POINTS / MIN_STEP) * MIN_STEP)
-    rate = max(300, int(4 * step))
-    rate_window = f"{rate // 60}m" if rate % 60 == 0 else f"{rate}s"
-    return Window(start, window.end, start, start, step, rate_window)
+    # The window's own rates where the coarser step allows: a lookback that reads the last
+    # hour through five-minute rates blurs an incident of minutes into its neighbours.
+    rate = max(int(4 * step), int(parse_seconds(window.rate_window)))
+    return Window(start, window.end, start, start, step, rate_text(rate))
 
 
 def scope_matchers(scopes: Sequence[dict[str, str]]) -> tuple[str, ...]:

@@ -103,6 +103,9 @@ class Match:
     # On the absolute basis: the required condition that the window's change contradicts (the
     # state began there with a change that is not this cause's), which ruled the state out.
     contradiction: ConditionResult | None = None
+    # A finding that ended: the verdict over its onset to the window's end, as it stood
+    # before the end was found (what it is taken for while its scope is still unhealthy).
+    lasting: Match | None = None
 
     @property
     def onset(self) -> float | None:

@@ -285,10 +285,9 @@ def health_json(d: Diagnosis, h: Health) -> dict[str, Any]:
         else {"start": iso(h.present[0]), "end": iso(h.present[1])},
     }
     ended = [m.playbook.id for m in d.resolved_for(h.scope)]
-    if h.verdict == "unhealthy" and not d.findings_for(h.scope) and ended:
-        out["cause"] = "resolved"  # no cause now: what made it unhealthy ended in the window
+    if ended:  # what ended in the window: no cause of the state at its end
         out["resolved"] = list(dict.fromkeys(ended))
-    elif h.verdict == "unhealthy" and not d.findings_for(h.scope):
+    if h.verdict == "unhealthy" and not d.findings_for(h.scope):
         out["cause"] = "unknown"
         out["nearest"] = [
             {
@@ -357,7 +356,12 @@ def to_json(d: Diagnosis) -> dict[str, Any]:
 def _to_json(d: Diagnosis) -> dict[str, Any]:
     w = d.window
     return {
-        "window": {"start": iso(w.start), "end": iso(w.end), "step_seconds": w.step},
+        "window": {
+            "start": iso(w.start),
+            "end": iso(w.end),
+            "step_seconds": w.step,
+            "rate_window": w.rate_window,
+        },
         "baseline": {"start": iso(w.baseline_start), "end": iso(w.baseline_end)},
         "scopes": d.scopes,
         "health": [health_json(d, h) for h in d.health],

@@ -103,6 +103,11 @@ def rank(matches: list[Match], advisory: list[Playbook]) -> list[Match]:
         if m.explained_by:
             m.confidence = round(m.confidence * EXPLAINED_FACTOR, 3)
         m.hints = [a for a in advisory if m.playbook.id in a.relates_to]
+    return ordered(found)
+
+
+def ordered(found: list[Match]) -> list[Match]:
+    """Findings by confidence, then by the size of their signatures, id and scope."""
     return sorted(
         found,
         key=lambda m: (

@@ -67,10 +67,10 @@ NUMBER_COLUMNS = (
     "line_vs_step",
 )
 # The findings table: one row per finding and condition shown as its evidence; the scope's
-# labels come between FINDING_HEAD and FINDING_TAIL.
-# ``resolved_at`` is when a finding's pattern stopped holding in the window (empty while it
-# holds).
-FINDING_HEAD = ("rank", "id", "title", "confidence", "severity", "basis", "onset", "resolved_at")
+# labels come between FINDING_HEAD and FINDING_TAIL. ``resolved_at`` is when a finding's
+# pattern stopped holding in the window (empty while it holds): the last column, so that the
+# columns a reader took by position before it came are where they were.
+FINDING_HEAD = ("rank", "id", "title", "confidence", "severity", "basis", "onset")
 FINDING_TAIL = (
     "signal",
     "over",
@@ -81,6 +81,7 @@ FINDING_TAIL = (
     *NUMBER_COLUMNS,
     "explained_by",
     "runbook",
+    "resolved_at",
 )
 
 

@@ -13,7 +13,7 @@ import numpy as np
 
 from diagnoser.catalog import Playbook
 from diagnoser.diagnosis import recorded
-from diagnoser.diagnosis.ends import judge
+from diagnoser.diagnosis.ends import judge, unended
 from diagnoser.diagnosis.fetch import (
     Fetched,
     fetch,
@@ -25,7 +25,7 @@ from diagnoser.diagnosis.health import Health, assess, flag
 from diagnoser.diagnosis.lookback import fetch_lookback, reassess
 from diagnoser.diagnosis.match import Match, ScopeData, evaluate_absolute
 from diagnoser.diagnosis.model import ByScope, Diagnosis, ScopeKey, scope_key
-from diagnoser.diagnosis.rank import rank
+from diagnoser.diagnosis.rank import ordered, rank
 from diagnoser.diagnosis.targets import Served
 from diagnoser.diagnosis.window import Window
 from diagnoser.plumbing.source import MetricSource, in_time, one_operation, warnings_of
@@ -135,6 +135,12 @@ def _diagnose(
     )
     result.warnings = warnings_of(source)
     found = rank(matches, catalog.advisory())
+    index, again = ByScope(found), {}
+    for data, health in judged.values():
+        if health.verdict == "unhealthy":
+            again.update(unended(index.within(data.scope), window.start))
+    if again:
+        found = ordered([again.get(id(m), m) for m in found])
     result.findings = [m for m in found if m.current]
     ended = sorted((m for m in found if not m.current), key=lambda m: -(m.end or 0.0))
     result.resolved = [m for m in ended if (m.end or 0.0) > window.start]
