@@ -202,27 +202,30 @@ def bench_accuracy(variants: Sequence[int] = (), scenarios: Sequence[Scenario] =
                 result = diagnose(PrometheusSource(prom.url), site, window)
                 took = time.perf_counter() - t0
             ids = [m.playbook.id for m in result.findings]
-            want = "" if sc.labels.healthy else sc.labels.expect[0]
+            gone = [m.playbook.id for m in result.resolved]
+            want = sc.labels.expect[0] if sc.labels.expect else ""
             rows.append(
                 {
                     "scenario": sc.name,
-                    "expected": want or "(healthy)",
-                    "healthy": sc.labels.healthy,
+                    "expected": want or f"({sc.labels.kind})",
+                    "kind": sc.labels.kind,
                     "findings": len(ids),
                     "at1": bool(ids) and ids[0] == want,
                     "at3": want in ids[:3],
+                    "misses": sc.labels.misses(ids, gone),
+                    "labelled_resolved": len(sc.labels.resolved),
+                    "resolved_ok": sum(p in gone and p not in ids for p in sc.labels.resolved),
                     "top3": ", ".join(ids[:3]) or "-",
+                    "gone": ", ".join(gone),
                     "seconds": took,
                 }
             )
     df = pd.DataFrame(rows)
     for r in df.itertuples():
-        if r.healthy:
-            verdict = "ok" if not r.findings else "FALSE POSITIVE"
-        else:
-            verdict = "ok" if r.at1 else ("top-3" if r.at3 else "MISSED")
-        print(f"  {r.scenario:<32} {verdict:<14} {r.seconds:5.2f} s  {r.top3}")
-    incidents = df[~df.healthy]
+        verdict = _verdict(r.kind, r.at1, r.at3, r.findings, r.misses)
+        gone = f"  resolved: {r.gone}" if r.gone else ""
+        print(f"  {r.scenario:<32} {verdict:<14} {r.seconds:5.2f} s  {r.top3}{gone}")
+    incidents = df[df.kind == "incident"]
     at1, at3, n = int(incidents.at1.sum()), int(incidents.at3.sum()), len(incidents)
     misses = incidents[~incidents.at1].groupby("expected").size()
     if len(misses):
@@ -235,13 +238,35 @@ def bench_accuracy(variants: Sequence[int] = (), scenarios: Sequence[Scenario] =
         if variants
         else f"{len(chosen)}"
     )
-    healthy = int(df[df.healthy].findings.sum())
+    healthy = int(df[df.kind == "healthy"].findings.sum())
     print(
         f"accuracy over {label} scenarios: AC@1 {at1}/{n} = {at1 / max(1, n):.2f}, "
         f"AC@3 {at3}/{n} = {at3 / max(1, n):.2f}, "
         f"findings on healthy scenarios: {healthy}"
     )
+    recoveries = df[df.kind == "recovery"]
+    if df.labelled_resolved.sum() or len(recoveries):
+        right = int((recoveries.misses.map(len) == 0).sum())
+        print(
+            f"  incidents that ended: {right}/{len(recoveries)} recovery windows right "
+            f"(nothing current, each ended incident reported resolved), "
+            f"current findings on them: {int(recoveries.findings.sum())}, "
+            f"labelled ends reported resolved: {int(df.resolved_ok.sum())}/"
+            f"{int(df.labelled_resolved.sum())}"
+        )
     return at1, n, healthy
+
+
+def _verdict(kind: str, at1: bool, at3: bool, findings: int, misses: list[str]) -> str:
+    """A run's verdict in the bench's table: an incident by where its cause ranks (and its
+    ended incidents, if it has some), a healthy run by its findings, a recovery by what it
+    got wrong."""
+    if kind == "healthy":
+        return "ok" if not findings else "FALSE POSITIVE"
+    if kind == "recovery":
+        return "ok" if not misses else ("STILL CURRENT" if findings else "NOT RESOLVED")
+    verdict = "ok" if at1 else ("top-3" if at3 else "MISSED")
+    return verdict if verdict != "ok" or not misses else "NOT RESOLVED"
 
 
 def serving_stack() -> list[Scenario]:
@@ -252,12 +277,18 @@ def serving_stack() -> list[Scenario]:
     return [sc for sc in vllm_library() if set(sc.labels.expect) & stack]
 
 
+def recoveries() -> list[Scenario]:
+    """The library's scenarios with an incident that ends (``labels.resolved`` or
+    ``labels.ended``): recoveries, short windows after one, incidents back to back."""
+    return [sc for sc in vllm_library() if sc.labels.resolved or sc.labels.ended]
+
+
 def aged_set(ks: Sequence[int]) -> list[Scenario]:
     """Every library scenario whose story survives aging, aged by ``AGES[k-1]`` hours."""
     from diagnoser.sim import library
-    from diagnoser.sim.variants import NOT_AGED, aged
+    from diagnoser.sim.variants import aged, can_age
 
-    names = [sc.name for sc in vllm_library() if sc.name not in NOT_AGED]
+    names = [sc.name for sc in vllm_library() if can_age(sc)]
     return [aged(library.find(n), k) for n in names for k in ks]
 
 
@@ -352,6 +383,10 @@ def main() -> None:
         return
     if sys.argv[1:] == ["serving-stack"]:  # the serving-stack playbooks' variants only
         bench_accuracy(variants=tuple(range(1, 11)), scenarios=serving_stack())
+        return
+    if sys.argv[1:] == ["recoveries"]:  # incidents that end, and their variants 1-10
+        bench_accuracy(scenarios=recoveries())
+        bench_accuracy(variants=tuple(range(1, 11)), scenarios=recoveries())
         return
     if sys.argv[1:] == ["what-if"]:  # the what-if figures only
         bench_what_if()

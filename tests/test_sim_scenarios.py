@@ -245,7 +245,7 @@ def test_the_labelled_signals_visibly_move(name, scenario_library, prometheus_fo
     prom = prometheus_for(name)
     end = scenario_library[name].end
     before = end - sc.labels.window - 600
-    if sc.labels.healthy:
+    if not sc.labels.expect:  # healthy, or calm again at the end after an incident that ended
         for sig, limit in (
             ("kv_cache_usage", 0.9),
             ("preemptions_rate", 0.01),
@@ -256,6 +256,8 @@ def test_the_labelled_signals_visibly_move(name, scenario_library, prometheus_fo
             # no series yet (a 4xx, a 5xx, a preemption): a value, never an absence.
             value = _at(prom, sig, end)
             assert value is not None and value < limit, (sig, value)
+        for pid in (*sc.labels.resolved, *sc.labels.ended):
+            _moved_and_came_back(prom, sc, catalog[pid], end)
         return
     playbook = catalog[sc.labels.expect[0]]
     moved = []
@@ -272,6 +274,23 @@ def test_the_labelled_signals_visibly_move(name, scenario_library, prometheus_fo
     if not moved:  # levels only (e.g. the target is down): check they hold at the end
         for cond in playbook.signature.all:
             assert _at(prom, cond.signal, end) is not None, cond.signal
+
+
+def _moved_and_came_back(prom, sc, playbook, end: float) -> None:
+    """An incident that ended: each rising or falling signal of its playbook moved between
+    the first timeline change and the last (the recovery), and is back at the end."""
+    start = end - sc.duration
+    onset = min(c.at for m in sc.models for c in m.timeline)
+    recovery = max(c.at for m in sc.models for c in m.timeline)
+    then, during = start + onset - 60, start + recovery - 60
+    for cond in playbook.signature.all:
+        if cond.shape not in ("rises", "falls", "rises_by") or cond.over:
+            continue
+        values = [_at(prom, cond.signal, t) for t in (then, during, end)]
+        assert None not in values, (cond.signal, values)
+        before, mid, after = values
+        sign = -1 if cond.shape == "falls" else 1
+        assert sign * (mid - before) > 0 and sign * (mid - after) > 0, (cond.signal, values)
 
 
 def test_a_restart_with_a_longer_max_model_len_exposes_the_new_token_buckets(tmp_path):

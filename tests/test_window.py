@@ -36,3 +36,10 @@ def test_an_hour_is_read_at_a_minute_and_short_windows_at_the_scrape_step():
 def test_a_step_asked_for_overrides_the_plan():
     w = Window.plan(3600, END).with_step(5)
     assert (w.step, w.rate_window) == (5, "20s")
+
+
+def test_a_short_window_fitted_to_a_measured_scrape_interval_is_read_at_whole_seconds():
+    # 15 s scrapes counted over 5 minutes: 21 samples, an interval of 14.29 s.
+    w = Window.plan(300, END).fitted(300 / 21)
+    assert w.step == 14.0 and f"{w.step:g}s" == "14s"
+    assert w.step <= seconds(w.rate_window) / 4

@@ -75,8 +75,9 @@ class Window:
         fine = rate_seconds(since, MIN_STEP_FITTED, scrape)
         if step <= MIN_STEP and fine < rate:
             # A short window over fast scrapes: read finer, on the scrapes' grid, so that
-            # consecutive rates still overlap.
-            step = max(scrape, math.floor(fine / 4 / scrape) * scrape)
+            # consecutive rates still overlap. The step is whole seconds: an interval read
+            # from a count of samples (300 s / 21) is a fraction, which Prometheus refuses.
+            step = float(max(MIN_STEP_FITTED, round(max(scrape, fine / 4 // scrape * scrape))))
             rate = max(fine, int(4 * step))
         return replace(self, step=step, rate_window=rate_text(rate))
 

@@ -2,8 +2,9 @@
 
 A scenario names the models served (preset, GPU, engine flags, API server, workload, client
 path, probe), a timeline of changes (set a knob at a time, or ramp it over a duration), and
-its labels: the playbooks ``diagnose`` must find at the end and those it must not. Every
-problem is reported as one line naming the file and the field.
+its labels (``diagnoser.sim.labels``): the playbooks ``diagnose`` must find current at the
+end, those it must not, and those whose incident ended in the window. Every problem is
+reported as one line naming the file and the field.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from diagnoser.metrics.buckets import BucketsError, parse_custom, prompt_bucket_
 from diagnoser.plumbing.durations import format_duration, parse_duration
 from diagnoser.plumbing.errors import FileFieldError, read_yaml_mapping
 from diagnoser.sim.engine import EngineConfig
+from diagnoser.sim.labels import Expectation
 from diagnoser.sim.profiles import profile
 from diagnoser.sim.server import RUNTIMES, ApiServerConfig, Fault
 from diagnoser.sim.workload import Lengths, Rate, Workload
@@ -82,17 +84,6 @@ class ModelScenario:
     # Deployment: each server comes back as a new pod, a new target); kubernetes only
     rollout: str = "in-place"
     timeline: list[Change] = field(default_factory=list)
-
-
-@dataclass
-class Expectation:
-    window: float = 3600.0
-    expect: tuple[str, ...] = ()
-    absent: tuple[str, ...] = ()
-
-    @property
-    def healthy(self) -> bool:
-        return not self.expect
 
 
 @dataclass
@@ -466,26 +457,35 @@ def load_scenario(path: Path) -> Scenario:
     )
 
 
+_LABEL_LISTS = ("expect", "absent", "resolved", "ended")  # each a list of playbook ids
+
+
 def _labels(lab: Any, path: Path) -> Expectation:
-    if not isinstance(lab, dict) or set(lab) - {"window", "expect", "absent"}:
-        raise ScenarioError(path, "labels", "may hold only window, expect and absent")
+    if not isinstance(lab, dict) or set(lab) - {"window", *_LABEL_LISTS}:
+        raise ScenarioError(path, "labels", f"may hold only window, {', '.join(_LABEL_LISTS)}")
     ids: dict[str, tuple[str, ...]] = {}
-    for key in ("expect", "absent"):
+    for key in _LABEL_LISTS:
         value = lab.get(key) or []
         if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
             raise ScenarioError(path, f"labels.{key}", "must be a list of playbook ids")
         ids[key] = tuple(value)
+    for key in ("resolved", "ended"):
+        for i, pid in enumerate(ids[key]):
+            if pid in ids["expect"]:
+                raise ScenarioError(path, f"labels.{key}[{i}]", f"{pid} is also in labels.expect")
     return Expectation(
         window=_duration(lab.get("window", "1h"), path, "labels.window", MIN_SCRAPE_INTERVAL),
         expect=ids["expect"],
         absent=ids["absent"],
+        resolved=ids["resolved"],
+        ended=ids["ended"],
     )
 
 
 def check_labels(sc: Scenario, known: Iterable[str]) -> None:
     """Every playbook a scenario's labels name must exist (in ``known``: the catalog's ids)."""
     ids = sorted(known)
-    for key in ("expect", "absent"):
+    for key in _LABEL_LISTS:
         for i, pid in enumerate(getattr(sc.labels, key)):
             if pid not in ids:
                 near = difflib.get_close_matches(pid, ids, n=1)

@@ -3,9 +3,10 @@
 The library is what the signatures were tuned on, so accuracy on it overstates. A variant
 keeps a scenario's story but changes what tuning could have leaned on: the random seed (noise
 and arrivals), when the change happens (shifted by minutes), how big it is (the change of every
-numeric workload or server knob from its value before the timeline, scaled), and the metric
-names (the pre-0.11 profile; an SGLang server keeps its one profile, and so does a KV
-consumer, whose feature came later).
+numeric workload or server knob from its value before the timeline, scaled: a change that sets
+a knob back to that value, a recovery, stays a return to it), and the metric names (the
+pre-0.11 profile; an SGLang server keeps its one profile, and so does a KV consumer, whose
+feature came later).
 
 Engine limits a change sets (``engine.*``: max_num_seqs, max_num_batched_tokens,
 max_model_len, gpu_memory_utilization, ...) are settings, not magnitudes, and are kept: an
@@ -55,8 +56,14 @@ def variant(sc: Scenario, k: int) -> Scenario:
 AGES = (1.0, 3.0, 2.0, 4.0)  # hours before the window; the first two tuned on, the rest held out
 # Incidents whose story is one change that lasts (or a cycle that repeats): aging them keeps
 # the incident going through the window. An episode that ends (a traffic peak) or a drift over
-# hours is another story when aged, so those are not aged.
+# hours is another story when aged, so those are not aged; nor is any scenario whose labels
+# say an incident ended (``can_age``): aged, it would end hours before its window.
 NOT_AGED = frozenset({"kv-cache-pressure", "slower-every-hour"})
+
+
+def can_age(sc: Scenario) -> bool:
+    """Whether aging keeps the scenario's story (see ``NOT_AGED``)."""
+    return sc.name not in NOT_AGED and not sc.labels.resolved and not sc.labels.ended
 
 
 def aged(sc: Scenario, k: int) -> Scenario:
