@@ -105,8 +105,6 @@ def test_the_raw_samples_give_the_recorded_diagnosis(site):
         tempfile.TemporaryDirectory() as tmp,
         raw_prometheus(directory, Path(tmp), sequence.RAW_LOOKBACK) as prom,
     ):
-        live = diagnose(
-            PrometheusSource(prom.url), site, Window.plan(meta["since"], meta["end"])
-        )
+        live = diagnose(PrometheusSource(prom.url), site, Window.plan(meta["since"], meta["end"]))
     again = sequence.replayed(directory, which, site)
     assert sequence.said(live) == sequence.said(again)
