@@ -20,12 +20,16 @@ frozen) has not ended there.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
+
+import numpy as np
 
 from diagnoser.catalog import Playbook
 from diagnoser.catalog.shapes import Periods
 from diagnoser.diagnosis.match import Match, ScopeData, evaluate, evaluate_condition
 from diagnoser.diagnosis.onset import MIN_SEGMENT, change_points
+from diagnoser.plumbing.source import Series
 
 FOUND = ("matched", "contested")
 
@@ -51,6 +55,27 @@ def holds(pb: Playbook, data: ScopeData, p: Periods) -> bool | None:
     return None if unknown else True
 
 
+def _level(s: Series, span: tuple[float, float], scale: float) -> float | None:
+    v = s.v[(s.t >= span[0]) & (s.t <= span[1]) & np.isfinite(s.v)]
+    return float(np.mean(np.log1p(np.maximum(v, 0) / scale))) if v.size else None
+
+
+def back(s: Series, p: Periods, end: float) -> bool:
+    """Whether the onset signal after ``end`` came back: nearer (in log space) its level
+    before the onset than its level during the incident. A limit that binds on and off has
+    quiet stretches that fail the signature, but its signal stays between the two and the
+    incident goes on."""
+    during = s.v[(s.t >= p.now[0]) & (s.t < end) & np.isfinite(s.v)]
+    scale = float(np.median(np.abs(during))) or float(np.mean(np.abs(during))) if during.size else 0
+    scale = scale or 1e-12
+    b = _level(s, p.baseline, scale)
+    d = _level(s, (p.now[0], end - 1e-9), scale)
+    a = _level(s, (end, p.window[1]), scale)
+    if b is None or d is None or a is None:
+        return True  # nothing to hold the end against: the signature said it
+    return abs(a - b) < abs(a - d)
+
+
 def judge(
     pb: Playbook,
     data: ScopeData,
@@ -71,7 +96,7 @@ def judge(
     end = m.periods.now[1]
     cps = change_points(series, (m.periods.baseline[0], end))
     if m.status in FOUND:
-        return _ended(pb, data, m, cps, step, basis)
+        return _ended(pb, data, m, cps, step, basis, series)
     if m.status != "not_matched" or periods is not None:
         return m
     for onset in reversed(cps):
@@ -86,6 +111,8 @@ def judge(
         if holds(pb, data, Periods(base, (later[0], end), window, later[0])) is not False:
             continue
         p = Periods(base, (max(onset, window[0]), later[0] - step), window, onset, later[0])
+        if not back(series, p, later[0]):
+            continue
         found = evaluate(pb, data, window, baseline, step, p, basis)
         if found.status in FOUND:
             return found
@@ -93,7 +120,13 @@ def judge(
 
 
 def _ended(
-    pb: Playbook, data: ScopeData, m: Match, cps: list[float], step: float, basis: str
+    pb: Playbook,
+    data: ScopeData,
+    m: Match,
+    cps: list[float],
+    step: float,
+    basis: str,
+    series: Series,
 ) -> Match:
     """``m`` read over the incident alone, resolved at the first change after its onset
     after which the signature no longer holds; ``m`` itself when it holds to the end."""
@@ -105,7 +138,7 @@ def _ended(
         if e <= p.onset or e <= p.now[0] + (MIN_SEGMENT - 1) * step:
             continue
         after = Periods(p.baseline, (e, end), p.window, e)
-        if holds(pb, data, after) is not False:
+        if holds(pb, data, after) is not False or not back(series, p, e):
             continue
         during = replace(p, now=(p.now[0], e - step), end=e)
         found = evaluate(pb, data, p.window, p.baseline, step, during, basis)
@@ -115,20 +148,28 @@ def _ended(
     return m
 
 
-def unended(own: list[Match], start: float) -> dict[int, Match]:
+def unended(own: list[Match], start: float, recovered: Callable[[float], bool]) -> dict[int, Match]:
     """A scope still unhealthy at the window's end with no current finding has not
-    recovered: what ended in the window (after ``start``) left consequences that last (a
-    queue still draining after the preemptions stopped). Each such finding of ``own`` (the
-    scope's ranked findings) is current again, read to the window's end, as ranked. Returns
-    the replacements by the ``id`` of the finding replaced."""
+    recovered: what ended last in the window (after ``start``) left consequences that last
+    (a queue still draining after the preemptions stopped, a limit that binds on and off
+    after its first minutes), so that finding of ``own`` (the scope's ranked findings) is
+    current again: read to the window's end where it held so, else over its incident, as
+    ranked. Not where the service recovered after it (``recovered(end)``: every SLO met for
+    a while): the trouble at the end is then something new. Returns the replacement by the
+    ``id`` of the finding replaced."""
     if any(m.current for m in own):
         return {}
-    out = {}
-    for m in own:
-        if m.lasting is None or m.end is None or m.end <= start:
-            continue
+    ended = [m for m in own if m.end is not None and m.end > start]
+    if not ended:
+        return {}
+    m = max(ended, key=lambda m: m.end or 0.0)
+    if m.end is None or recovered(m.end):
+        return {}
+    if m.lasting is not None:
         again = m.lasting
-        again.status, again.confidence = m.status, m.confidence
-        again.explained_by, again.hints, again.caveats = m.explained_by, m.hints, m.caveats
-        out[id(m)] = again
-    return out
+    else:
+        assert m.periods is not None
+        again = replace(m, periods=replace(m.periods, end=None))
+    again.status, again.confidence = m.status, m.confidence
+    again.explained_by, again.hints, again.caveats = m.explained_by, m.hints, m.caveats
+    return {id(m): again}

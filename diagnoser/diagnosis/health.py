@@ -351,6 +351,31 @@ def describe(sli: Sli, terse: bool = False, now: bool = False) -> str:
     return f"{what}<={sli.threshold:g}s{at} {good:.1%}"
 
 
+RECOVERED_STEPS = 4  # consecutive samples with every SLO met: the service had recovered
+
+
+def met_since(data: ScopeData, h: Health, t: float) -> bool:
+    """Whether every latency SLO was met for a stretch after ``t`` (four samples in a row):
+    the service recovered from what ended at ``t``, so trouble after it is something new."""
+    objectives = {s.name: s.objective for s in h.slis}
+    ok: np.ndarray | None = None
+    for name, signal in (("ttft", "ttft_slo_attainment"), ("itl", "itl_slo_attainment")):
+        s = data.series.get(signal)
+        if s is None:
+            continue
+        after = s.t > t
+        met = np.nan_to_num(s.v[after], nan=0.0) >= objectives[name]  # no reading: not met
+        ok = met if ok is None or ok.size != met.size else ok & met
+    if ok is None:
+        return False
+    run = 0
+    for m in ok:
+        run = run + 1 if m else 0
+        if run >= RECOVERED_STEPS:
+            return True
+    return False
+
+
 def flag(h: Health, reason: str) -> None:
     """Mark a scope unhealthy for a reason found later (a finding, an abnormal state)."""
     if reason not in h.reasons:

@@ -8,6 +8,7 @@ server that never starts) are diagnosed per vLLM scrape target.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from functools import partial
 
 import numpy as np
 
@@ -21,7 +22,7 @@ from diagnoser.diagnosis.fetch import (
     scrape_interval,
     server_buckets,
 )
-from diagnoser.diagnosis.health import Health, assess, flag
+from diagnoser.diagnosis.health import Health, assess, flag, met_since
 from diagnoser.diagnosis.lookback import fetch_lookback, reassess
 from diagnoser.diagnosis.match import Match, ScopeData, evaluate_absolute
 from diagnoser.diagnosis.model import ByScope, Diagnosis, ScopeKey, scope_key
@@ -138,7 +139,8 @@ def _diagnose(
     index, again = ByScope(found), {}
     for data, health in judged.values():
         if health.verdict == "unhealthy":
-            again.update(unended(index.within(data.scope), window.start))
+            since = partial(met_since, data, health)
+            again.update(unended(index.within(data.scope), window.start, since))
     if again:
         found = ordered([again.get(id(m), m) for m in found])
     result.findings = [m for m in found if m.current]
