@@ -208,8 +208,12 @@ class Prometheus(LocalServer):
         extra_args: list[str] | None = None,
         startup_timeout: float = 30.0,
         config: dict[str, Any] | None = None,
+        lookback: str = "5m",
     ):
+        """``lookback``: how long a sample stands for its series where no later one came
+        (``--query.lookback-delta``; a flag Prometheus refuses to be given twice)."""
         super().__init__(startup_timeout)
+        self.lookback = lookback
         self.data_dir = data_dir
         self.rule_files = rule_files or []
         self.scrape_configs = scrape_configs or []
@@ -236,7 +240,7 @@ class Prometheus(LocalServer):
             f"--web.listen-address=127.0.0.1:{self.port}",
             "--storage.tsdb.retention.time=100y",
             "--web.enable-lifecycle",
-            "--query.lookback-delta=5m",
+            f"--query.lookback-delta={self.lookback}",
             *self.extra_args,
         ]
 

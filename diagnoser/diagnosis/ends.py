@@ -94,11 +94,16 @@ def judge(
     if series is None or m.periods is None:
         return m
     end = m.periods.now[1]
-    cps = change_points(series, (m.periods.baseline[0], end))
+    # The changes after the onset, searched from it: an incident that ends is a pulse, which
+    # one split of the whole span may not explain well enough to count.
+    after = change_points(series, (m.onset, end)) if m.onset is not None else []
     if m.status in FOUND:
-        return _ended(pb, data, m, cps, step, basis, series)
+        return _ended(pb, data, m, after, step, basis, series)
     if m.status != "not_matched" or periods is not None:
         return m
+    cps = sorted({*change_points(series, (m.periods.baseline[0], end)), *after})
+    if m.onset is not None:
+        cps = sorted({*cps, m.onset})
     for onset in reversed(cps):
         later = [c for c in cps if c > onset]
         if not later or onset < window[0] - (window[1] - window[0]):

@@ -211,13 +211,19 @@ def _look_back(
     for data, health in judged.values():
         in_time(source)
         own = [m for m in found.within(data.scope) if m.status in FOUND and m.current]
+        # A pattern that ended in the window: its state over the window is the incident's.
+        ended = {m.playbook.id for m in found.within(data.scope) if m.status in FOUND} - {
+            m.playbook.id for m in own
+        }
         if own and all(m.onset is not None for m in own) and health.verdict != "unhealthy":
             continue  # a change inside the window explains it, and the SLOs hold
         changes = _window_verdicts(found, data.scope)
         absolute: list[Match] = []
         if not own:
             absolute = [
-                evaluate_absolute(pb, data, window.span, changes.get(pb.id)) for pb in playbooks
+                evaluate_absolute(pb, data, window.span, changes.get(pb.id))
+                for pb in playbooks
+                if pb.id not in ended
             ]
             for m in absolute:
                 if m.status in FOUND:

@@ -93,6 +93,5 @@ def raw_prometheus(
     om = work / "raw.om"
     om.write_bytes(gzip.decompress((directory / "raw.om.gz").read_bytes()))
     backfill(om, work / "tsdb")
-    extra = [f"--query.lookback-delta={lookback}"] if lookback else []
-    with Prometheus(work / "tsdb", extra_args=extra) as prom:
+    with Prometheus(work / "tsdb", lookback=lookback or "5m") as prom:
         yield prom

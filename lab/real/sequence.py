@@ -348,7 +348,11 @@ def main(name: str, record_: bool, server_core: int | None, venv: Path, bench_: 
         click.echo(f"sequence: {exc}", err=True)
         sys.exit(2)
     if again:
-        click.echo(rerecord(chosen.name))
+        try:
+            click.echo(rerecord(chosen.name))
+        except (PrometheusError, OSError) as exc:
+            click.echo(f"sequence: recording {chosen.name} again failed: {exc}", err=True)
+            sys.exit(1)
         return
     try:
         with interrupted_cleanly():
