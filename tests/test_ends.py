@@ -163,3 +163,13 @@ def test_the_lookback_reads_a_short_window_through_its_own_rates():
     assert plan(short, 86400).rate_window == "4m"
     hour = Window.plan(3600, 1_700_000_000.0).fitted(15.0)
     assert plan(hour, 86400).rate_window == "5m"
+
+
+def test_the_health_line_says_the_end_first_where_it_disagrees_with_the_window():
+    from diagnoser.diagnosis.health import Sli
+    from diagnoser.report.format import _sli
+
+    recovered = Sli("ttft", 0.613, 0.99, 1.0, (), now=1.0)
+    assert _sli(recovered) == "TTFT<=1s 100.0% now, 61.3% over the window (SLO 99%)"
+    steady = Sli("ttft", 0.995, 0.99, 1.0, (), now=0.993)
+    assert _sli(steady) == "TTFT<=1s 99.5% (SLO 99%)"

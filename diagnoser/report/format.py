@@ -6,7 +6,7 @@ from __future__ import annotations
 import textwrap
 import time
 
-from diagnoser.diagnosis.health import Health, Sli, describe
+from diagnoser.diagnosis.health import UNHEALTHY_BURN, Health, Sli, describe
 from diagnoser.diagnosis.match import Match
 from diagnoser.diagnosis.model import Diagnosis
 from diagnoser.plumbing.durations import format_duration
@@ -107,9 +107,16 @@ def ended_before_line(d: Diagnosis) -> str | None:
 
 
 def _sli(s: Sli) -> str:
-    """An SLI's reading as the health line gives it, with its objective when read."""
+    """An SLI's reading as the health line gives it, with its objective when read; where the
+    window's end and the whole window disagree on the SLO (an incident that ended, or one
+    that began in its last minutes), the reading at the end first, the window's beside it."""
     words = describe(s, terse=True)
-    return words if s.good is None else f"{words} (SLO {percent(s.objective)})"
+    if s.good is None:
+        return words
+    burns = [b is not None and b >= UNHEALTHY_BURN for b in (s.burn_now, s.burn)]
+    if s.now is not None and burns[0] != burns[1]:
+        words = f"{describe(s, terse=True, now=True)} now, {s.good:.1%} over the window"
+    return f"{words} (SLO {percent(s.objective)})"
 
 
 def percent(share: float) -> str:
