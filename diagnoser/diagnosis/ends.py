@@ -5,17 +5,20 @@ incident that was mitigated leaves a recovery after it: averaged into the incide
 a weaker incident that never ended. ``judge`` therefore splits the onset signal wherever its
 mean shifts (``change_points``), and
 
-- after a match, takes as the incident's end the first later change after which the
-  signature no longer holds (and stays so to the window's end): the evidence is then read
-  over the incident alone, and the finding is *resolved* at that time;
+- after a match, takes as the incident's end the first change after the onset (searched
+  from the onset: an incident that ends is a pulse) after which the signature no longer holds
+  to the window's end, and where the onset signal came back nearer its level before the onset
+  than its level during the incident (``back``): the evidence is then read over the incident
+  alone, and the finding is *resolved* at that time;
 - where the strongest change does not match (a window holding baseline, incident and
-  recovery, whose strongest change is the recovery), tries each change followed by another
-  after which the signature fails as an incident that ended, the most recent first, against
-  the stretch before it. Only an incident that ended is found so: a change within a lasting
-  incident is no onset against the incident's own first minutes.
+  recovery, whose strongest change is the recovery), tries each change followed by such an
+  end as the onset of an incident that ended, the most recent first, against the stretch
+  before it. Only an incident that ended is found so: a change within a lasting incident is
+  no onset against the incident's own first minutes.
 
 A signature the data cannot decide after a change (no samples: a server down, an engine
-frozen) has not ended there.
+frozen) has not ended there. ``unended`` makes the last incident that ended current again
+where its scope never recovered after it.
 """
 
 from __future__ import annotations
