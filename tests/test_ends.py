@@ -173,3 +173,20 @@ def test_the_health_line_says_the_end_first_where_it_disagrees_with_the_window()
     assert _sli(recovered) == "TTFT<=1s 100.0% now, 61.3% over the window (SLO 99%)"
     steady = Sli("ttft", 0.995, 0.99, 1.0, (), now=0.993)
     assert _sli(steady) == "TTFT<=1s 99.5% (SLO 99%)"
+
+
+def test_a_hang_too_short_for_a_change_point_ends_where_it_last_held(catalog):
+    # Nine stalled samples in a twenty-minute window: no change point dates it, yet it held
+    # a tenth of the window, and stopped eight minutes before its end.
+    t = np.arange(0, 2400, STEP)
+    stalled = ((t >= 1500) & (t < 1635)).astype(float)
+    series = {
+        "stalled_engines": Series({}, t, stalled),
+        "requests_running": Series({}, t, np.full(t.size, 2.0)),
+        "generation_tokens_rate": Series({}, t, np.where(stalled > 0, 0.0, 60.0)),
+    }
+    data = ScopeData({"model_name": "m"}, series)
+    m = judge(catalog["engine-hang"], data, (1200, 2400), (0, 1200), STEP)
+    assert m.status == "matched" and not m.current
+    assert (m.onset, m.end) == (1500, 1635)
+    assert m.lasting is not None and m.lasting.current  # what it is while still unhealthy

@@ -238,9 +238,14 @@ def test_one_restart_with_a_minute_down_and_the_slos_met_is_a_deploy(site):
 
 
 def test_a_restart_down_longer_than_a_model_load_or_with_slos_broken_is_unhealthy(site):
-    long_down = _assess(site, _deployed((1260.0,), (1020.0, 1260.0)))  # four minutes down
+    # Four minutes down, back up in the window's last minutes: the state at its end decides.
+    long_down = _assess(site, _deployed((1620.0,), (1260.0, 1620.0)))
     assert long_down.verdict == "unhealthy" and long_down.notes == []
-    assert long_down.reasons == ["a target was down 26% of the window"]
+    assert long_down.reasons == ["a target was down 39% of the window"]
+    # Down as long, but nine minutes before the window's end: what it went through.
+    recovered = _assess(site, _deployed((1260.0,), (1020.0, 1260.0)))
+    assert recovered.verdict == "healthy" and recovered.reasons == []
+    assert recovered.notes == ["a target was down 26% of the window, none at its end"]
     slow = _assess(site, _deployed((1080.0,), (1020.0, 1080.0), ttft_good=0.9))
     assert slow.verdict == "unhealthy"
     assert slow.reasons[0] == "a target was down 7% of the window"

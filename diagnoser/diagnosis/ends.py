@@ -100,6 +100,8 @@ def judge(
     # The changes after the onset, searched from it: an incident that ends is a pulse, which
     # one split of the whole span may not explain well enough to count.
     after = change_points(series, (m.onset, end)) if m.onset is not None else []
+    if m.status in FOUND and m.onset is None:
+        return _level_ended(pb, data, m, step, basis)
     if m.status in FOUND:
         return _ended(pb, data, m, after, step, basis, series)
     if m.status != "not_matched" or periods is not None:
@@ -154,6 +156,41 @@ def _ended(
             found.lasting = m
             return found
     return m
+
+
+def _level_ended(pb: Playbook, data: ScopeData, m: Match, step: float, basis: str) -> Match:
+    """A match no change dated (a state held for part of the window, too short for a change
+    point): where the signature's level condition on its onset signal (stalled engines at
+    one or more) last held well before the window's end, and the signature fails after it,
+    the incident ended there."""
+    sig = pb.signature
+    p = m.periods
+    assert sig is not None and p is not None
+    cond = next(
+        (c for c in sig.all if c.signal == sig.onset and c.shape in ("above", "below")), None
+    )
+    s = data.series.get(cond.signal) if cond is not None and not cond.over else None
+    if cond is None or s is None:
+        return m
+    inside = (s.t >= p.now[0]) & (s.t <= p.now[1]) & np.isfinite(s.v)
+    t, v = s.t[inside], s.v[inside]
+    level = float(cond.value)
+    at = np.flatnonzero(v >= level if cond.shape == "above" else v <= level)
+    if not at.size:
+        return m
+    end = float(t[at[-1]]) + step
+    if end > p.now[1] - MIN_SEGMENT * step:
+        return m  # at it still, or too lately to tell
+    if holds(pb, data, Periods(p.baseline, (end, p.now[1]), p.window, end)) is not False:
+        return m
+    # It began where the level first held: the incident is that stretch, dated.
+    began = float(t[at[0]])
+    during = replace(p, now=(began, end - step), onset=began, end=end)
+    found = evaluate(pb, data, p.window, p.baseline, step, during, basis)
+    if found.status not in FOUND:
+        return m
+    found.lasting = m
+    return found
 
 
 def unended(own: list[Match], start: float, recovered: Callable[[float], bool]) -> dict[int, Match]:

@@ -103,6 +103,7 @@ class Health:
     stopped_at: float | None = None  # traffic stopped (it served before, not in the window)
     present: tuple[float, float] | None = None  # the window's last minutes, the state now
     present_rate: float | None = None  # requests per second over them
+    calm_now: bool = False  # no target down and no restart counted over the present
     reasons: list[str] = field(default_factory=list)
     # What was seen but is no reason for concern (a single restart with the SLOs met).
     notes: list[str] = field(default_factory=list)
@@ -238,6 +239,16 @@ def assess(
             h.down_seconds = float(np.sum(np.nan_to_num(down) > 0)) * _step(data, "targets_down")
     restarts = _inside(data, "engine_restarts", window)
     h.restarts = events(restarts) if restarts is not None else 0
+    # Calm at the end: no target down and no restart counted over the present (a restart
+    # stays counted five minutes): downtime and restarts earlier in the window are then what
+    # the window went through, said beside a verdict on the state at its end.
+    down_now, restarts_now = (
+        _inside(data, "targets_down", now),
+        _inside(data, "engine_restarts", now),
+    )
+    h.calm_now = not (down_now is not None and np.nan_to_num(down_now).any()) and not (
+        restarts_now is not None and events(restarts_now)
+    )
     h.stopped_at = _stopped(data, window, before)
     _verdict(h, window[1] - window[0])
     return h
@@ -284,10 +295,16 @@ def _verdict(h: Health, seconds: float) -> None:
         )
     elif h.down_share is not None and h.down_share >= DOWN_SHARE:
         downtime = f"a target was down {h.down_share:.0%} of the window"
-        if not h.single_restart:
+        if h.calm_now and not h.single_restart:
+            h.notes.append(f"{downtime}, none at its end")
+        elif not h.single_restart:
             reasons.append(downtime)
     if h.restarts >= 2:
-        reasons.append(f"{h.restarts} restarts in the window")
+        said = f"{h.restarts} restarts in the window"
+        if h.calm_now:
+            h.notes.append(f"{said}, none at its end")
+        else:
+            reasons.append(said)
     if h.stopped_at is not None:
         when = time.strftime("%H:%M UTC", time.gmtime(h.stopped_at))
         reasons.append(
