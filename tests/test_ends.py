@@ -190,3 +190,10 @@ def test_a_hang_too_short_for_a_change_point_ends_where_it_last_held(catalog):
     assert m.status == "matched" and not m.current
     assert (m.onset, m.end) == (1500, 1635)
     assert m.lasting is not None and m.lasting.current  # what it is while still unhealthy
+
+
+def test_a_diagnosis_read_from_the_recording_rules_keeps_their_five_minutes():
+    w = Window.plan(1800, 1_700_000_000.0).fitted(15.0)
+    assert w.rate_window == "225s" and w.rated_at_least(300).rate_window == "5m"
+    hour = Window.plan(3600, 1_700_000_000.0)
+    assert hour.rated_at_least(300) is hour

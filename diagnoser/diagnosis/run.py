@@ -29,6 +29,7 @@ from diagnoser.diagnosis.model import ByScope, Diagnosis, ScopeKey, scope_key
 from diagnoser.diagnosis.rank import ordered, rank
 from diagnoser.diagnosis.targets import Served
 from diagnoser.diagnosis.window import Window
+from diagnoser.plumbing.durations import parse_seconds
 from diagnoser.plumbing.source import MetricSource, in_time, one_operation, warnings_of
 from diagnoser.site import Site
 
@@ -76,6 +77,8 @@ def _diagnose(
     rules_site = site
     site = site.with_buckets(server_buckets(source, site, window, matchers))
     window = window.fitted(scrape_interval(source, site, window))
+    if recorded_rules:  # the rules' rates: read from them, the window's are theirs
+        window = window.rated_at_least(parse_seconds(recorded.RULE_WINDOW))
     catalog = site.catalog
     model_level = [pb for pb in catalog.detectable() if not _target_level(pb, site)]
     signals = needed_signals(site)

@@ -29,6 +29,10 @@ def rate_seconds(since: float, step: float, scrape: float | None = None) -> int:
     return int(max(4 * step, min(MAX_RATE, max(lo, since / RATE_SHARE))))
 
 
+def _seconds(rate_window: str) -> float:
+    return float(rate_window[:-1]) * (60 if rate_window.endswith("m") else 1)
+
+
 def rate_text(seconds: int) -> str:
     return f"{seconds // 60}m" if seconds % 60 == 0 else f"{seconds}s"
 
@@ -80,6 +84,15 @@ class Window:
             step = float(max(MIN_STEP_FITTED, round(max(scrape, fine / 4 // scrape * scrape))))
             rate = max(fine, int(4 * step))
         return replace(self, step=step, rate_window=rate_text(rate))
+
+    def rated_at_least(self, seconds: float) -> Window:
+        """This window with rates over ``seconds`` at least (a recording rule's five
+        minutes), unless they were given."""
+        if self.rate_given or seconds <= _seconds(self.rate_window):
+            return self
+        from dataclasses import replace
+
+        return replace(self, rate_window=rate_text(int(seconds)))
 
     def with_step(self, step: float) -> Window:
         """This window at another resolution, rates over four steps (for fast scrapes and
