@@ -223,8 +223,8 @@ def bench_accuracy(variants: Sequence[int] = (), scenarios: Sequence[Scenario] =
     df = pd.DataFrame(rows)
     for r in df.itertuples():
         verdict = _verdict(r.kind, r.at1, r.at3, r.findings, r.misses)
-        gone = f"  resolved: {r.gone}" if r.gone else ""
-        print(f"  {r.scenario:<32} {verdict:<14} {r.seconds:5.2f} s  {r.top3}{gone}")
+        ended = f"  resolved: {r.gone}" if r.gone else ""
+        print(f"  {r.scenario:<32} {verdict:<14} {r.seconds:5.2f} s  {r.top3}{ended}")
     incidents = df[df.kind == "incident"]
     at1, at3, n = int(incidents.at1.sum()), int(incidents.at3.sum()), len(incidents)
     misses = incidents[~incidents.at1].groupby("expected").size()

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from diagnoser.diagnosis import Window, diagnose
+from diagnoser.diagnosis.match import Match
 from diagnoser.diagnosis.model import Diagnosis
 from diagnoser.plumbing.durations import format_duration, parse_duration
 from diagnoser.plumbing.source import MetricSource, PrometheusSource
@@ -68,8 +69,12 @@ class Row:
         return None if first is None else (first.end - self.recovery) / 60
 
 
+def _ids(matches: Sequence[Match]) -> tuple[str, ...]:
+    return tuple(m.playbook.id for m in matches)
+
+
 def reading(result: Diagnosis, end: float) -> Reading:
-    ids = lambda ms: tuple(m.playbook.id for m in ms)  # noqa: E731
+    ids = _ids
     return Reading(
         end=end,
         current=ids(result.findings),

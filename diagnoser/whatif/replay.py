@@ -33,15 +33,9 @@ from diagnoser.kvbudget.budget import kv_value_bytes
 from diagnoser.metrics import families as F
 from diagnoser.metrics.exposition import Recorder
 from diagnoser.sim.engine import EngineConfig
+from diagnoser.sim.labels import Expectation
 from diagnoser.sim.run import Simulation
-from diagnoser.sim.scenario import (
-    Change,
-    Client,
-    Expectation,
-    ModelScenario,
-    Probe,
-    Scenario,
-)
+from diagnoser.sim.scenario import Change, Client, ModelScenario, Probe, Scenario
 from diagnoser.sim.server import ApiServerConfig, Fault
 from diagnoser.sim.workload import Lengths, Rate, Workload
 from diagnoser.whatif.fit import Fit
