@@ -97,15 +97,15 @@ def judge(
     if series is None or m.periods is None:
         return m
     end = m.periods.now[1]
+    if m.status in FOUND and m.onset is None:
+        return _level_ended(pb, data, m, step, basis)
+    if m.status not in FOUND and (m.status != "not_matched" or periods is not None):
+        return m  # nothing to end, and no other onset to try
     # The changes after the onset, searched from it: an incident that ends is a pulse, which
     # one split of the whole span may not explain well enough to count.
     after = change_points(series, (m.onset, end)) if m.onset is not None else []
-    if m.status in FOUND and m.onset is None:
-        return _level_ended(pb, data, m, step, basis)
     if m.status in FOUND:
         return _ended(pb, data, m, after, step, basis, series)
-    if m.status != "not_matched" or periods is not None:
-        return m
     cps = sorted({*change_points(series, (m.periods.baseline[0], end)), *after})
     if m.onset is not None:
         cps = sorted({*cps, m.onset})

@@ -5,6 +5,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from diagnoser.plumbing.durations import parse_seconds
+
 MAX_STEP_POINTS = 1500  # per series per query: plenty for shapes, far below Prometheus's cap
 MIN_STEP = 15.0
 # The step is fitted to the window: at least this many points inside it (onsets dated to a
@@ -27,10 +29,6 @@ def rate_seconds(since: float, step: float, scrape: float | None = None) -> int:
     """The rate window for a window ``since`` long read every ``step`` seconds."""
     lo = SCRAPES_PER_RATE * (scrape or DEFAULT_SCRAPE)
     return int(max(4 * step, min(MAX_RATE, max(lo, since / RATE_SHARE))))
-
-
-def _seconds(rate_window: str) -> float:
-    return float(rate_window[:-1]) * (60 if rate_window.endswith("m") else 1)
 
 
 def rate_text(seconds: int) -> str:
@@ -88,7 +86,7 @@ class Window:
     def rated_at_least(self, seconds: float) -> Window:
         """This window with rates over ``seconds`` at least (a recording rule's five
         minutes), unless they were given."""
-        if self.rate_given or seconds <= _seconds(self.rate_window):
+        if self.rate_given or seconds <= parse_seconds(self.rate_window):
             return self
         from dataclasses import replace
 

@@ -99,12 +99,19 @@ def names() -> list[str]:
 
 
 def find(name_or_path: str) -> Incident:
+    return load(path_of(name_or_path, incident_dir(), "incident"))
+
+
+def path_of(name_or_path: str, directory: Path, what: str) -> Path:
+    """A file given by its path, or by its name among ``directory``'s YAML files; an
+    unknown name is an ``IncidentError`` listing the known ones."""
     path = Path(name_or_path)
     if path.suffix not in (".yaml", ".yml"):
-        path = incident_dir() / f"{name_or_path}.yaml"
+        path = directory / f"{name_or_path}.yaml"
         if not path.is_file():
-            raise IncidentError(name_or_path, "", f"no such incident (known: {', '.join(names())})")
-    return load(path)
+            known = ", ".join(sorted(p.stem for p in directory.glob("*.yaml")))
+            raise IncidentError(name_or_path, "", f"no such {what} (known: {known})")
+    return path
 
 
 def duration_field(path: Path, where: str, value: object) -> float:

@@ -41,6 +41,7 @@ from lab.real.incident import (
     duration_field,
     incident_dir,
     load_spec,
+    path_of,
 )
 from lab.real.load import LoadSpec
 from lab.real.outcome import diagnosed
@@ -92,12 +93,7 @@ def names() -> list[str]:
 
 
 def find(name_or_path: str) -> Sequence:
-    path = Path(name_or_path)
-    if path.suffix not in (".yaml", ".yml"):
-        path = sequence_dir() / f"{name_or_path}.yaml"
-        if not path.is_file():
-            raise IncidentError(name_or_path, "", f"no such sequence (known: {', '.join(names())})")
-    return load(path)
+    return load(path_of(name_or_path, sequence_dir(), "sequence"))
 
 
 def _playbook(path: Path, where: str, raw: object) -> str | None:
