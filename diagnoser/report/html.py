@@ -2,12 +2,16 @@
 
 No scripts and no external files: the plots are inline SVG, so the page can be attached to an
 incident ticket or opened from disk. The page is ``templates/report.html.j2``, rendered by
-jinja2 with autoescape on: every value is escaped where the template places it.
+jinja2 with autoescape on: every value is escaped where the template places it. Behind the
+escaping, the page's Content-Security-Policy (``POLICY``) lets a browser run no script, load
+nothing and apply no style but the page's own stylesheet, whatever a value might hold.
 """
 
 from __future__ import annotations
 
+import base64
 import functools
+import hashlib
 import math
 from importlib import resources
 from typing import Any
@@ -34,16 +38,34 @@ from diagnoser.report.format import (
 
 W, H, PAD = 560, 120, 28
 
+# A word longer than the page is broken where it reaches the edge (``overflow-wrap``): a label
+# value of thousands of letters would make the page as wide as it is long. The health table's
+# columns are set (``table-layout:fixed``), so that such a value in the first cannot squeeze
+# the state beside it into a letter a line.
 CSS = """
-body{font:14px/1.45 system-ui,sans-serif;margin:2em auto;max-width:1180px;color:#222}
+body{font:14px/1.45 system-ui,sans-serif;margin:2em auto;max-width:1180px;color:#222;
+overflow-wrap:anywhere}
 h1{font-size:1.4em} h2{font-size:1.15em;margin-top:2em} .meta{color:#666}
 .finding{border:1px solid #ddd;border-radius:6px;padding:1em 1.2em;margin:1em 0}
+.resolved{border-style:dashed}
 .top{border-color:#c0392b} .sev-critical{color:#c0392b;font-weight:600}
 .sev-warning{color:#d35400;font-weight:600} .plots{display:flex;flex-wrap:wrap;gap:12px}
 .v-unhealthy{color:#c0392b;font-weight:600} .v-healthy{color:#1e8449}
 figure{margin:0} figcaption{font-size:12px;color:#444} svg{background:#fafafa}
 table{border-collapse:collapse} td,th{padding:2px 8px;border-bottom:1px solid #eee;text-align:left}
+.health{table-layout:fixed;width:100%} .health th:first-child{width:35%}
+.health td{vertical-align:top}
 """
+
+# The page's own stylesheet is the only style it may apply (by its hash: a ``<style>`` or a
+# ``style`` attribute made from a value would be refused), and nothing may be run, fetched,
+# framed or submitted, nor may relative links be redirected (``base-uri``). A meta policy
+# holds for what follows it: the template places it first after the charset.
+POLICY = (
+    "default-src 'none'; "
+    f"style-src 'sha256-{base64.b64encode(hashlib.sha256(CSS.encode()).digest()).decode()}'; "
+    "base-uri 'none'; form-action 'none'"
+)
 
 
 def runbook_link(url: str) -> bool:
@@ -119,6 +141,7 @@ def render(d: Diagnosis) -> str:
     ]
     page = _template().render(
         css=Markup(CSS),
+        policy=POLICY,
         start=str(iso(w.start)),
         end=str(iso(w.end)),
         baseline_start=str(iso(w.baseline_start)),
