@@ -41,7 +41,7 @@ def text(d: Diagnosis, colour: bool = False) -> str:
         out.append(f"{scope_text(h.scope)}: " + c(colours[h.verdict], health_line(h)))
     causeless = [h for h in d.health if h.verdict == "unhealthy" and not d.findings_for(h.scope)]
     sick = unexplained(d)
-    quiet = nothing_found(d)
+    nothing = nothing_found(d)
     if not d.findings and d.resolved:  # what made it sick ended: no cause now, none likely
         out.append(c("32", NO_CURRENT_CAUSE))
     elif len(causeless) > len(sick):
@@ -50,8 +50,8 @@ def text(d: Diagnosis, colour: bool = False) -> str:
             for h in causeless
             if d.resolved_for(h.scope)
         ]
-    elif quiet is not None:
-        out.append(c("33" if quiet == NO_SERIES else "32", quiet))
+    elif nothing is not None:
+        out.append(c("33" if nothing == NO_SERIES else "32", nothing))
     for h in sick:
         out.append("")
         out += [
