@@ -97,7 +97,7 @@ def test_markdown_shows_resolved_findings_and_no_cause(recorded):
     assert "**Fix.**" not in out and "**Guardrail.**" not in out
     assert "Runbook: https://" in out
     assert "Ended just before the window: batch-slot-limit (10:31-10:40 UTC)." in out
-    assert "No known problem pattern matched." not in out
+    assert "No known problem pattern" not in out
     mixed = render(_diagnosis(recorded, 1), "markdown")
     assert mixed.count("**Fix.**") == 1 and "### 2. Resolved: " in mixed
 
