@@ -172,12 +172,15 @@ def wait_for(what: Callable[[], Any], timeout: float) -> Any:
     return value
 
 
-def fleet(models: int, points: int | None = None, sick: bool = True) -> Respond:
+def fleet(
+    models: int, points: int | None = None, sick: bool = True, labels: dict[str, str] | None = None
+) -> Respond:
     """A Prometheus API's answers for a fleet of ``models`` models, each served by one target:
     every query (whatever its expression) gets one series per model, at every step of its
-    range (or its first ``points`` steps). With ``sick``, every other model's values jump
-    fivefold halfway through, so that models are unhealthy and diagnosed at length; else
-    they hold still. Answers are made once per range and kept."""
+    range (or its first ``points`` steps), with ``labels`` besides its own (a site's group
+    labels). With ``sick``, every other model's values jump fivefold halfway through, so that
+    models are unhealthy and diagnosed at length; else they hold still. Answers are made once
+    per range and kept."""
     made: dict[tuple[str, ...], bytes] = {}
     lock = threading.Lock()
 
@@ -187,16 +190,17 @@ def fleet(models: int, points: int | None = None, sick: bool = True) -> Respond:
         mid = times[len(times) // 2]
         result = []
         for i in range(models):
-            labels = {
+            series = {
+                **(labels or {}),
                 "model_name": f"model-{i:05d}",
                 "job": "vllm",
                 "instance": f"10.{i // 65536}.{i // 256 % 256}.{i % 256}:8000",
             }
             values = [[t, "5" if sick and i % 2 and t >= mid else "1"] for t in times]
             result.append(
-                {"metric": labels, "value": values[0]}
+                {"metric": series, "value": values[0]}
                 if instant
-                else {"metric": labels, "values": values}
+                else {"metric": series, "values": values}
             )
         kind = "vector" if instant else "matrix"
         doc = {"status": "success", "data": {"resultType": kind, "result": result}}

@@ -362,3 +362,38 @@ def test_importing_diagnoser_imports_nothing_else_until_a_name_is_used():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     first, second = out.stdout.splitlines()
     assert first == "['__future__', 'diagnoser']" and second == "True False"
+
+
+def test_a_group_label_named_like_a_column_shadows_none(tmp_path):
+    """A site's group labels named like every column of the tables (and ``label_class``, the
+    name ``class`` would take): each is its own ``label_`` column in both frames and the CSV,
+    with the scope's value, and every column keeps its own."""
+    from loopback import fleet, serve
+
+    from diagnoser.diagnosis.rows import FINDING_HEAD, FINDING_TAIL
+
+    fixed = {*SERIES_COLUMNS, *FINDING_HEAD, *FINDING_TAIL}
+    names = [*sorted(fixed), "label_class"]
+    config = tmp_path / "site.yaml"
+    config.write_text(f"group_labels: [{', '.join(names)}]\n")
+    column = {n: f"label_{n}" for n in fixed} | {"label_class": "label_class"}
+    column["class"] = "label_label_class"
+    values = {n: f"v-{n}" for n in names}
+    with serve(fleet(1, labels=values)) as api:
+        d = diagnoser.diagnose(api.url, since="1h", until=END, config=str(config), lookback=0)
+    assert d.findings
+    series, findings, table = d.to_frame(), d.findings_frame(), to_csv(d)
+    header = table.splitlines()[0].split(",")
+    rows = list(csv.DictReader(io.StringIO(table)))
+    for frame, what in ((series, "series"), (findings, "findings"), (header, "csv")):
+        cols = list(getattr(frame, "columns", frame))
+        assert len(cols) == len(set(cols)), what
+        assert {column[n] for n in names} <= set(cols), what
+    for n in names:  # (a target's own series, read without the model's scope, have none)
+        assert set(series[column[n]]) == {values[n], ""}, n
+        assert set(findings[column[n]]) == {r[column[n]] for r in rows} == {values[n]}, n
+    # The tables' own columns hold their own values.
+    assert set(series["period"]) <= {"window", "baseline", "before"}
+    assert not {"v-class", "v-time", "v-signal"} & {*series["class"], *series["signal"]}
+    assert set(findings["group"]) == {r["group"] for r in rows} <= {"all", "any", "supporting"}
+    assert list(findings["id"]) == [r["id"] for r in rows]

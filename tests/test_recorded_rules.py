@@ -148,3 +148,57 @@ def test_a_store_that_refuses_the_rules_probe_is_named_in_one_line(site):
     said = str(exc.value)
     assert "the query for the recording rules' series (--recorded-rules)" in said
     assert "\n" not in said and "narrow the diagnosis" in said
+
+
+def _rules_from_the_future(at: float):
+    """A store holding the recording rules, whose request-rate record's only point is at
+    ``at`` (1e12 s: the year 33658; 1e18 s: no year at all), and the servers' from the
+    window's first step; every other query has no series."""
+    from urllib.parse import parse_qs, urlsplit
+
+    from loopback import EMPTY, answer
+
+    def respond(h, f) -> None:
+        params = {k: v[0] for k, v in parse_qs(urlsplit(h.path).query).items()}
+        expr = params.get("query", "")
+        result: list[dict[str, object]] = []
+        if expr.startswith("group by (__name__)"):
+            result = [
+                {"metric": {"__name__": n}, "value": [float(params["time"]), "1"]}
+                for n in ("model_name:vllm_request_success:rate5m",)
+            ]
+        elif expr.startswith("count(model_name:vllm_request_success:rate5m"):
+            result = [{"metric": {}, "values": [[at, "1"]]}]
+        elif expr.startswith("count("):
+            result = [{"metric": {}, "values": [[float(params["start"]), "1"]]}]
+        answer(h, {**EMPTY, "data": {"resultType": "matrix", "result": result}})
+
+    return respond
+
+
+@pytest.mark.parametrize("at", [1e12, 1e18])
+def test_a_record_dated_past_any_calendar_is_left_out_with_a_note(at, site):
+    from loopback import post_alerts, serve, wait_for
+    from notifications import alert, notification
+    from webhooks import running
+
+    from diagnoser.webhook.receiver import Webhook
+
+    said = f"1 series whose times are not dates between 1970 and 9999 (one at {at:g} s)"
+    with serve(_rules_from_the_future(at)) as prom:
+        args = ["--since", "1h", "--until", "1800000000", "--recorded-rules", "--format", "json"]
+        res = run("diagnose", "--prometheus-url", prom.url, *args)
+        assert res.exit_code == 0, res.output
+        stats = json.loads(res.stdout)["stats"]
+        assert stats["recorded_signals"] == 0
+        assert stats["not_recorded"].startswith("the recording rules' series are not in")
+        assert any(said in w for w in stats["warnings"]), stats["warnings"]
+        # The webhook reads the rules too: its record says the same, with no error.
+        records: list[dict] = []
+        source = PrometheusSource(prom.url)
+        hook = Webhook(source, site, records.append, recorded_rules=True, now=lambda: 1.8e9)
+        with running(hook) as url:
+            assert post_alerts(url, notification(alert()))[0] == 200
+            (record,) = wait_for(lambda: records, 30)
+    assert record["error"] is None
+    assert any(said in w for w in record["diagnosis"]["stats"]["warnings"])

@@ -97,7 +97,7 @@ def test_markdown_shows_resolved_findings_and_no_cause(recorded):
     assert "**Fix.**" not in out and "**Guardrail.**" not in out
     assert "Runbook: https://" in out
     assert "Ended just before the window: batch-slot-limit (10:31-10:40 UTC)." in out
-    assert "No known problem pattern matched." not in out
+    assert "No known problem pattern" not in out
     mixed = render(_diagnosis(recorded, 1), "markdown")
     assert mixed.count("**Fix.**") == 1 and "### 2. Resolved: " in mixed
 
@@ -221,3 +221,25 @@ def test_explain_says_when_a_finding_ended(recorded):
     out = explain(_diagnosis(recorded, 2, before=True), "batch-slot-limit")
     assert "MATCHED, confidence 76%, ended in the window at 11:50 UTC (resolved)" in out
     assert "ended before the window at 10:40 UTC (resolved)" in out
+
+
+NO_SERIES = "No vLLM series in the window: nothing to diagnose"
+
+
+def test_every_report_says_a_window_without_series_has_nothing_to_diagnose(recorded):
+    """Missing data is not health: where no scope had a series, no report says that no
+    pattern matched, and each says what the text report says."""
+    empty = dataclasses.replace(
+        recorded, findings=[], scopes=[], health=[], data={}, undecided=[], _indexes={}
+    )
+    for fmt in ("text", "markdown", "html"):
+        out = render(empty, fmt)
+        assert NO_SERIES in out and "No known problem pattern" not in out, fmt
+    text = message(_record("batch-slot-limit"), empty, empty.site)
+    assert f"*Diagnosis:* {NO_SERIES}" in text and "no playbook matched" not in text
+    # Where every scope was idle, each says so, as in the text report.
+    idle = dataclasses.replace(recorded, findings=[], idle=list(recorded.scopes), _indexes={})
+    idle.health = [dataclasses.replace(h, verdict="idle") for h in recorded.health]
+    text = message(_record("batch-slot-limit"), idle, idle.site)
+    assert "no traffic in the window" in text and "no playbook matched" not in text
+    assert "No known problem pattern" not in render(idle, "markdown")

@@ -316,3 +316,27 @@ def test_the_chat_message_cannot_mention_a_channel_or_forge_a_link(site):
     assert "&lt;!channel&gt; see &lt;https:\u2060//evil.example|the runbook&gt; &amp; more" in text
     # The runbook link stays a link, its URL unable to end it early.
     assert "*Runbook:* <https://rb/kv?a=1%7Cb&gt;|kv-cache-pressure>" in text
+
+
+def test_the_webhooks_log_writes_a_labels_direction_and_control_characters_as_escapes():
+    """A real ``servediag webhook`` logs an alert whose label holds a right-to-left override,
+    a line break and an escape: each is written as an escape, on the lines that name it."""
+    import signal
+
+    from loopback import EMPTY, post_alerts
+    from notifications import alert, notification
+    from webhooks import start
+
+    model = "m\u202eevil\u2066x\nFORGED LINE\x1b]0;pwned\x07\u061c"
+    with serve(lambda h, f: answer(h, EMPTY)) as api:
+        proc, url = start(api.url, "--lookback", "0")
+        try:
+            assert post_alerts(url, notification(alert(model), group="g\u202e"))[0] == 200
+            proc.stdout.readline()  # the record: diagnosed and logged
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            _, err = proc.communicate(timeout=30)
+    named = [line for line in err.splitlines() if "model_name=" in line]
+    assert named and all("m\\u202eevil\\u2066x\\nFORGED LINE\\x1b]0;pwned" in ln for ln in named)
+    assert not any(c in err for c in "\u202e\u2066\u061c\x1b\x07"), err
+    assert not any(line.startswith("FORGED") for line in err.splitlines())

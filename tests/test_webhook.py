@@ -404,3 +404,23 @@ def test_the_message_names_the_cause_that_stands_in_for_the_alerts_playbook(site
     assert "ranked 2 in the diagnosis, behind its cause `replica-imbalance`" in message(
         record, None, site
     )
+
+
+def test_an_alert_on_a_model_without_series_is_not_read_as_all_clear(site):
+    """The chat message of an alert on a model with no series says so, as the text report
+    does, rather than that no playbook matched."""
+    empty = loopback.serve(lambda h, f: loopback.answer(h, loopback.EMPTY))
+    with empty as prom, chat_server() as (chat_url, received):
+        hook = Webhook(
+            PrometheusSource(prom.url),
+            site,
+            lambda r: None,
+            lookback=0,
+            forwarder=SlackForwarder(chat_url, site),
+            now=lambda: 1_800_000_000,
+        )
+        with running(hook) as url:
+            assert post(url, notification(alert()))[0] == 200
+            (msg,) = wait_for(lambda: received)
+    assert "*Diagnosis:* No vLLM series in the window: nothing to diagnose" in msg["text"]
+    assert "no playbook matched" not in msg["text"]

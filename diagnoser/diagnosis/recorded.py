@@ -139,10 +139,11 @@ def plan(
 
 
 def _first(source: MetricSource, expr: str, window: Window) -> float | None:
-    """The first step of the window's span at which ``expr`` has a value."""
+    """The first step of the window's span at which ``expr`` has a value. A time the source
+    answered outside the span asked for (a point at 1e18 s) is none of its steps."""
     times = [
-        float(s.t[0])
+        float(t.min())
         for s in source.query_range(expr, window.first, window.end, window.step)
-        if s.t.size
+        if (t := s.t[(s.t >= window.first) & (s.t <= window.end)]).size
     ]
     return min(times) if times else None

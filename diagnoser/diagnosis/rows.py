@@ -85,13 +85,37 @@ FINDING_TAIL = (
 )
 
 
-def scope_columns(d: Tabled) -> list[str]:
-    """The scope's labels as columns, in the site's order (model_name, then group labels),
-    then any other label a finding's scope carries (a target's job and instance)."""
-    cols = list(d.site.config.by)
+# Every column either table names itself. A scope label of one of these names (a site's group
+# label ``class``, ``time`` or ``group``) is the column ``label_<name>`` in both tables and the
+# CSV, prefixed again while that is taken, so that no label shadows a column or is shadowed.
+FIXED_COLUMNS = frozenset((*SERIES_COLUMNS, *FINDING_HEAD, *FINDING_TAIL))
+LABEL_PREFIX = "label_"
+
+
+def scope_labels(d: Tabled) -> dict[str, str]:
+    """The scope's labels, each with its column: in the site's order (the group labels, then
+    model_name), then any other label a finding's scope carries (a target's job and
+    instance). A label is its own column but where it is named like a fixed one
+    (``FIXED_COLUMNS``)."""
+    labels = list(d.site.config.by)
     for scope in [*d.scopes, *(m.scope for m in (*d.findings, *d.resolved))]:
-        cols += [k for k in scope if k not in cols]
-    return cols
+        labels += [k for k in scope if k not in labels]
+    taken = FIXED_COLUMNS | set(labels)
+    out: dict[str, str] = {}
+    for label in labels:
+        column = label
+        if label in FIXED_COLUMNS:
+            column = LABEL_PREFIX + label
+            while column in taken:
+                column = LABEL_PREFIX + column
+            taken |= {column}
+        out[label] = column
+    return out
+
+
+def scope_columns(d: Tabled) -> list[str]:
+    """The columns of the scope's labels (``scope_labels``), in their order."""
+    return list(scope_labels(d).values())
 
 
 def finding_columns(d: Tabled) -> list[str]:
@@ -130,10 +154,10 @@ def series_rows(d: Tabled) -> Iterator[dict[str, Any]]:
     (the prompt-length class of a by-class signal, else empty), ``period`` (window, baseline
     or before), ``time`` (Unix seconds), ``value`` and ``evidence_for`` (the findings, comma
     separated, whose evidence this signal is on this scope; empty when none)."""
-    labels = scope_columns(d)
+    labels = scope_labels(d)
     evidence = _evidence_signals(d)
     for key, data in sorted(d.data.items()):
-        scope = {k: data.scope.get(k, "") for k in labels}
+        scope = {col: data.scope.get(k, "") for k, col in labels.items()}
         used = evidence.get(key, {})
         parts = [(name, "", s) for name, s in sorted(data.series.items())]
         parts += [
@@ -188,9 +212,9 @@ def finding_rows(d: Tabled) -> Iterator[dict[str, Any]]:
     the condition with the numbers the text report prints (``baseline`` and ``now`` for a
     change, ``ratio``, ``share`` of time, a drift's ``start`` and ``end``, a growth
     ``exponent``; empty where the shape has none)."""
-    labels = scope_columns(d)
+    labels = scope_labels(d)
     for rank, m in enumerate((*d.findings, *d.resolved), 1):
-        scope = {k: m.scope.get(k, "") for k in labels}
+        scope = {col: m.scope.get(k, "") for k, col in labels.items()}
         for r in m.shown():
             row = _condition_row(d, rank, m, r)
             yield {**{k: row[k] for k in FINDING_HEAD}, **scope, **row}

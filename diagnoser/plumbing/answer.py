@@ -12,7 +12,8 @@ are skipped without being built.
 
 A point is read as ``float()`` reads its two numbers, as before: the timestamp must be finite,
 the value may be ``NaN`` or ``±Inf``; a boolean, a nested value or a number ``float()`` cannot
-hold is not a point.
+hold is not a point. (A finite time that is no date, before 1970 or after 9999, is a point
+here; the source leaves its series out, with a warning: ``plumbing.source``.)
 """
 
 from __future__ import annotations

@@ -23,6 +23,7 @@ import numpy as np
 
 from diagnoser.plumbing import http
 from diagnoser.plumbing.answer import Answer, BadAnswer, decode
+from diagnoser.plumbing.durations import LATEST
 from diagnoser.plumbing.errors import UserError, read_bytes
 from diagnoser.plumbing.redact import MIN_SECRET, redactor
 
@@ -375,15 +376,29 @@ class PrometheusSource:
             if OVER_LIMIT.search(text):
                 raise OverLimit(self.shown, what, self._clean(text))
             raise SourceError(self._clean(f"{self.shown} answered a {what} with an error: {text}"))
-        if answer.warnings:
-            with self._lock:
-                for w in answer.warnings:
-                    line = _one_line(self._clean(w), 300)
-                    if line not in self.warnings and len(self.warnings) < MAX_WARNINGS:
-                        self.warnings.append(line)
+        for w in answer.warnings:
+            self._warn(_one_line(self._clean(w), 300))
         if answer.result is None:
             raise SourceError(f"{self.shown} answered a {what} without a result list")
-        return [Series(labels, t, v) for labels, t, v in answer.result]
+        dated, undated = [], []
+        for labels, t, v in answer.result:
+            ok = (t >= 0) & (t <= LATEST)
+            if ok.all():
+                dated.append(Series(labels, t, v))
+            else:
+                undated.append(float(t[~ok][0]))
+        if undated:  # a time of 1e18 s is no date: turned into one (an onset), it overflows
+            self._warn(
+                f"{self.shown} answered a {what} with {len(undated)} series whose times are "
+                f"not dates between 1970 and 9999 (one at {undated[0]:g} s); they were left out"
+            )
+        return dated
+
+    def _warn(self, line: str) -> None:
+        """One warning for the operation's report, once, among the first ``MAX_WARNINGS``."""
+        with self._lock:
+            if line not in self.warnings and len(self.warnings) < MAX_WARNINGS:
+                self.warnings.append(line)
 
     def _timed_out(self, what: str) -> SourceError:
         if self.deadline is not None:

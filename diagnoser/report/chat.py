@@ -20,13 +20,17 @@ from diagnoser.diagnosis.model import Diagnosis
 from diagnoser.plumbing.printable import defang, inert, printable
 from diagnoser.report.format import (
     NO_CURRENT_CAUSE,
+    NO_SERIES,
     clock,
     ended_before_line,
     evidence_lines,
     health_line,
+    idle_line,
+    nothing_found,
     resolved_head,
     scope_text,
     since,
+    unexplained,
 )
 from diagnoser.site import Site
 
@@ -80,12 +84,17 @@ def message(record: dict[str, Any], d: Diagnosis | None, site: Site) -> str:
     elif not findings and resolved:  # what fired ended in the window: no cause now
         lines.append(f"*Diagnosis:* {NO_CURRENT_CAUSE}")
     elif not findings:
-        sick = [h for h in d.health if h.verdict == "unhealthy"] if d else []
+        sick = unexplained(d) if d else []
+        quiet = nothing_found(d) if d else None
         if sick:
             lines.append(
                 "*Diagnosis:* UNHEALTHY and no known problem pattern explains it: "
                 + "; ".join(r for h in sick for r in h.reasons)
             )
+        elif quiet == NO_SERIES:  # missing data is not health
+            lines.append(f"*Diagnosis:* {NO_SERIES}")
+        elif d is not None and quiet is None and d.idle:  # nothing with traffic to judge
+            lines += [f"*Diagnosis:* {idle_line(s)}" for s in d.idle]
         else:
             lines.append(
                 f"*Diagnosis:* no playbook matched over the last "

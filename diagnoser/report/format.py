@@ -89,6 +89,42 @@ def resolved_head(m: Match) -> str:
 
 
 NO_CURRENT_CAUSE = "No current cause: the incidents below ended in the window."
+NOTHING_MATCHED = (
+    "No known problem pattern matches: every checked playbook was ruled out or did not match."
+)
+NO_SERIES = (
+    "No vLLM series in the window: nothing to diagnose (check the URL, the selectors, and "
+    "that vLLM is scraped)."
+)
+
+
+def unexplained(d: Diagnosis) -> list[Health]:
+    """The unhealthy scopes with no finding, current or ended in the window, to explain them."""
+    return [
+        h
+        for h in d.health
+        if h.verdict == "unhealthy" and not d.findings_for(h.scope) and not d.resolved_for(h.scope)
+    ]
+
+
+def nothing_found(d: Diagnosis) -> str | None:
+    """What every report says of a diagnosis that found nothing (no finding, none ended in the
+    window, no unhealthy scope left unexplained): ``NOTHING_MATCHED`` where some scope had
+    traffic to judge, ``NO_SERIES`` where no scope had a series at all (missing data is not
+    health). None where something was found, or every scope was idle (each says so:
+    ``idle_line``)."""
+    if d.findings or d.resolved or unexplained(d):
+        return None
+    if not d.scopes:
+        return NO_SERIES
+    return NOTHING_MATCHED if len(d.idle) < len(d.scopes) else None
+
+
+def idle_line(scope: dict[str, str]) -> str:
+    return (
+        f"{scope_text(scope)}: no traffic in the window (fewer than one finished request per "
+        "100 s), so its latency and load patterns cannot be judged."
+    )
 
 
 def ended_before_line(d: Diagnosis) -> str | None:

@@ -28,12 +28,15 @@ from diagnoser.plumbing.source import Series
 from diagnoser.plumbing.units import fmt
 from diagnoser.report.format import (
     NO_CURRENT_CAUSE,
+    NO_SERIES,
     ended_before_line,
     health_line,
     needs,
+    nothing_found,
     scope_text,
     since,
     span,
+    unexplained,
 )
 
 W, H, PAD = 560, 120, 28
@@ -134,7 +137,7 @@ def _template() -> jinja2.Template:
 def render(d: Diagnosis) -> str:
     w = d.window
     causeless = [h for h in d.health if h.verdict == "unhealthy" and not d.findings_for(h.scope)]
-    unexplained = [h for h in causeless if not d.resolved_for(h.scope)]
+    quiet = nothing_found(d)
     findings = [_finding(d, m) for m in d.findings]
     resolved = [
         {**_finding(d, m), "span": span(m), "resolved_at": str(iso(m.end))} for m in d.resolved
@@ -168,12 +171,14 @@ def render(d: Diagnosis) -> str:
                     for m, f in d.nearest(h.scope)
                 ],
             }
-            for h in unexplained
+            for h in unexplained(d)
         ],
         findings=findings,
         resolved=resolved,
         first_resolved=len(findings) + 1,
         no_current_cause=NO_CURRENT_CAUSE if resolved and not findings else None,
+        nothing_found=quiet,
+        no_series=quiet == NO_SERIES,
         ended_sick=[scope_text(h.scope) for h in causeless if d.resolved_for(h.scope)]
         if findings
         else [],

@@ -8,12 +8,15 @@ from diagnoser.plumbing.durations import iso
 from diagnoser.plumbing.printable import defang
 from diagnoser.report.format import (
     NO_CURRENT_CAUSE,
+    NO_SERIES,
     ended_before_line,
     health_line,
     needs,
+    nothing_found,
     scope_text,
     since,
     span,
+    unexplained,
 )
 from diagnoser.report.whatif import finding_lines
 
@@ -43,10 +46,10 @@ def markdown(d: Diagnosis) -> str:
         ]
         out.append("")
     causeless = [h for h in d.health if h.verdict == "unhealthy" and not d.findings_for(h.scope)]
-    unexplained = [h for h in causeless if not d.resolved_for(h.scope)]
+    sick = unexplained(d)
     if not d.findings and d.resolved:
         out += [f"**{NO_CURRENT_CAUSE}**", ""]
-    elif len(causeless) > len(unexplained):
+    elif len(causeless) > len(sick):
         out += [
             f"**{plain(scope_text(h.scope))}: no current cause:** its incidents below ended in "
             "the window."
@@ -54,7 +57,7 @@ def markdown(d: Diagnosis) -> str:
             if d.resolved_for(h.scope)
         ]
         out.append("")
-    for h in unexplained:
+    for h in sick:
         out.append(
             f"**{plain(scope_text(h.scope))} is unhealthy and no known problem pattern explains "
             "it:** " + plain("; ".join(h.reasons)) + "."
@@ -72,8 +75,9 @@ def markdown(d: Diagnosis) -> str:
                 for m, f in near
             ]
         out.append("")
-    if not d.findings and not d.resolved and not unexplained:
-        out.append("No known problem pattern matched.")
+    quiet = nothing_found(d)
+    if quiet is not None:
+        out += [f"**{quiet}**" if quiet == NO_SERIES else quiet, ""]
     for i, m in enumerate(d.findings, 1):
         pb = m.playbook
         out.append(f"### {i}. {pb.title} (`{pb.id}`)")

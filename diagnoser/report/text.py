@@ -5,15 +5,19 @@ from __future__ import annotations
 from diagnoser.diagnosis.model import Diagnosis, what_if_of
 from diagnoser.report.format import (
     NO_CURRENT_CAUSE,
+    NO_SERIES,
     clock,
     day,
     ended_before_line,
     evidence_lines,
     health_line,
+    idle_line,
     needs,
+    nothing_found,
     resolved_head,
     scope_text,
     since,
+    unexplained,
     wrap,
 )
 from diagnoser.report.whatif import finding_lines
@@ -36,33 +40,19 @@ def text(d: Diagnosis, colour: bool = False) -> str:
     for h in d.health:
         out.append(f"{scope_text(h.scope)}: " + c(colours[h.verdict], health_line(h)))
     causeless = [h for h in d.health if h.verdict == "unhealthy" and not d.findings_for(h.scope)]
-    unexplained = [h for h in causeless if not d.resolved_for(h.scope)]
+    sick = unexplained(d)
+    nothing = nothing_found(d)
     if not d.findings and d.resolved:  # what made it sick ended: no cause now, none likely
         out.append(c("32", NO_CURRENT_CAUSE))
-    elif len(causeless) > len(unexplained):
+    elif len(causeless) > len(sick):
         out += [
             f"{scope_text(h.scope)}: no current cause: its incidents below ended in the window."
             for h in causeless
             if d.resolved_for(h.scope)
         ]
-    elif not d.findings and not unexplained:
-        if d.scopes and len(d.idle) < len(d.scopes):
-            out.append(
-                c(
-                    "32",
-                    "No known problem pattern matches: every checked playbook was "
-                    "ruled out or did not match.",
-                )
-            )
-        elif not d.scopes:
-            out.append(
-                c(
-                    "33",
-                    "No vLLM series in the window: nothing to diagnose (check the "
-                    "URL, the selectors, and that vLLM is scraped).",
-                )
-            )
-    for h in unexplained:
+    elif nothing is not None:
+        out.append(c("33" if nothing == NO_SERIES else "32", nothing))
+    for h in sick:
         out.append("")
         out += [
             c("31;1", line)
@@ -87,14 +77,7 @@ def text(d: Diagnosis, colour: bool = False) -> str:
                 "   ",
             )
     for idle in d.idle:
-        out.append(
-            c(
-                "33",
-                f"{scope_text(idle)}: no traffic in the window (fewer than one finished "
-                "request per 100 s), so its latency and load patterns cannot be "
-                "judged.",
-            )
-        )
+        out.append(c("33", idle_line(idle)))
     floor = d.site.config.traffic_floor_rps
     for quiet in d.below_floor:
         out += wrap(

@@ -10,20 +10,21 @@ The edge holds up under load and against slow or hostile clients (``plumbing.lis
 most ``MAX_CONNECTIONS`` served at once, the next waiting in a listen backlog of ``BACKLOG``,
 ``CLIENT_TIMEOUT`` seconds for each read from a client and ``CLIENT_DEADLINE`` for a whole
 request, after which its connection is closed, and a request head of at most 32 KiB and 64
-header fields. Log lines escape control characters (``SafeFormatter``), so a label value
-cannot forge one.
+header fields. Log lines escape control and bidirectional characters (``SafeFormatter``), so a
+label value can neither forge one nor show it in another order.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import re
 import threading
 import time
 from http.server import BaseHTTPRequestHandler
+from typing import Any
 
 from diagnoser.plumbing import listener
+from diagnoser.plumbing.printable import inert, printable
 from diagnoser.webhook.payload import PayloadError, parse_notification
 from diagnoser.webhook.receiver import Webhook
 from diagnoser.webhook.stop import SignalStop
@@ -51,21 +52,24 @@ REFUSED = {
     "draining": (503, "the receiver is stopping, retry later"),
     "too_many": (413, "more new alerts than --queue-size; set max_alerts in webhook_config"),
 }
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
-
-
-def escape_controls(text: str) -> str:
-    """``text`` with every control character (newlines too) written as an escape."""
-    return _CONTROL.sub(lambda m: m.group().encode("unicode_escape").decode(), text)
 
 
 class SafeFormatter(logging.Formatter):
-    """A formatter whose messages are one line each: control characters in what a client
-    sent (a label value with a newline) are escaped, so no log line can be forged."""
+    """A formatter whose messages are one line each, shown as they are: every control,
+    line-separator and bidirectional character in what a client or a server sent (a label
+    value with a newline, or a U+202E that shows the line in another order) is written as an
+    escape (``plumbing.printable``), so no log line can be forged or disguised. A traceback
+    keeps its lines, each of them inert."""
 
     def formatMessage(self, record: logging.LogRecord) -> str:
-        record.message = escape_controls(record.message)
+        record.message = printable(record.message)
         return super().formatMessage(record)
+
+    def formatException(self, ei: Any) -> str:
+        return inert(super().formatException(ei))
+
+    def formatStack(self, stack_info: str) -> str:
+        return inert(super().formatStack(stack_info))
 
 
 def metrics_text(webhook: Webhook) -> str:
