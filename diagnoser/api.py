@@ -11,7 +11,6 @@ of ``diagnoser.plumbing.source.MetricSource`` (a recording, say).
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from datetime import datetime
 from pathlib import Path
@@ -32,9 +31,13 @@ PathLike = str | Path
 def connect(source: Any, timeout: float = 60.0, max_response_mb: float = 64.0) -> MetricSource:
     """The metric source ``source`` names: a URL (``http://prometheus:9090``, credentials in
     it or not), a ``PrometheusConnect``, or a source as it is. A URL that is not http(s)
-    raises ``ValueError``."""
+    raises ``ValueError``; so do a ``timeout`` and a ``max_response_mb`` out of the command
+    line's ranges (``--timeout``: 1 to 600 seconds, ``--max-response-mb``: 1 to 4096)."""
+    from diagnoser.plumbing.limits import MAX_RESPONSE_MB, TIMEOUT
     from diagnoser.plumbing.source import MIB, PrometheusSource
 
+    timeout = TIMEOUT.check(timeout, "timeout")
+    max_response_mb = MAX_RESPONSE_MB.check(max_response_mb, "max_response_mb")
     if isinstance(source, str):
         from diagnoser.plumbing.source import bad_url
 
@@ -66,17 +69,16 @@ def _is_prometheus_connect(source: Any) -> bool:
     return isinstance(cls, type) and isinstance(source, cls)
 
 
-def seconds(value: Seconds, what: str) -> float:
-    """``"1h"``, ``"90m"`` or a number of seconds -> seconds; ``ValueError`` naming ``what``."""
-    from diagnoser.plumbing.durations import LONGEST, parse_duration
+def seconds(value: Seconds, what: str, zero: bool = False) -> float:
+    """``"1h"``, ``"90m"``, ``"30"`` or a number of seconds -> seconds, as the command line's
+    options take them: longer than zero (or zero, when ``zero``) and at most ten years;
+    ``ValueError`` naming ``what``."""
+    from diagnoser.plumbing.durations import duration
 
     try:
-        out = parse_duration(value)
+        return duration(value, zero)
     except ValueError as exc:
         raise ValueError(f"{what}: {exc}") from None
-    if out > LONGEST:  # as the command line's options
-        raise ValueError(f"{what}: {value!r} is longer than {LONGEST / 86400:g} days")
-    return out
 
 
 def timestamp(value: When, what: str) -> float | None:
@@ -90,22 +92,33 @@ def timestamp(value: When, what: str) -> float | None:
             from datetime import timezone
 
             value = value.replace(tzinfo=timezone.utc)
-        return value.timestamp()
-    try:
-        return parse_time(str(value) if isinstance(value, str) else repr(float(value)))
-    except (ValueError, TypeError) as exc:
+        value = repr(value.timestamp())
+    elif isinstance(value, bool) or not isinstance(value, (str, int, float)):
+        raise ValueError(f"{what}: {value!r} is neither RFC 3339 nor a Unix timestamp")
+    try:  # within 1970 to 9999, as the command line's --until
+        return parse_time(value if isinstance(value, str) else repr(float(value)))
+    except (ValueError, OverflowError) as exc:
         raise ValueError(f"{what}: {exc}") from None
+
+
+def _a_path(value: object) -> bool:
+    """A ``str`` or ``Path`` that can name a file: not empty, no NUL in it."""
+    return isinstance(value, (str, Path)) and str(value).strip() != "" and "\0" not in str(value)
 
 
 def _site(config: PathLike | None, catalog: PathLike | Sequence[PathLike] | None) -> Any:
     from diagnoser.site import Site
 
+    if config is not None and not _a_path(config):
+        raise ValueError(f"config: {config!r} is not a path")
     if catalog is None:
         dirs: tuple[Path, ...] = ()
-    elif isinstance(catalog, (str, Path)):
-        dirs = (Path(catalog),)
-    else:
+    elif _a_path(catalog):
+        dirs = (Path(catalog),)  # type: ignore[arg-type]
+    elif isinstance(catalog, (list, tuple)) and all(_a_path(c) for c in catalog):
         dirs = tuple(Path(c) for c in catalog)
+    else:
+        raise ValueError(f"catalog: {catalog!r} is not a directory or a list of them")
     if config is None and not dirs:
         return Site.default()
     return Site.load(Path(config) if config is not None else None, dirs)
@@ -144,15 +157,17 @@ def diagnose(
     ``SourceError`` when the source fails, ``UserError`` for a bad config or catalog,
     ``ValueError`` for a bad argument.
     """
+    from diagnoser.plumbing.limits import TIMEOUT
     from diagnoser.request import Request, Scope, run
     from diagnoser.whatif.setup import SetupOptions
 
     span = seconds(since, "since")
-    back = seconds(lookback, "lookback") if lookback not in (0, "0") else 0.0
+    back = seconds(lookback, "lookback", zero=True)
     offset = seconds(baseline, "baseline") if baseline is not None else None
     end = timestamp(until, "until")
-    if not math.isfinite(timeout) or timeout <= 0:
-        raise ValueError(f"timeout: {timeout!r} is not a positive number of seconds")
+    timeout = TIMEOUT.check(timeout, "timeout")
+    if not isinstance(recorded_rules, bool):
+        raise ValueError(f"recorded_rules: {recorded_rules!r} is not True or False")
     if what_if is True:
         setup: SetupOptions | None = SetupOptions()
     elif what_if is False:
@@ -161,7 +176,7 @@ def diagnose(
         setup = what_if
     else:
         raise TypeError(f"what_if must be a bool or a SetupOptions; got {type(what_if).__name__}")
-    scope = Scope(model=model, match=(match,) if isinstance(match, str) else tuple(match))
+    scope = Scope(model=model, match=_matchers(match))
     request = Request(
         connect(source, timeout),
         _site(config, catalog),
@@ -170,14 +185,24 @@ def diagnose(
         baseline=offset,
         scope=scope,
         lookback=back,
-        recorded_rules=bool(recorded_rules),
+        recorded_rules=recorded_rules,
         what_if=setup,
     )
     return run(request)
 
 
+def _matchers(match: object) -> tuple[str, ...]:
+    """``match`` as label matchers: one string, or a list or tuple of them (each checked, and
+    named in the error, by ``Scope``)."""
+    if isinstance(match, str):
+        return (match,)
+    if isinstance(match, (list, tuple)):
+        return tuple(match)
+    raise ValueError(f"match: {match!r} is not a label matcher or a list of them")
+
+
 def kv_budget(
-    model: str | None = None,
+    model: str | Path | None = None,
     *,
     source: Any = None,
     at: When = None,
@@ -198,16 +223,21 @@ def kv_budget(
 
     from diagnoser.kvbudget.budget import PlanInputs, make_budget
     from diagnoser.kvbudget.live import read_live
+    from diagnoser.plumbing.limits import TIMEOUT
 
     if model is None and source is None:
         raise ValueError("give a model (a preset or a config.json), a source, or both")
+    if isinstance(model, Path):
+        model = str(model)
+    TIMEOUT.check(timeout, "timeout")
     asked = PlanInputs(model, **inputs)
+    when = timestamp(at, "at")
+    prometheus = connect(source, timeout) if source is not None else None
     plan = make_budget(asked) if model is not None else None
     live = None
-    if source is not None:
-        when = timestamp(at, "at")
+    if prometheus is not None:
         live = read_live(
-            connect(source, timeout),
+            prometheus,
             time.time() if when is None else when,
             asked.max_model_len,
             asked.context,

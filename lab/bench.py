@@ -372,7 +372,17 @@ def bench_real() -> None:
     bench()
 
 
+# Each benchmark ``python -m lab.bench NAME`` runs alone (none: every one, for hours).
+PARTS = ("sglang", "fleet", "serving-stack", "recoveries", "what-if", "what-if-real")
+
+
 def main() -> None:
+    from lab.args import one_of, refuse
+
+    prog = "python -m lab.bench"
+    one_of(prog, "benchmark", sys.argv[1:2], PARTS)
+    if len(sys.argv) > 2 and sys.argv[1] != "fleet":
+        refuse(prog, f"{sys.argv[1]} takes no arguments (given: {' '.join(sys.argv[2:])})")
     if sys.argv[1:] == ["sglang"]:  # python -m lab.bench sglang: that part only
         bench_sglang()
         return

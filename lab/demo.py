@@ -66,6 +66,13 @@ def _show(value: float | None, unit: str) -> str:
 )
 def main(scenario: str) -> None:
     """Walk through a simulated incident with what this build can do."""
+    from diagnoser.sim import library
+    from lab.args import refuse
+
+    try:  # a scenario that is not there is said before Prometheus is started
+        library.find(scenario)
+    except (UserError, OSError) as exc:
+        refuse("python -m lab.demo", f"--scenario {exc}")
     progress = Progress()
     try:
         run(scenario, progress)
@@ -167,4 +174,6 @@ def run(scenario: str, step: Progress) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    from lab.args import click_main
+
+    click_main(main, "python -m lab.demo")

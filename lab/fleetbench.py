@@ -23,6 +23,7 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 from diagnoser.plumbing.durations import parse_seconds
+from diagnoser.plumbing.limits import Limit
 from lab import fleet
 from lab.fleetstore import Run, Store, prometheus
 
@@ -238,16 +239,30 @@ def _agree(a: Sequence[Run], b: Sequence[Run], one: str, other: str) -> None:
         print(f"    {line}")
 
 
-def main(argv: Sequence[str] | None = None) -> None:
-    import argparse
+# The fleet a run may ask for: at least one of each, and no more than a machine can simulate.
+MODELS = Limit(1, 10_000, integer=True)
+INSTANCES = Limit(1, 1_000, integer=True)
+RUNS = Limit(1, 100, integer=True)
 
-    p = argparse.ArgumentParser(prog="python -m lab.fleetbench")
-    p.add_argument("--models", type=int, default=fleet.Shape.models)
-    p.add_argument("--instances", type=int, default=fleet.Shape.instances)
-    p.add_argument("--duration", default=fleet.Shape.duration)
+
+def _duration(text: str) -> str:
+    """A duration of data to scrape, as written (``24h``), checked as the command line does."""
+    from lab.args import seconds
+
+    seconds()(text)
+    return text
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    from lab.args import Parser, number
+
+    p = Parser(prog="python -m lab.fleetbench")
+    p.add_argument("--models", type=number(MODELS), default=fleet.Shape.models)
+    p.add_argument("--instances", type=number(INSTANCES), default=fleet.Shape.instances)
+    p.add_argument("--duration", type=_duration, default=fleet.Shape.duration)
     p.add_argument(
         "--compare-models",
-        type=int,
+        type=number(Limit(0, MODELS.high, integer=True)),
         default=None,
         help="also a fleet of this many models (default: half as many), to say "
         "how the time grows with the data; 0: not",
@@ -258,7 +273,9 @@ def main(argv: Sequence[str] | None = None) -> None:
         action="store_true",
         help="skip the runs with the site's recording rules evaluated over the fleet",
     )
-    p.add_argument("--runs", type=int, default=1, help="runs per case (the median is shown)")
+    p.add_argument(
+        "--runs", type=number(RUNS), default=1, help="runs per case (the median is shown)"
+    )
     a = p.parse_args(argv)
     shape = fleet.Shape(models=a.models, instances=a.instances, duration=a.duration)
     other = a.models // 2 if a.compare_models is None else a.compare_models

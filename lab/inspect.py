@@ -60,8 +60,16 @@ def main(argv: list[str]) -> int:
             file=sys.stderr,
         )
         return 2
-    sc = library.find(argv[0])
+    from diagnoser.plumbing.errors import UserError
+    from lab.args import one_of, refuse
+
+    prog = "python -m lab.inspect"
+    try:
+        sc = library.find(argv[0])
+    except (UserError, OSError) as exc:
+        refuse(prog, f"scenario {exc}")
     names = argv[1:] or DEFAULT
+    one_of(prog, "signal", names, sorted(SIGNALS.names()))
     end = float(int(time.time()) // 60 * 60)
     t0 = time.monotonic()
     rec = simulate(sc, end)

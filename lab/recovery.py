@@ -28,7 +28,7 @@ from pathlib import Path
 from diagnoser.diagnosis import Window, diagnose
 from diagnoser.diagnosis.match import Match
 from diagnoser.diagnosis.model import Diagnosis
-from diagnoser.plumbing.durations import format_duration, parse_duration
+from diagnoser.plumbing.durations import format_duration
 from diagnoser.plumbing.source import MetricSource, PrometheusSource
 from diagnoser.sim.scenario import Scenario
 from diagnoser.site import Site
@@ -158,38 +158,76 @@ def run_scenario(
 
 
 def _durations(text: str) -> list[float]:
-    return [parse_duration(part) for part in text.split(",") if part.strip()]
+    """``5m,10m,20m``: window lengths, each longer than zero."""
+    from lab.args import seconds
+
+    out = [seconds()(part) for part in text.split(",") if part.strip()]
+    if not out:
+        raise argparse.ArgumentTypeError(f"{text!r} names no window length")
+    return out
+
+
+def _scenario(prog: str, name: str) -> Scenario:
+    """The library scenario or scenario file ``name``, or one line naming what is wrong."""
+    from diagnoser.plumbing.errors import UserError
+    from diagnoser.sim import library
+    from lab.args import refuse
+
+    try:
+        return library.find(name)
+    except (UserError, OSError) as exc:
+        refuse(prog, f"scenario {exc}")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m lab.recovery", description=__doc__.split("\n")[0])
+    from diagnoser.plumbing.durations import LATEST
+    from diagnoser.plumbing.limits import Limit
+    from diagnoser.plumbing.source import bad_url
+    from lab.args import Parser, number, seconds
+
+    epoch = number(Limit(0, LATEST))
+    p = Parser(prog="python -m lab.recovery", description=__doc__.split("\n")[0])
     p.add_argument("scenario", nargs="?", help="a library scenario's name or a scenario file")
-    p.add_argument("--since", default="5m,10m,20m", help="window lengths, comma-separated")
-    p.add_argument("--every", default="30s", help="between the windows' ends (default 30s)")
-    p.add_argument("--recovery-at", help="a scenario's recovery, as a time into it")
-    p.add_argument("--extend", help="run a scenario this much longer after its end (calm)")
+    p.add_argument(
+        "--since", type=_durations, default="5m,10m,20m", help="window lengths, comma-separated"
+    )
+    p.add_argument(
+        "--every", type=seconds(), default="30s", help="between the windows' ends (default 30s)"
+    )
+    p.add_argument(
+        "--recovery-at", type=seconds(zero=True), help="a scenario's recovery, as a time into it"
+    )
+    p.add_argument(
+        "--extend", type=seconds(), help="run a scenario this much longer after its end (calm)"
+    )
     p.add_argument("--prometheus-url", help="read this Prometheus instead of a scenario")
-    p.add_argument("--recovery", type=float, help="with --prometheus-url: epoch seconds")
-    p.add_argument("--until", type=float, help="with --prometheus-url: the last window's end")
+    p.add_argument("--recovery", type=epoch, help="with --prometheus-url: epoch seconds")
+    p.add_argument("--until", type=epoch, help="with --prometheus-url: the last window's end")
     p.add_argument("--match", action="append", default=[], help="a series matcher (repeat)")
     args = p.parse_args(argv)
-    sinces, every = _durations(args.since), parse_duration(args.every)
+    sinces, every = args.since, args.every
     if args.prometheus_url:
         if args.scenario or args.recovery is None or args.until is None:
             p.error("--prometheus-url takes --recovery and --until, and no scenario")
+        why = bad_url(args.prometheus_url.strip())
+        if why:
+            p.error(f"argument --prometheus-url: {why}")
+        if args.until <= args.recovery:
+            p.error("--until must be after --recovery")
         print(f"recovery at {args.recovery:.0f}, windows every {format_duration(every)}")
-        source = PrometheusSource(args.prometheus_url)
+        source = PrometheusSource(args.prometheus_url.strip())
         rows = measure(source, Site.default(), args.recovery, args.until, sinces, every, args.match)
     else:
         if not args.scenario:
             p.error("give a scenario, or --prometheus-url with --recovery and --until")
-        from diagnoser.sim import library
-
-        sc = library.find(args.scenario)
+        sc = _scenario(p.prog, args.scenario)
         if args.extend:
-            sc = dataclasses.replace(sc, duration=sc.duration + parse_duration(args.extend))
-        at_arg = parse_duration(args.recovery_at) if args.recovery_at else None
-        at, rows = run_scenario(sc, sinces, every, at_arg)
+            sc = dataclasses.replace(sc, duration=sc.duration + args.extend)
+        if args.recovery_at is not None and args.recovery_at >= sc.duration:
+            p.error(
+                f"argument --recovery-at: past the scenario's end ({format_duration(sc.duration)})"
+            )
+        at, rows = run_scenario(sc, sinces, every, args.recovery_at)
         print(
             f"{sc.name}: recovery {format_duration(at)} into the scenario, windows every "
             f"{format_duration(every)} to its end ({format_duration(sc.duration - at)} later)"

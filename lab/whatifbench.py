@@ -88,6 +88,10 @@ def command(url: str, end: float) -> list[str]:
 
 def main() -> None:
     from diagnoser.sim.scenario import load_scenario
+    from lab.args import refuse
+
+    if sys.argv[1:]:
+        refuse("python -m lab.whatifbench", f"takes no arguments (given: {' '.join(sys.argv[1:])})")
     from lab import harness
     from lab.promserver import Prometheus
 

@@ -181,5 +181,5 @@ def test_pricing_by_an_unknown_experiment_is_one_line_before_any_summary(tmp_pat
     assert exc.value.code == 2
     got = capsys.readouterr()
     assert got.out == ""
-    assert got.err.startswith("steptrace: nope-room: no such what-if experiment")
+    assert got.err.startswith("python -m lab.real.steptrace: error: no experiment 'nope-room'")
     assert len(got.err.strip().splitlines()) == 1

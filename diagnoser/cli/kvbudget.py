@@ -16,8 +16,7 @@ from diagnoser.cli.options import (
     load_site,
     source_options,
 )
-from diagnoser.cli.params import TIMESTAMP, FiniteRange
-from diagnoser.hardware.hfconfig import LARGEST
+from diagnoser.cli.params import TIMESTAMP, bounded
 from diagnoser.hardware.presets import (
     DEFAULT_GPU,
     KV_CACHE_DTYPES,
@@ -25,9 +24,7 @@ from diagnoser.hardware.presets import (
     SERVED_DTYPES,
     preset_like,
 )
-from diagnoser.kvbudget.budget import PlanInputs, make_budget
-
-MOST_GB = 1e6  # a petabyte: more than any GPU's memory or any model's weights
+from diagnoser.kvbudget.budget import PLAN_LIMITS, PlanInputs, make_budget
 
 
 @click.command("kv-budget")
@@ -47,46 +44,46 @@ MOST_GB = 1e6  # a petabyte: more than any GPU's memory or any model's weights
 )
 @click.option(
     "--gpu-memory-gb",
-    type=FiniteRange(min=0, max=MOST_GB, min_open=True),
+    type=bounded(PLAN_LIMITS["gpu_memory_gb"]),
     help="GPU memory in GB (10^9 bytes), instead of the preset's.",
 )
 @click.option(
     "--gpu-memory-utilization",
-    type=FiniteRange(min=0, max=1, min_open=True),
+    type=bounded(PLAN_LIMITS["gpu_memory_utilization"]),
     default=PlanInputs.gpu_memory_utilization,
     show_default=True,
     help="vLLM's share of the GPU's memory.",
 )
 @click.option(
     "--weights-gb",
-    type=FiniteRange(min=0, max=MOST_GB),
+    type=bounded(PLAN_LIMITS["weights_gb"]),
     help="The weights' size in GB (default: the preset's, or estimated from config.json).",
 )
 @click.option(
     "--overhead-gb",
-    type=FiniteRange(min=0, max=MOST_GB),
+    type=bounded(PLAN_LIMITS["overhead_gb"]),
     default=PlanInputs.overhead_gb,
     show_default=True,
     help="Runtime overhead per GPU in GB (activations, CUDA graphs).",
 )
 @click.option(
     "--max-model-len",
-    type=click.IntRange(min=1, max=LARGEST),
+    type=bounded(PLAN_LIMITS["max_model_len"]),
     help="Longest sequence (default: the model's max_position_embeddings).",
 )
 @click.option(
     "--context",
-    type=click.IntRange(min=1, max=LARGEST),
+    type=bounded(PLAN_LIMITS["context"]),
     help="Tokens each user holds, prompt and answer (default: --max-model-len).",
 )
 @click.option(
-    "--users", type=click.IntRange(min=1, max=LARGEST), help="Concurrent users to check against."
+    "--users", type=bounded(PLAN_LIMITS["users"]), help="Concurrent users to check against."
 )
 @click.option(
     "--tensor-parallel-size",
     "--tp",
     "tensor_parallel",
-    type=click.IntRange(min=1, max=4096),
+    type=bounded(PLAN_LIMITS["tensor_parallel"]),
     default=PlanInputs.tensor_parallel,
     show_default=True,
     help="GPUs the model is split across.",
@@ -108,7 +105,7 @@ MOST_GB = 1e6  # a petabyte: more than any GPU's memory or any model's weights
 )
 @click.option(
     "--block-size",
-    type=click.IntRange(min=1, max=1 << 20),
+    type=bounded(PLAN_LIMITS["block_size"]),
     default=PlanInputs.block_size,
     show_default=True,
     help="Tokens per KV-cache block, as vLLM's flag.",
@@ -174,7 +171,10 @@ def kv_budget_cmd(
             gpu_from = f"{seen[0]}, from DCGM"
         else:
             gpu_from = f"assumed {DEFAULT_GPU}"
-    inputs = PlanInputs(model_ref, gpu=gpu_name or DEFAULT_GPU, gpu_from=gpu_from, **plan)
+    try:  # the options are checked already; what DCGM reported is checked here
+        inputs = PlanInputs(model_ref, gpu=gpu_name or DEFAULT_GPU, gpu_from=gpu_from, **plan)
+    except ValueError as exc:
+        fail(str(exc))
     if inputs.model is not None:
         budget = make_budget(inputs)
     live = None

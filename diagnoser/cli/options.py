@@ -13,7 +13,8 @@ from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 import click
 
-from diagnoser.cli.params import HEADER, FiniteRange
+from diagnoser.cli.params import HEADER, bounded
+from diagnoser.plumbing.limits import MAX_RESPONSE_MB, TIMEOUT
 
 if TYPE_CHECKING:
     from diagnoser.catalog import Catalog, Playbook
@@ -273,7 +274,7 @@ def source_options(default_url: str | None, url_help: str) -> Callable[[F], F]:
         click.option("--insecure", is_flag=True, help="Do not verify TLS certificates."),
         click.option(
             "--timeout",
-            type=FiniteRange(min=1, max=600),
+            type=bounded(TIMEOUT),
             default=60.0,
             show_default=True,
             help="Seconds for all the queries of one diagnosis (or kv-budget's reads): "
@@ -281,7 +282,7 @@ def source_options(default_url: str | None, url_help: str) -> Callable[[F], F]:
         ),
         click.option(
             "--max-response-mb",
-            type=click.IntRange(1, 4096),
+            type=bounded(MAX_RESPONSE_MB),
             default=64,
             show_default=True,
             help="Largest answer taken from Prometheus, in MiB once decompressed; a larger "

@@ -9,7 +9,8 @@ from typing import Any
 
 import click
 
-from diagnoser.plumbing.durations import LONGEST, parse_seconds, parse_time
+from diagnoser.plumbing.durations import LONGEST, duration, parse_time
+from diagnoser.plumbing.limits import Limit
 
 
 class Duration(click.ParamType):  # type: ignore[type-arg]
@@ -26,14 +27,9 @@ class Duration(click.ParamType):  # type: ignore[type-arg]
         if isinstance(value, float):
             return value
         try:
-            seconds = parse_seconds(str(value))
+            return duration(str(value), self.zero, self.longest)
         except ValueError as exc:
             self.fail(str(exc), param, ctx)
-        if seconds < 0 or (seconds == 0 and not self.zero):
-            self.fail(f"{value!r} must be longer than zero", param, ctx)
-        if seconds > self.longest:
-            self.fail(f"{value!r} is longer than {self.longest / 86400:g} days", param, ctx)
-        return seconds
 
 
 class Timestamp(click.ParamType):  # type: ignore[type-arg]
@@ -92,6 +88,38 @@ class Header(click.ParamType):  # type: ignore[type-arg]
         if any(ch in header_value for ch in "\r\n\x00"):
             self.fail(f"the value of header {name!r} holds a line break", param, ctx)
         return name, header_value
+
+
+class _Bounded(click.ParamType):  # type: ignore[type-arg]
+    """A number within a ``Limit``: the one the Python API checks the same argument with.
+    (Under click's range types, so ``--help`` shows the range.)"""
+
+    limit: Limit
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        try:
+            return self.limit.convert(value)
+        except ValueError as exc:
+            self.fail(str(exc), param, ctx)
+
+
+class _BoundedInt(_Bounded, click.IntRange):
+    pass
+
+
+class _BoundedFloat(_Bounded, click.FloatRange):
+    pass
+
+
+def bounded(limit: Limit) -> click.ParamType:  # type: ignore[type-arg]
+    """The click type of an option that takes a number within ``limit``."""
+    out: _Bounded
+    if limit.integer:
+        out = _BoundedInt(min=int(limit.low), max=int(limit.high), min_open=limit.low_open)
+    else:
+        out = _BoundedFloat(min=limit.low, max=limit.high, min_open=limit.low_open)
+    out.limit = limit
+    return out
 
 
 class FiniteRange(click.FloatRange):

@@ -14,10 +14,9 @@ from typing import Any
 import click
 
 from diagnoser.cli.options import F, fail, with_options
-from diagnoser.cli.params import DURATION, HOST_PORT, TIMESTAMP, Duration
-from diagnoser.hardware.hfconfig import LARGEST
+from diagnoser.cli.params import DURATION, HOST_PORT, TIMESTAMP, Duration, bounded
 from diagnoser.hardware.presets import MODEL_ALIASES, SERVED_DTYPES
-from diagnoser.whatif.setup import SetupOptions
+from diagnoser.whatif.setup import SETUP_LIMITS, SetupOptions
 
 
 def since_option(what: str) -> Callable[[F], F]:
@@ -126,19 +125,19 @@ def setup_options(fn: F) -> F:
         ),
         click.option(
             "--max-num-seqs",
-            type=click.IntRange(1, 1 << 20),
+            type=bounded(SETUP_LIMITS["max_num_seqs"]),
             default=None,
             help="The servers' --max-num-seqs (default: vLLM's for the GPU).",
         ),
         click.option(
             "--max-num-batched-tokens",
-            type=click.IntRange(16, 1 << 26),
+            type=bounded(SETUP_LIMITS["max_num_batched_tokens"]),
             default=None,
             help="The servers' --max-num-batched-tokens (default: vLLM's for the GPU).",
         ),
         click.option(
             "--max-model-len",
-            type=click.IntRange(1, LARGEST),
+            type=bounded(SETUP_LIMITS["max_model_len"]),
             default=None,
             help="The servers' --max-model-len (default: the model's, within the KV cache).",
         ),
@@ -146,7 +145,7 @@ def setup_options(fn: F) -> F:
             "--tensor-parallel-size",
             "--tp",
             "tensor_parallel",
-            type=click.IntRange(1, 64),
+            type=bounded(SETUP_LIMITS["tensor_parallel"]),
             default=1,
             show_default=True,
             help="GPUs each engine is split across.",

@@ -12,14 +12,15 @@ the live capacity that running engines report in ``vllm:cache_config_info``.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from diagnoser.hardware import presets as hardware
-from diagnoser.hardware.hfconfig import KV_HEADS, ConfigFieldError, HfConfig
-from diagnoser.hardware.presets import GB, KV_CACHE_DTYPES, GpuSpec, ModelSpec
+from diagnoser.hardware.hfconfig import KV_HEADS, LARGEST, ConfigFieldError, HfConfig
+from diagnoser.hardware.presets import GB, KV_CACHE_DTYPES, SERVED_DTYPES, GpuSpec, ModelSpec
 from diagnoser.plumbing.errors import (
     MAX_DEPTH,
     FileFieldError,
@@ -27,6 +28,23 @@ from diagnoser.plumbing.errors import (
     nesting_problem,
     read_text,
 )
+from diagnoser.plumbing.limits import Limit
+
+MOST_GB = 1e6  # a petabyte: more than any GPU's memory or any model's weights
+# Each number a plan takes and its range: kv-budget's options and kv_budget()'s arguments.
+PLAN_LIMITS = {
+    "gpu_memory_gb": Limit(0, MOST_GB, low_open=True),
+    "gpu_memory_utilization": Limit(0, 1, low_open=True),
+    "weights_gb": Limit(0, MOST_GB),
+    "overhead_gb": Limit(0, MOST_GB),
+    "max_model_len": Limit(1, LARGEST, integer=True),
+    "context": Limit(1, LARGEST, integer=True),
+    "users": Limit(1, LARGEST, integer=True),
+    "tensor_parallel": Limit(1, 4096, integer=True),
+    "block_size": Limit(1, 1 << 20, integer=True),
+}
+# Each named value a plan takes, and the values it may be.
+PLAN_CHOICES = {"kv_cache_dtype": tuple(KV_CACHE_DTYPES), "dtype": SERVED_DTYPES}
 
 
 class ModelConfigError(FileFieldError):
@@ -61,6 +79,25 @@ class PlanInputs:
     block_size: int = 16
     dtype: str = "auto"  # vLLM's --dtype
     gpu_from: str = "--gpu"  # where the GPU came from, said in the plan
+
+    def __post_init__(self) -> None:
+        """Each input within its range (``PLAN_LIMITS``, as the command line's options) and
+        of its kind, else ``ValueError`` naming it: a plan never starts on a block size of
+        zero or a NaN share of the GPU's memory."""
+        optional = {f.name for f in dataclasses.fields(self) if f.default is None}
+        for name, limit in PLAN_LIMITS.items():
+            value = getattr(self, name)
+            if value is not None or name not in optional:
+                object.__setattr__(self, name, limit.check(value, name))
+        for name in ("model", "gpu", "gpu_from"):
+            value = getattr(self, name)
+            if not isinstance(value, str) and (value is not None or name != "model"):
+                raise ValueError(f"{name}: {value!r} is not text")
+        for name, choices in PLAN_CHOICES.items():
+            if getattr(self, name) not in choices:
+                raise ValueError(
+                    f"{name}: {getattr(self, name)!r} is not one of {', '.join(choices)}"
+                )
 
 
 @dataclass(frozen=True)

@@ -46,6 +46,30 @@ def parse_seconds(text: str) -> float:
     return value
 
 
+def duration(value: object, zero: bool = False, longest: float = LONGEST) -> float:
+    """A length of time as an option or an argument gives it (``"90m"``, ``"30"`` or a number
+    of seconds) -> seconds: longer than zero (or zero, when ``zero``) and no longer than
+    ``longest``; else ``ValueError`` saying why."""
+    from diagnoser.plumbing.limits import shown
+
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        raise ValueError(f"{shown(value)} is not a duration like 30s, 15m or 2h")
+    if isinstance(value, int) and abs(value) > longest:  # perhaps beyond any float
+        seconds = math.inf if value > 0 else -math.inf
+    else:
+        try:
+            seconds = parse_seconds(value) if isinstance(value, str) else parse_duration(value)
+        except ValueError:
+            raise ValueError(f"{shown(value)} is not a duration like 30s, 15m or 2h") from None
+    if seconds < 0 and zero:
+        raise ValueError(f"{shown(value)} must not be negative")
+    if seconds < 0 or (seconds == 0 and not zero):
+        raise ValueError(f"{shown(value)} must be longer than zero")
+    if seconds > longest:
+        raise ValueError(f"{shown(value)} is longer than {longest / 86400:g} days")
+    return seconds
+
+
 def parse_time(value: str) -> float:
     """RFC 3339 (``2026-11-29T02:00:00Z``) or Unix seconds -> Unix seconds."""
     text = value.strip()

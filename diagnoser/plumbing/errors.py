@@ -19,6 +19,8 @@ from typing import Any
 
 import yaml
 
+from diagnoser.plumbing.printable import printable
+
 # Deeper than any playbook, scenario or config.json (they nest a handful of levels); far
 # shallower than the recursion of the code that walks them.
 MAX_DEPTH = 64
@@ -43,7 +45,8 @@ class FileFieldError(UserError):
 
     def __init__(self, path: object, where: str, message: str):
         self.path, self.where, self.message = str(path), where, message
-        super().__init__(f"{self.path}: {where}: {message}" if where else f"{self.path}: {message}")
+        shown = printable(self.path)  # one line, whatever the path holds
+        super().__init__(f"{shown}: {where}: {message}" if where else f"{shown}: {message}")
 
 
 ErrorFactory = Callable[[Path, str, str], UserError]

@@ -14,7 +14,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from diagnoser.hardware.presets import GIB, MODEL_ALIASES, GpuSpec
+from diagnoser.hardware.hfconfig import LARGEST
+from diagnoser.hardware.presets import GIB, MODEL_ALIASES, SERVED_DTYPES, GpuSpec
+from diagnoser.plumbing.limits import Limit
 
 if TYPE_CHECKING:
     from diagnoser.catalog.levers import Lever
@@ -27,6 +29,13 @@ if TYPE_CHECKING:
 # 0.32): a GPU of at least 160 GiB gets the largest, one of at least 70 GiB that is not an
 # A100 the larger pair; the CPU build its own (128 and 2048 for one engine).
 LARGEST_GPU, LARGE_GPU = 160 * GIB, 70 * GIB
+# Each scheduler limit and its range: what-if's options and SetupOptions' fields alike.
+SETUP_LIMITS = {
+    "max_num_seqs": Limit(1, 1 << 20, integer=True),
+    "max_num_batched_tokens": Limit(16, 1 << 26, integer=True),
+    "max_model_len": Limit(1, LARGEST, integer=True),
+    "tensor_parallel": Limit(1, 64, integer=True),
+}
 
 
 def vllm_defaults(g: GpuSpec) -> tuple[int, int]:
@@ -54,6 +63,25 @@ class SetupOptions:
     max_model_len: int | None = None
     tensor_parallel: int = 1
     dtype: str = "auto"
+
+    def __post_init__(self) -> None:
+        """Each limit within its range (``SETUP_LIMITS``, as the command line's options),
+        each name text, else ``ValueError`` naming the field."""
+        optional = {f.name for f in dataclasses.fields(self) if f.default is None}
+        for name, limit in SETUP_LIMITS.items():
+            value = getattr(self, name)
+            if value is not None or name not in optional:
+                object.__setattr__(self, name, limit.check(value, name))
+        for name in ("preset", "gpu_name"):
+            value = getattr(self, name)
+            if value is not None and not isinstance(value, str):
+                raise ValueError(f"{name}: {value!r} is not text")
+        if self.model_config is not None:
+            if not isinstance(self.model_config, (str, Path)):
+                raise ValueError(f"model_config: {self.model_config!r} is not a path")
+            object.__setattr__(self, "model_config", Path(self.model_config))
+        if self.dtype not in SERVED_DTYPES:
+            raise ValueError(f"dtype: {self.dtype!r} is not one of {', '.join(SERVED_DTYPES)}")
 
 
 def predict(

@@ -19,12 +19,13 @@ from pathlib import Path
 import click
 
 from diagnoser.plumbing.errors import UserError
+from lab.args import ClickNumber
 from lab.promserver import PrometheusError
 from lab.real import incident as incidents
 from lab.real import venv as lab_venv
 from lab.real.outcome import Outcome
 from lab.real.record import DATA
-from lab.real.run import interrupted_cleanly, run
+from lab.real.run import SCALE, interrupted_cleanly, run
 from lab.real.venv import LabError
 
 DEFAULT = "prompt-length-shift"
@@ -62,7 +63,7 @@ def verdict(o: Outcome, health: str) -> str:
 @click.option("--record", is_flag=True, help="Write the recordings into tests/data/real/.")
 @click.option(
     "--scale",
-    type=click.FloatRange(0.2, 10),
+    type=ClickNumber(SCALE),
     default=1.0,
     show_default=True,
     help="Multiply every phase's duration (0.5: a quicker, noisier run).",
@@ -97,6 +98,11 @@ def main(
     rerecord: bool,
 ) -> None:
     """Run incidents on a real vLLM server (CPU build) and diagnose them."""
+    from lab.args import one_of
+
+    if run_all and names:
+        click.echo("python -m lab.real: error: give incident names or --all, not both", err=True)
+        sys.exit(2)
     if list_:
         for name in incidents.names():
             inc = incidents.find(name)
@@ -109,6 +115,7 @@ def main(
         from lab.real.replayed import recorded
         from lab.real.replayed import rerecord as again
 
+        one_of("python -m lab.real", "recorded incident", names, [d.name for d in recorded()])
         for name in names or tuple(d.name for d in recorded()):
             click.echo(again(name))
         return
@@ -158,4 +165,6 @@ def bench() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    from lab.args import click_main
+
+    click_main(main, "python -m lab.real")

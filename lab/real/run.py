@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from diagnoser.diagnosis import to_json
+from diagnoser.plumbing.limits import Limit
 from diagnoser.site import Site
 from lab.promserver import Prometheus, free_port
 from lab.real import model, record
@@ -32,6 +33,8 @@ from lab.real.venv import LabError
 
 SCRAPE = "5s"
 MAX_MODEL_LEN = 32768  # the model's position limit; the server's --max-model-len is lower
+# What --scale may multiply a run's durations by: quicker and noisier, or slower and steadier.
+SCALE = Limit(0.2, 10)
 BACKOFF, MAX_BACKOFF = 10.0, 300.0  # the kubelet's restart back-off: 10 s, doubling to 5 min
 
 

@@ -362,4 +362,6 @@ def main(name: str, record_: bool, server_core: int | None, venv: Path, bench_: 
 
 
 if __name__ == "__main__":
-    main()
+    from lab.args import click_main
+
+    click_main(main, "python -m lab.real.sequence")

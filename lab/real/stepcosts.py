@@ -170,6 +170,14 @@ def table(rows: list[Priced]) -> list[str]:
 
 
 def main() -> None:
+    import sys
+
+    from lab.args import refuse
+
+    if sys.argv[1:]:
+        refuse(
+            "python -m lab.real.stepcosts", f"takes no arguments (given: {' '.join(sys.argv[1:])})"
+        )
     venv = Path(".venv-vllm")
     if not lab_venv.installed(venv):
         raise SystemExit(f"stepcosts: no vLLM CPU build in {venv} (make real installs it)")

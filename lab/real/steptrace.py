@@ -36,6 +36,7 @@ import numpy as np
 
 from diagnoser.hardware.presets import ModelSpec
 from diagnoser.plumbing.errors import UserError
+from diagnoser.plumbing.limits import Limit
 from diagnoser.sim import costs
 from diagnoser.sim.engine import Engine, EngineConfig
 from diagnoser.whatif.calibrate import with_factors
@@ -65,8 +66,33 @@ def read(paths: list[Path]) -> list[dict[str, Any]]:
                 missing = KEYS - set(step) if isinstance(step, dict) else {"JSON object"}
                 if missing:
                     raise ValueError(f"{path}:{n}: not a step of a trace (no {min(missing)})")
+                bad = _malformed(step)
+                if bad:
+                    raise ValueError(f"{path}:{n}: not a step of a trace ({bad})")
                 steps.append(step)
     return sorted(steps, key=lambda s: s["t0"])
+
+
+def _finite(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _malformed(step: dict[str, Any]) -> str | None:
+    """What makes ``step`` no step the hook writes: a field not a finite number, or a request
+    not ``[id, tokens, computed, prompt, output]``; None when it is one."""
+    for key in sorted(KEYS - {"reqs"}):
+        if not _finite(step[key]):
+            return f"{key} is not a number"
+    reqs = step["reqs"]
+    if not isinstance(reqs, list) or not all(
+        isinstance(r, list)
+        and len(r) == 5
+        and isinstance(r[0], (str, int))
+        and all(_finite(v) for v in r[1:])
+        for r in reqs
+    ):
+        return "reqs is not a list of [id, tokens, computed, prompt, output]"
+    return None
 
 
 def _kind(req: list[Any]) -> str:
@@ -250,29 +276,41 @@ def run(name: str, lever: str | None, seconds: float, out: Path, venv: Path) -> 
     return sorted(f for f in pids if f.suffix[1:].isdigit())
 
 
-def main(argv: list[str] | None = None) -> None:
-    import argparse
+LOAD_SECONDS = Limit(0, 86400, low_open=True)  # of load: more than nothing, at most a day
 
+
+def main(argv: list[str] | None = None) -> None:
+    from lab.args import Parser, number, one_of, regular_file
     from lab.real import venv as lab_venv
     from lab.real.run import interrupted_cleanly
     from lab.real.venv import LabError
 
-    p = argparse.ArgumentParser(prog="python -m lab.real.steptrace")
+    p = Parser(prog="python -m lab.real.steptrace")
     p.add_argument("name", nargs="?", help=f"a what-if experiment ({', '.join(lab.names())})")
     p.add_argument("--lever", help="run at this lever of the experiment (default: today)")
-    p.add_argument("--seconds", type=float, default=480.0, help="of load (default 480)")
-    p.add_argument("--skip", type=float, default=120.0, help="warm-up left out (default 120)")
+    p.add_argument(
+        "--seconds", type=number(LOAD_SECONDS), default=480.0, help="of load (default 480)"
+    )
+    p.add_argument(
+        "--skip",
+        type=number(Limit(0, LOAD_SECONDS.high)),
+        default=120.0,
+        help="warm-up left out (default 120)",
+    )
     p.add_argument("--out", type=Path, help="trace file prefix (default: a temporary one)")
-    p.add_argument("--read", type=Path, nargs="+", help="summarise these trace files")
+    p.add_argument("--read", type=regular_file, nargs="+", help="summarise these trace files")
     p.add_argument(
         "--factors",
-        type=float,
+        type=number(Limit(0, 1000, low_open=True)),
         nargs=2,
         metavar=("PREFILL", "DECODE"),
         help="price the steps at these speed factors (default 1 1: the preset's)",
     )
     p.add_argument("--venv", type=Path, default=Path(".venv-vllm"))
     a = p.parse_args(argv)
+    one_of(p.prog, "experiment", [a.name] if a.name else [], lab.names())
+    if a.read and a.name is None and a.lever is not None:
+        p.error("--lever runs an experiment: name one")
     try:
         if a.read:
             files = a.read

@@ -55,7 +55,7 @@ from lab.real.incident import (
     load_spec,
 )
 from lab.real.load import LoadSpec
-from lab.real.run import MAX_MODEL_LEN, Run, utc
+from lab.real.run import MAX_MODEL_LEN, SCALE, Run, utc
 from lab.real.server import DTYPE, MODEL_NAME, base_args
 from lab.replay import Recording, Replay
 
@@ -437,20 +437,28 @@ def _fig(v: float | None) -> str:
 
 def main(argv: list[str] | None = None) -> None:
     """``python -m lab.real.whatif [NAME...] [--record] [--scale S] | --bench``."""
-    import argparse
     import sys
 
+    from lab.args import Parser, number, one_of
     from lab.real.run import interrupted_cleanly
     from lab.real.venv import LabError
 
-    p = argparse.ArgumentParser(prog="python -m lab.real.whatif")
+    p = Parser(prog="python -m lab.real.whatif")
     p.add_argument("names", nargs="*", help=f"experiments (known: {', '.join(names())})")
     p.add_argument("--record", action="store_true", help=f"write the recording into {DATA}")
-    p.add_argument("--scale", type=float, default=1.0, help="multiply every duration")
+    p.add_argument(
+        "--scale", type=number(SCALE), default=1.0, help="multiply every duration (0.2 to 10)"
+    )
     p.add_argument("--venv", type=Path, default=Path(".venv-vllm"))
     p.add_argument("--bench", action="store_true", help="the recordings, replayed")
     p.add_argument("--rerecord", action="store_true", help="answers again from raw samples")
     a = p.parse_args(argv)
+    if a.rerecord:
+        one_of(p.prog, "recorded experiment", a.names, [d.name for d in recorded()])
+    else:
+        one_of(p.prog, "experiment", a.names, names())
+    if a.bench and a.names:
+        p.error("--bench replays every recording: give no names")
     try:
         if a.rerecord:
             done = [rerecord(d) for d in recorded() if not a.names or d.name in a.names]
