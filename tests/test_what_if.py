@@ -441,3 +441,15 @@ def test_a_dcgm_framebuffer_of_inf_is_one_line_asking_for_the_gpu(servers):
         res = run("what-if", "--prometheus-url", api.url, "--until", str(int(end)), "--since",
                   "30m", "--preset", "llama-2-7b")  # fmt: skip
     one_line(res, 3, "DCGM reports the framebuffer", "as +Inf MiB", "give --gpu")
+
+
+def test_a_today_that_does_not_replay_is_one_line(monkeypatch):
+    from diagnoser.whatif import setup
+    from diagnoser.whatif.replay import ReplayError
+
+    def no_start(*args, **kwargs):
+        raise ReplayError("the engine does not start at this configuration")
+
+    monkeypatch.setattr(setup, "predict", no_start)
+    res = run("what-if", "--prometheus-url", "http://127.0.0.1:9", "--model", "m")
+    one_line(res, 1, "today's configuration cannot be replayed: the engine does not start")

@@ -63,10 +63,10 @@ def what_if_cmd(
     residual as a ± band. --timeout bounds all of it, the queries, the fit and every replay:
     a lever not replayed by then says "not predicted: the deadline passed", and the command
     ends with what it has. Exit status: 0 predicted, 1 nothing predicted (the calibration
-    refused: the replay does not match the window; or the deadline passed before it
-    finished), 2 bad input (too little traffic to fit, a window longer than 7 days, an
-    unknown model shape, a lever the engine does not have), 3 the metric source cannot be
-    reached or answers garbage.
+    refused: the replay does not match the window; the deadline passed before it finished;
+    today's configuration does not replay), 2 bad input (too little traffic to fit, a
+    window longer than 7 days, an unknown model shape, a lever the engine does not have), 3
+    the metric source cannot be reached or answers garbage.
 
     \b
     Examples:
@@ -80,6 +80,7 @@ def what_if_cmd(
     from diagnoser.whatif import report
     from diagnoser.whatif.fit import check_window
     from diagnoser.whatif.predict import unique
+    from diagnoser.whatif.replay import ReplayError
     from diagnoser.whatif.setup import catalog_levers, predict, the_model
 
     check_window(since)
@@ -94,7 +95,12 @@ def what_if_cmd(
     selector = site.config.selector
     if model is None:
         model = the_model(prometheus, selector, start, end)
-    result = predict(prometheus, site, {"model_name": model}, (start, end), selector, setup, chosen)
+    try:
+        result = predict(
+            prometheus, site, {"model_name": model}, (start, end), selector, setup, chosen
+        )
+    except ReplayError as exc:  # today's configuration does not serve: nothing to calibrate
+        fail(f"today's configuration cannot be replayed: {exc}", EXIT_FOUND)
     for warning in prometheus.warnings:
         click.echo(f"servediag: warning: partial answer: {warning}", err=True)
     if fmt == "json":
