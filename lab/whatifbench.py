@@ -80,6 +80,8 @@ def command(url: str, end: float) -> list[str]:
         *SERVER,
         "--format",
         "json",
+        "--timeout",
+        "600",  # the whole what-if is timed, not what a minute allows
     ]
     for lever in LEVERS:
         args += ["--lever", lever]

@@ -509,3 +509,39 @@ def test_live_the_gpu_comes_from_dcgm_and_the_unexported_dtype_is_said(
         "--model", "llama-3.1-8b", "--dtype", "float32", "--prometheus-url", prom.url, "--at", end
     )
     assert not any(n.startswith("The served dtype") for n in given["notes"])
+
+
+def _dcgm_answers(series: dict) -> object:
+    """A Prometheus whose DCGM framebuffer query gets ``series``, and every other none."""
+    from urllib.parse import parse_qs, urlsplit
+
+    from loopback import answer
+
+    def respond(h, f):
+        query = parse_qs(urlsplit(h.path).query).get("query", [""])[0]
+        found = [series] if "DCGM_FI_DEV_FB" in query else []
+        answer(h, {"status": "success", "data": {"resultType": "vector", "result": found}})
+
+    return respond
+
+
+@pytest.mark.parametrize("value", ["+Inf", "NaN"])
+def test_a_dcgm_framebuffer_that_is_no_size_is_one_line(value):
+    from clitest import one_line, run
+    from loopback import serve
+
+    gpu = {"metric": {"modelName": "NVIDIA H100 80GB HBM3"}, "value": [1, value]}
+    with serve(_dcgm_answers(gpu)) as prom:
+        res = run("kv-budget", "--model", "llama-3.1-8b", "--prometheus-url", prom.url)
+    one_line(res, 3, f"as {value} MiB, not a size", "give --gpu")
+
+
+def test_a_dcgm_series_without_a_point_is_no_gpu_reported():
+    from clitest import run
+    from loopback import serve
+
+    gpu = {"metric": {"modelName": "NVIDIA H100 80GB HBM3"}, "values": []}
+    with serve(_dcgm_answers(gpu)) as prom:
+        res = run("kv-budget", "--model", "llama-3.1-8b", "--prometheus-url", prom.url)
+    assert res.exit_code == 0, res.stderr
+    assert "no DCGM series told" in " ".join(res.stdout.split())

@@ -9,11 +9,18 @@ from __future__ import annotations
 import copy
 import dataclasses
 import json
+import time
+import urllib.request
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
 
 import numpy as np
 import pytest
 from clitest import one_line, run
+from loopback import Faulty, Respond, answer, serve
 
 from diagnoser.catalog.levers import KNOBS, LeverError, parse_lever
 from diagnoser.hardware import presets
@@ -337,7 +344,7 @@ def test_every_lever_of_the_grammar_has_one_replay_and_no_replay_lacks_its_lever
 
 
 def test_without_model_what_if_names_the_models_when_there_is_not_one():
-    from loopback import fleet, serve
+    from loopback import fleet
 
     with serve(fleet(2, sick=False)) as api:
         res = run("what-if", "--prometheus-url", api.url, "--gpu", "H100-80GB")
@@ -345,3 +352,104 @@ def test_without_model_what_if_names_the_models_when_there_is_not_one():
     assert "give --model: what-if fits one model (in the window: model-00000, model-00001)" in (
         res.stderr
     )
+
+
+# --- the deadline, and answers what-if cannot use ------------------------------------------
+
+
+def hostile(url: str, answers: Callable[[str], list[dict[str, Any]] | None]) -> Respond:
+    """A Prometheus in front of the one at ``url``: each query is answered as it answers it,
+    except where ``answers(query)`` gives a result (an instant vector) of its own."""
+
+    def respond(h: BaseHTTPRequestHandler, f: Faulty) -> None:
+        body = getattr(h, "request_body", b"")
+        asked = parse_qs(body.decode()) if body else parse_qs(urlsplit(h.path).query)
+        own = answers(asked.get("query", [""])[0])
+        if own is not None:
+            answer(h, {"status": "success", "data": {"resultType": "vector", "result": own}})
+            return
+        headers = {"Content-Type": "application/x-www-form-urlencoded"} if body else {}
+        req = urllib.request.Request(url + h.path, data=body or None, headers=headers)
+        with urllib.request.urlopen(req, timeout=30) as got:
+            answer(h, got.read())
+
+    return respond
+
+
+def bad_bucket(query: str) -> list[dict[str, Any]] | None:
+    """A histogram with a bucket whose bound is no number, in what-if's reads of a window's
+    histograms (a diagnosis reads none with ``increase``)."""
+    if "_bucket" not in query or "increase(" not in query:
+        return None
+    return [
+        {"metric": {"le": "abc"}, "value": [1, "5"]},
+        {"metric": {"le": "+Inf"}, "value": [1, "9"]},
+    ]
+
+
+def infinite_gpu(query: str) -> list[dict[str, Any]] | None:
+    """DCGM's framebuffer, used plus free, of +Inf MiB."""
+    if "DCGM_FI_DEV_FB" not in query:
+        return None
+    return [{"metric": {"modelName": "NVIDIA H100 80GB HBM3"}, "value": [1, "+Inf"]}]
+
+
+def _timed(servers, *args: str):
+    t0 = time.monotonic()
+    res = _cli(servers, "--since", "30m", "--preset", "llama-2-7b", "--format", "json", *args)
+    return time.monotonic() - t0, res
+
+
+@pytest.mark.prometheus
+def test_the_timeout_bounds_every_replay_and_what_is_late_says_so(servers):
+    took, res = _timed(servers, "--timeout", "2", "--lever", "replicas:+1")
+    assert took < 3.0, took  # the fit and a calibration of this window take ten times that
+    assert res.exit_code == 1, res.stderr  # nothing predicted
+    doc = json.loads(res.stdout)
+    assert doc["calibration"]["ok"] is False
+    assert doc["calibration"]["reason"].startswith("the deadline passed before the calibration")
+    assert [lever["error"] for lever in doc["levers"]] == ["the deadline passed"]
+
+
+@pytest.mark.prometheus
+def test_a_lever_given_many_times_is_replayed_once(servers):
+    many = ["--lever", "replicas:+1", "--lever", "replicas", "--lever", "max_num_seqs=x0.5"] * 300
+    took, res = _timed(servers, "--timeout", "2", *many)
+    assert took < 3.0, took
+    doc = json.loads(res.stdout)
+    assert [lever["lever"] for lever in doc["levers"]] == ["replicas:+1", "max_num_seqs:x0.5"]
+
+
+def test_a_window_longer_than_what_if_fits_names_the_limit_and_its_options():
+    res = run("what-if", "--prometheus-url", "http://127.0.0.1:9", "--since", "30d")
+    one_line(res, 2, "--since 30 d", "at most 7 d", "a shorter --since", "--until")
+
+
+@pytest.mark.prometheus
+def test_a_bucket_bound_that_is_no_number_is_one_line(servers):
+    prom, _, end = servers
+    with serve(hostile(prom.url, bad_bucket)) as api:
+        res = run("what-if", "--prometheus-url", api.url, "--until", str(int(end)), "--since",
+                  "30m", "--preset", "llama-2-7b", "--gpu", "H100-80GB")  # fmt: skip
+    one_line(res, 3, "a bucket le='abc', which is no bound")
+
+
+@pytest.mark.prometheus
+def test_a_dcgm_framebuffer_of_inf_is_one_line_asking_for_the_gpu(servers):
+    prom, _, end = servers
+    with serve(hostile(prom.url, infinite_gpu)) as api:
+        res = run("what-if", "--prometheus-url", api.url, "--until", str(int(end)), "--since",
+                  "30m", "--preset", "llama-2-7b")  # fmt: skip
+    one_line(res, 3, "DCGM reports the framebuffer", "as +Inf MiB", "give --gpu")
+
+
+def test_a_today_that_does_not_replay_is_one_line(monkeypatch):
+    from diagnoser.whatif import setup
+    from diagnoser.whatif.replay import ReplayError
+
+    def no_start(*args, **kwargs):
+        raise ReplayError("the engine does not start at this configuration")
+
+    monkeypatch.setattr(setup, "predict", no_start)
+    res = run("what-if", "--prometheus-url", "http://127.0.0.1:9", "--model", "m")
+    one_line(res, 1, "today's configuration cannot be replayed: the engine does not start")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import json
+import time
 from pathlib import Path
 
 import pytest
@@ -155,3 +156,60 @@ def test_the_python_api_asks_for_the_same_what_if_as_the_command_line(server, pr
     )
     with pytest.raises(TypeError, match="what_if must be a bool or a SetupOptions"):
         diagnoser.diagnose(url, since=SC.labels.window, until=end, what_if="yes")  # type: ignore[arg-type]
+
+
+def test_the_what_if_shares_the_diagnosiss_deadline_and_the_diagnosis_stands(server, plain):
+    t0 = time.monotonic()
+    res = _diagnose(server, "--what-if", *SETUP, "--timeout", "4", "--format", "json")
+    took = time.monotonic() - t0
+    assert took < 5.0, took  # the diagnosis and the what-if together, in the one --timeout
+    assert res.exit_code == 0, res.stderr
+    doc = json.loads(res.stdout)
+    (finding,) = doc["findings"]
+    w = finding.pop("what_if")
+    assert "the deadline passed" in w["error"]
+    assert all(lever["error"] for lever in w["levers"])
+    assert _without_timing(doc) == _without_timing(plain)
+
+
+def test_the_python_apis_what_if_keeps_its_timeout(server):
+    import diagnoser
+    from diagnoser.whatif.setup import SetupOptions
+
+    url, end = server
+    setup = SetupOptions(preset="llama-2-7b", gpu_name="H100-80GB", max_num_seqs=256)
+    t0 = time.monotonic()
+    d = diagnoser.diagnose(url, since=SC.labels.window, until=end, what_if=setup, timeout=4)
+    assert time.monotonic() - t0 < 5.0
+    (finding,) = d.to_json()["findings"]
+    assert "the deadline passed" in finding["what_if"]["error"]
+
+
+def test_an_answer_the_what_if_cannot_use_is_said_on_its_finding(server, plain):
+    from loopback import serve
+    from test_what_if import bad_bucket, hostile
+
+    url, end = server
+    with serve(hostile(url, bad_bucket)) as api:
+        res = _diagnose((api.url, end), "--what-if", *SETUP, "--format", "json")
+    assert res.exit_code == 0, res.stderr
+    doc = json.loads(res.stdout)
+    (finding,) = doc["findings"]
+    assert "le='abc', which is no bound" in finding.pop("what_if")["error"]
+    assert _without_timing(doc) == _without_timing(plain)
+
+
+def test_any_failure_of_a_what_if_is_one_line_on_its_finding(server, plain, monkeypatch):
+    from diagnoser.whatif import setup
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("a bug\nover two lines")
+
+    monkeypatch.setattr(setup, "predict", broken)
+    res = _diagnose(server, "--what-if", *SETUP, "--format", "json")
+    assert res.exit_code == 0, res.stderr
+    doc = json.loads(res.stdout)
+    (finding,) = doc["findings"]
+    said = finding.pop("what_if")["error"]
+    assert said == "the what-if failed: RuntimeError: a bug over two lines"
+    assert _without_timing(doc) == _without_timing(plain)

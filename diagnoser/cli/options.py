@@ -278,7 +278,8 @@ def source_options(default_url: str | None, url_help: str) -> Callable[[F], F]:
             default=60.0,
             show_default=True,
             help="Seconds for all the queries of one diagnosis (or kv-budget's reads): "
-            "connections, answers, retries and Retry-After waits, and their analysis.",
+            "connections, answers, retries and Retry-After waits, and their analysis "
+            "(what-if's fit and replays too, under diagnose --what-if as well).",
         ),
         click.option(
             "--max-response-mb",

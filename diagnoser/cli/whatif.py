@@ -60,10 +60,13 @@ def what_if_cmd(
     factors until the replay matches what was measured (TTFT and ITL p50/p95, KV usage,
     preemptions, the queue, within 30%), then replays each lever: predicted TTFT and ITL
     p95, throughput, preemptions and SLO attainment next to today's, with the calibration's
-    residual as a ± band. Exit status: 0 predicted, 1 the calibration refused (the replay
-    does not match the window: nothing predicted), 2 bad input (too little traffic to fit,
-    an unknown model shape, a lever the engine does not have), 3 the metric source cannot be
-    reached or answers garbage.
+    residual as a ± band. --timeout bounds all of it, the queries, the fit and every replay:
+    a lever not replayed by then says "not predicted: the deadline passed", and the command
+    ends with what it has. Exit status: 0 predicted, 1 nothing predicted (the calibration
+    refused: the replay does not match the window; the deadline passed before it finished;
+    today's configuration does not replay), 2 bad input (too little traffic to fit, a
+    window longer than 7 days, an unknown model shape, a lever the engine does not have), 3
+    the metric source cannot be reached or answers garbage.
 
     \b
     Examples:
@@ -75,20 +78,29 @@ def what_if_cmd(
 
     from diagnoser.catalog.levers import LeverError, parse_lever
     from diagnoser.whatif import report
+    from diagnoser.whatif.fit import check_window
+    from diagnoser.whatif.predict import unique
+    from diagnoser.whatif.replay import ReplayError
     from diagnoser.whatif.setup import catalog_levers, predict, the_model
 
+    check_window(since)
+    prometheus = source.connect().operation()  # the deadline: from here, all of it
     site = load_site(config_path)
     try:
-        chosen = [parse_lever(t) for t in levers] or catalog_levers(site)
+        chosen = unique([parse_lever(t) for t in levers]) or catalog_levers(site)
     except LeverError as exc:
         fail(f"--lever: {exc}")
     end = until if until is not None else time.time()
     start = end - since
-    prometheus = source.connect().operation()
     selector = site.config.selector
     if model is None:
         model = the_model(prometheus, selector, start, end)
-    result = predict(prometheus, site, {"model_name": model}, (start, end), selector, setup, chosen)
+    try:
+        result = predict(
+            prometheus, site, {"model_name": model}, (start, end), selector, setup, chosen
+        )
+    except ReplayError as exc:  # today's configuration does not serve: nothing to calibrate
+        fail(f"today's configuration cannot be replayed: {exc}", EXIT_FOUND)
     for warning in prometheus.warnings:
         click.echo(f"servediag: warning: partial answer: {warning}", err=True)
     if fmt == "json":

@@ -8,6 +8,7 @@ comes from the engine's own gauges, matched on (job, instance, engine). Its
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from diagnoser.kvbudget.budget import blocks_for
@@ -16,6 +17,7 @@ from diagnoser.metrics import families as F
 from diagnoser.plumbing.printable import printable
 from diagnoser.plumbing.source import MetricSource
 
+_PROM = {"inf": "+Inf", "-inf": "-Inf", "nan": "NaN"}  # a float as Prometheus writes it
 # Ray's stat logger sanitises the colon away (see reference/engine-metrics.md).
 CACHE_INFO_NAMES = "vllm:cache_config_info|vllm_cache_config_info"
 
@@ -149,12 +151,24 @@ def read_live(
 
 def dcgm_gpu(source: MetricSource, at: float) -> tuple[str, float] | None:
     """The servers' GPU as dcgm-exporter reports it: its ``modelName`` and memory (framebuffer
-    used plus free, MiB, as bytes); None without DCGM series. Several GPU models are
-    ambiguous for one plan: ``UserError`` asks for --gpu."""
+    used plus free, MiB, as bytes); None without DCGM series (a series without a point, or
+    of no memory, is none). Several GPU models are ambiguous for one plan: ``UserError`` asks
+    for --gpu. A memory that is no size (``+Inf``, ``NaN``) is the source's garbage:
+    ``SourceError`` names it and asks for --gpu."""
     from diagnoser.plumbing.errors import UserError
+    from diagnoser.plumbing.source import SourceError
 
-    query = f"max by (modelName) ({exporters.GPU_FB_USED.name} + {exporters.GPU_FB_FREE.name})"
-    found = {s.labels.get("modelName", ""): float(s.v[-1]) for s in source.query(query, at)}
+    used, free = exporters.GPU_FB_USED.name, exporters.GPU_FB_FREE.name
+    query = f"max by (modelName) ({used} + {free})"
+    found = {
+        s.labels.get("modelName", ""): float(s.v[-1]) for s in source.query(query, at) if len(s.v)
+    }
+    for name, mib in found.items():
+        if not math.isfinite(mib):
+            raise SourceError(
+                f"DCGM reports the framebuffer of {printable(name) or 'a GPU'} ({used} + {free}) "
+                f"as {_PROM.get(str(mib), mib)} MiB, not a size: give --gpu"
+            )
     found = {k: v for k, v in found.items() if v > 0}
     if not found:
         return None

@@ -173,6 +173,22 @@ def one_operation(source: MetricSource, timeout: float | None = None) -> MetricS
     return source.operation(timeout) if isinstance(source, PrometheusSource) else source
 
 
+def deadline_of(source: MetricSource) -> float | None:
+    """The ``time.monotonic()`` by which the operation ``source`` is (``one_operation``)
+    must be done, or None: the work on its answers (what-if's replays) keeps it too."""
+    return source.deadline if isinstance(source, PrometheusSource) else None
+
+
+def sharing_deadline(source: MetricSource) -> MetricSource:
+    """``source`` for a further part of its operation: the same deadline, its warnings
+    collected apart (what-if under a diagnosis: one ``--timeout`` for the whole command)."""
+    if not isinstance(source, PrometheusSource) or source.deadline is None:
+        return one_operation(source)
+    op = source.operation()
+    op.timeout, op.deadline = source.timeout, source.deadline
+    return op
+
+
 def in_time(source: MetricSource) -> None:
     """``SourceError`` once the operation's deadline (``one_operation``) has passed: it
     bounds the work on the answers too (the webhook's diagnosis of a fleet of thousands of

@@ -66,6 +66,8 @@ class Calibration:
     # Per figure, the standard deviation of one window-long draw of the replay (None: one
     # draw, a window long enough for chance to matter little).
     noise: dict[str, float | None] = field(default_factory=dict)
+    # Not finished: the deadline passed before today's replays did (nothing is predicted).
+    late: bool = False
 
 
 def relative(name: str, measured: float | None) -> bool:
@@ -209,6 +211,31 @@ def judge(
         residual=residual,
         replays=replays,
         noise={name: noise.get(name) for name in CHECKED},
+    )
+
+
+def unfinished(
+    today: Config,
+    gpu: GpuSpec,
+    prefill: float,
+    decode: float,
+    want: dict[str, float | None],
+    replays: int,
+) -> Calibration:
+    """The calibration the deadline cut short: not ok, nothing replayed to judge by."""
+    return Calibration(
+        ok=False,
+        reason="the deadline passed before the calibration finished (--timeout bounds the "
+        "whole command: give it longer, or a shorter --since)",
+        prefill_factor=prefill,
+        decode_factor=decode,
+        config=with_factors(today, prefill, decode, gpu),
+        measured=want,
+        replayed=dict.fromkeys(want),
+        residual=dict.fromkeys(CHECKED),
+        replays=replays,
+        noise=dict.fromkeys(CHECKED),
+        late=True,
     )
 
 

@@ -11,9 +11,13 @@ diagnosis stands as it is: its exit status does not change.
 
 from __future__ import annotations
 
+import time
 from typing import TYPE_CHECKING, Any
 
 from diagnoser.diagnosis.model import Diagnosis, ScopeKey, covers, scope_key
+from diagnoser.plumbing.printable import printable
+
+MAX_REASON = 500  # characters of a reason a what-if was not made
 
 if TYPE_CHECKING:
     from diagnoser.catalog.levers import Lever
@@ -62,21 +66,27 @@ def _one(
     scope: dict[str, str],
     levers: list[Lever],
 ) -> tuple[dict[str, Any] | None, str | None]:
-    """The what-if's JSON object for one model scope, or why there is none."""
+    """The what-if's JSON object for one model scope, or why there is none: whatever goes
+    wrong in it (an answer it cannot use included) is that reason, one line, and never the
+    diagnosis's concern."""
     from diagnoser.metrics.promql import matcher
     from diagnoser.plumbing.errors import UserError
-    from diagnoser.plumbing.source import SourceError, one_operation
+    from diagnoser.plumbing.source import SourceError, deadline_of, sharing_deadline
+    from diagnoser.whatif.predict import LATE
     from diagnoser.whatif.replay import ReplayError
     from diagnoser.whatif.report import to_json
     from diagnoser.whatif.setup import predict
 
     if "model_name" not in scope:
         return None, "the finding's scope names no model (model_name)"
+    deadline = deadline_of(source)
+    if deadline is not None and time.monotonic() >= deadline:
+        return None, LATE
     group = tuple(matcher(k, v) for k, v in sorted(scope.items()) if k != "model_name")
     window = (d.window.start, d.window.end)
     try:
         w = predict(
-            one_operation(source),
+            sharing_deadline(source),
             site,
             scope,
             window,
@@ -84,10 +94,20 @@ def _one(
             setup,
             levers,
         )
+        doc = to_json(w)
     except (UserError, SourceError, ReplayError) as exc:
-        return None, str(exc)
-    doc = to_json(w)
-    return doc, None if w.calibration.ok else f"the calibration refused: {w.calibration.reason}"
+        return None, _one_line(str(exc))
+    except Exception as exc:  # a what-if never takes the diagnosis down
+        return None, _one_line(f"the what-if failed: {type(exc).__name__}: {exc}")
+    cal = w.calibration
+    if cal.ok:
+        return doc, None
+    return doc, cal.reason if cal.late else f"the calibration refused: {cal.reason}"
+
+
+def _one_line(text: str) -> str:
+    """A reason as one printable line of at most ``MAX_REASON`` characters."""
+    return printable(" ".join(text.split()))[:MAX_REASON]
 
 
 def _for_finding(

@@ -20,19 +20,37 @@ import numpy as np
 from diagnoser.kvbudget.live import read_live
 from diagnoser.metrics import engines as registry
 from diagnoser.metrics import families as F
+from diagnoser.plumbing.durations import format_duration
 from diagnoser.plumbing.errors import UserError
 from diagnoser.plumbing.printable import printable
-from diagnoser.plumbing.source import MetricSource
+from diagnoser.plumbing.source import MAX_POINTS, MetricSource, SourceError
 from diagnoser.whatif.stats import Buckets, LogNormal, Observed, fit_lognormal
 
 # Fewer finished requests than this, and the length histograms and latency quantiles are
 # too coarse to fit or to calibrate against.
 MIN_REQUESTS = 200
 RATE_STEP = 60.0  # seconds per point of the arrival rate (Poisson noise ~5% at 5 req/s)
+# The longest window fitted: its arrival rate, a point a minute, is one range query, which
+# Prometheus answers with at most ``MAX_POINTS`` points a series (and every replay replays
+# the whole window).
+MAX_WINDOW = 7 * 86400.0
+assert MAX_WINDOW / RATE_STEP <= MAX_POINTS
 
 
 class FitError(UserError):
     """The window cannot be fitted; ``str()`` says why and what would do."""
+
+
+def check_window(seconds: float) -> None:
+    """``FitError`` for a window longer than what-if fits (``MAX_WINDOW``), naming the limit
+    and the options that choose the window."""
+    if seconds > MAX_WINDOW:
+        raise FitError(
+            f"--since {format_duration(seconds)}: what-if fits at most "
+            f"{format_duration(MAX_WINDOW)} of traffic (its arrival rate is read a point a "
+            f"minute, at most {MAX_POINTS} points a series); give a shorter --since, and "
+            "--until for a window further back"
+        )
 
 
 @dataclass(frozen=True)
@@ -96,18 +114,29 @@ def _scalar(source: MetricSource, expr: str, at: float) -> float | None:
 def read_buckets(
     source: MetricSource, names: tuple[str, ...], selector: tuple[str, ...], span: str, at: float
 ) -> Buckets:
-    """A histogram's increase over ``span`` up to ``at``, summed over the servers."""
+    """A histogram's increase over ``span`` up to ``at``, summed over the servers;
+    ``SourceError`` for a bucket whose bound (``le``) is not a number."""
     bucket = _either(names, selector, "_bucket")
     by_le: dict[float, float] = {}
     for s in source.query(f"sum by (le) (increase({bucket}[{span}]))", at):
-        le = s.labels.get("le", "")
         if len(s.v) and math.isfinite(float(s.v[-1])):
-            by_le[float(le)] = float(s.v[-1])
+            by_le[_bound(names[0], s.labels.get("le", ""))] = float(s.v[-1])
     total = _scalar(source, f"sum(increase({_either(names, selector, '_sum')}[{span}]))", at)
     finite = sorted(k for k in by_le if math.isfinite(k))
     cum = np.array([by_le[k] for k in finite] + [by_le.get(math.inf, 0.0)], dtype=np.float64)
     cum = np.maximum.accumulate(cum) if cum.size else cum  # extrapolation can disorder them
     return Buckets(np.array(finite, dtype=np.float64), cum, total or 0.0)
+
+
+def _bound(name: str, le: str) -> float:
+    """A bucket's upper bound, as Prometheus writes it (``0.5``, ``+Inf``)."""
+    try:
+        return float(le)
+    except ValueError:
+        raise SourceError(
+            f"the answer for {name}'s histogram has a bucket le={printable(le)[:60]!r}, "
+            "which is no bound: the histogram cannot be read"
+        ) from None
 
 
 def measure(source: MetricSource, selector: tuple[str, ...], start: float, end: float) -> Observed:
@@ -181,6 +210,7 @@ def fit_window(
     matchers; the model's is added here)."""
     from diagnoser.metrics.promql import matcher
 
+    check_window(end - start)
     scope = (*selector, matcher("model_name", model))
     span = f"{int(end - start)}s"
     shown = printable(model)

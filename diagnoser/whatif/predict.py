@@ -16,11 +16,17 @@ either side).
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
+import multiprocessing
 import os
+import signal
+import sys
+import threading
 import time
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import BrokenExecutor, CancelledError, ProcessPoolExecutor
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 from diagnoser.catalog.levers import Lever, LeverError
 from diagnoser.whatif.calibrate import (
@@ -31,11 +37,20 @@ from diagnoser.whatif.calibrate import (
     judge,
     relative,
     seen,
+    unfinished,
     with_factors,
 )
 from diagnoser.whatif.fit import Fit
 from diagnoser.whatif.levers import turn
-from diagnoser.whatif.replay import Config, ReplayError, Setup, baseline, replay
+from diagnoser.whatif.replay import (
+    Config,
+    Late,
+    OutOfTime,
+    ReplayError,
+    Setup,
+    baseline,
+    replay,
+)
 from diagnoser.whatif.stats import METRICS, Observed
 
 
@@ -73,6 +88,13 @@ class WhatIf:
 SHARE = 0.01
 # A quantile is on a knee when a point either side leaves this much of it (or its band).
 KNEE = 0.25
+# What a lever (or today's replay) not done by the deadline says instead.
+LATE = str(OutOfTime())
+# Seconds a worker is given to stop once told to, before it is killed; between two looks of
+# a worker at whether its command is still there.
+GRACE = 1.0
+WATCH = 0.2
+PR_SET_PDEATHSIG = 1  # prctl(2): the signal a process gets when its parent dies
 
 
 def band(
@@ -99,6 +121,7 @@ def what_if(
     levers: list[Lever],
     slo: tuple[float, float],
     workers: int | None = None,
+    deadline: float | None = None,
 ) -> WhatIf:
     """Calibrate to ``fit`` and predict each lever (none when the calibration refuses).
 
@@ -106,20 +129,24 @@ def what_if(
     speed, which most servers keep (no factor fitted). When a factor is fitted, the levers not
     yet started are dropped and replayed with it, alongside today's next replay, and so on
     while the fit goes on: on two cores, three rounds of replays without a factor and four
-    with one that the first fit settles."""
+    with one that the first fit settles.
+
+    ``deadline`` (``time.monotonic()``) bounds it all: a replay not done by then is stopped,
+    and what it would have said is ``LATE`` (the calibration: ``late``, nothing predicted).
+    The same lever given twice is replayed once."""
     t0 = time.monotonic()
     today, notes = baseline(fit, setup)
-    outcomes = [Outcome(lever) for lever in levers]
+    outcomes = [Outcome(lever) for lever in unique(levers)]
     want = fit.measured.figures(*slo)
     fitting = Fitting(today, setup.gpu, seen(fit.measured, slo))
-    n = max(1, min(workers or os.cpu_count() or 1, 1 + len(levers)))
+    n = max(1, min(workers or os.cpu_count() or 1, 1 + len(outcomes)))
     at, fitted = (1.0, 1.0), False
-    with _Replays(fit, setup, n) as pool:
+    with _Replays(fit, setup, n, deadline) as pool:
         pending = pool.submit(today)
         jobs = _configs(outcomes, today, fit, setup)
         results = [pool.submit(cfg) for _, cfg in jobs[: n - 1]]
-        today_obs = _observed(pending)
-        while (step := fitting.next(at, seen(today_obs, slo))) is not None:
+        today_obs = _observed(pool.wait(pending))
+        while today_obs is not None and (step := fitting.next(at, seen(today_obs, slo))):
             for f in results:  # replays at the speed just left behind
                 f.cancel()
             at, fitted = step, True
@@ -127,34 +154,20 @@ def what_if(
             pending = pool.submit(cfg)
             jobs = _configs(outcomes, cfg, fit, setup)
             results = [pool.submit(c) for _, c in jobs]
-            today_obs = _observed(pending)
-        if not fitted:
-            results += [pool.submit(cfg) for _, cfg in jobs[n - 1 :]]
-        got, noise = today_obs.figures(*slo), today_obs.noise(*slo)
-        cal = judge(today, setup.gpu, *at, got, want, fitting.replays, noise)
-        if not cal.ok:
-            for f in results:
-                f.cancel()
-            results = []
-        for (i, _), f in zip(jobs, results, strict=False):
-            out = outcomes[i]
-            result = f.result()
-            if isinstance(result, str):
-                out.error = result
-                continue
-            out.predicted = result.figures(*slo)
-            chance = result.noise(*slo)
-            out.band = {
-                m: band(
-                    m,
-                    cal.residual.get(m),
-                    relative(m, want.get(m)),
-                    out.predicted.get(m),
-                    chance.get(m),
-                )
-                for m in METRICS
-            }
-            out.knee = knees(out.predicted, out.band, result.either_side(SHARE))
+            today_obs = _observed(pool.wait(pending))
+        if today_obs is None:  # the deadline passed: nothing to calibrate by
+            cal = unfinished(today, setup.gpu, *at, want, fitting.replays)
+            for i, _ in jobs:
+                outcomes[i].error = LATE
+            got: dict[str, float | None] = dict(cal.replayed)
+        else:
+            if not fitted:
+                results += [pool.submit(cfg) for _, cfg in jobs[n - 1 :]]
+            got, noise = today_obs.figures(*slo), today_obs.noise(*slo)
+            cal = judge(today, setup.gpu, *at, got, want, fitting.replays, noise)
+            if cal.ok:
+                for (i, _), f in zip(jobs, results, strict=False):
+                    _predicted(outcomes[i], pool.wait(f), cal, want, slo)
     return WhatIf(
         fit=fit,
         setup=setup,
@@ -166,6 +179,37 @@ def what_if(
         notes=[*fit.notes, *notes, *_knife_edge(cal)],
         seconds=time.monotonic() - t0,
     )
+
+
+def unique(levers: list[Lever]) -> list[Lever]:
+    """Each lever once (by its normalised text: ``max_num_seqs=x0.75`` is
+    ``max_num_seqs:x0.75``), in the order first given."""
+    seen: dict[str, Lever] = {}
+    for lever in levers:
+        seen.setdefault(lever.text, lever)
+    return list(seen.values())
+
+
+def _predicted(
+    out: Outcome,
+    result: Observed | str,
+    cal: Calibration,
+    want: dict[str, float | None],
+    slo: tuple[float, float],
+) -> None:
+    """Fill ``out`` from its lever's replay (or why there is none), banded by ``cal``."""
+    if isinstance(result, str):
+        out.error = result
+        return
+    out.predicted = result.figures(*slo)
+    chance = result.noise(*slo)
+    out.band = {
+        m: band(
+            m, cal.residual.get(m), relative(m, want.get(m)), out.predicted.get(m), chance.get(m)
+        )
+        for m in METRICS
+    }
+    out.knee = knees(out.predicted, out.band, result.either_side(SHARE))
 
 
 def knees(
@@ -218,32 +262,35 @@ def _configs(
     return jobs
 
 
-def _observed(f: _Pending) -> Observed:
-    """Today's replay; a configuration that does not serve cannot be calibrated."""
-    got = f.result()
+def _observed(got: Observed | str) -> Observed | None:
+    """Today's replay, or None when the deadline passed first; a configuration that does not
+    serve cannot be calibrated."""
+    if got == LATE:
+        return None
     if isinstance(got, str):
         raise ReplayError(got)
     return got
 
 
 class _Pending(Protocol):
-    def result(self) -> Observed | str: ...
+    def result(self, timeout: float | None = None) -> Observed | str: ...
 
     def cancel(self) -> bool: ...
 
 
 class _Later:
     """A replay in this process, run when its result is first asked for (never, once
-    cancelled)."""
+    cancelled), stopped when ``late()``."""
 
-    def __init__(self, args: tuple[Fit, Setup, Config]):
+    def __init__(self, args: tuple[Fit, Setup, Config], late: Late):
         self.args: tuple[Fit, Setup, Config] | None = args
+        self.late = late
         self.got: Observed | str | None = None
 
-    def result(self) -> Observed | str:
+    def result(self, timeout: float | None = None) -> Observed | str:
         if self.got is None:
             assert self.args is not None, "a cancelled replay has no result"
-            self.got = _safe(self.args)
+            self.got = _safe(self.args, self.late)
         return self.got
 
     def cancel(self) -> bool:
@@ -254,28 +301,132 @@ class _Later:
 class _Replays:
     """Replays in ``n`` worker processes (in this one when ``n`` is 1, each when its result is
     asked for), as futures of what the replay observed, or why the configuration did not
-    serve."""
+    serve; none outlives ``deadline`` or the command.
 
-    def __init__(self, fit: Fit, setup: Setup, n: int):
-        self.fit, self.setup = fit, setup
-        self.pool = ProcessPoolExecutor(max_workers=n) if n > 1 else None
+    A replay past ``deadline`` stops (``LATE``), and nothing waits for one past it. On leaving
+    (done, an exception, Ctrl-C) every replay still running is told to stop and the workers
+    end, killed if they have not within ``GRACE``. A SIGTERM the command would die of kills
+    them first. A worker also ends of itself when its parent does, however it does (SIGKILL
+    included: ``_worker``), and when the deadline is ``GRACE`` behind it."""
+
+    def __init__(self, fit: Fit, setup: Setup, n: int, deadline: float | None = None):
+        self.fit, self.setup, self.deadline = fit, setup, deadline
+        self.pool: ProcessPoolExecutor | None = None
+        self.stop: Any = None
+        self.sigterm: Any = None  # the handler replaced while the workers run
+        if n > 1:
+            ctx = _context()
+            self.stop = ctx.Event()
+            self.pool = ProcessPoolExecutor(
+                max_workers=n,
+                mp_context=ctx,
+                initializer=_worker,
+                initargs=(os.getpid(), deadline, self.stop),
+            )
+
+    def late(self) -> bool:
+        return self.deadline is not None and time.monotonic() >= self.deadline
 
     def submit(self, cfg: Config) -> _Pending:
         args = (self.fit, self.setup, cfg)
         if self.pool is None:
-            return _Later(args)
+            return _Later(args, self.late)
         return self.pool.submit(_safe, args)
 
+    def wait(self, f: _Pending) -> Observed | str:
+        """``f``'s result, or ``LATE`` when it has none by the deadline."""
+        left = None if self.deadline is None else max(0.0, self.deadline - time.monotonic())
+        try:
+            return f.result(left)
+        except (TimeoutError, CancelledError):
+            return LATE
+        except BrokenExecutor:
+            return LATE if self.late() else "the replay's worker process ended unexpectedly"
+
     def __enter__(self) -> _Replays:
+        main = threading.current_thread() is threading.main_thread()
+        if self.pool is not None and main and signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
+            self.sigterm = signal.signal(signal.SIGTERM, self._terminated)
         return self
 
     def __exit__(self, *exc: object) -> None:
-        if self.pool is not None:
-            self.pool.shutdown(wait=True, cancel_futures=True)
+        if self.sigterm is not None:
+            signal.signal(signal.SIGTERM, self.sigterm)
+            self.sigterm = None
+        self.close()
+
+    def close(self) -> None:
+        """Stop the replays and end the workers (killed past ``GRACE``)."""
+        pool, self.pool = self.pool, None
+        if pool is None:
+            return
+        self.stop.set()
+        workers = list((pool._processes or {}).values())
+        pool.shutdown(wait=False, cancel_futures=True)
+        until = time.monotonic() + GRACE
+        for p in workers:
+            p.join(max(0.0, until - time.monotonic()))
+        for p in workers:
+            if p.is_alive():
+                p.kill()
+                p.join(GRACE)
+
+    def _terminated(self, signum: int, frame: object) -> None:
+        """SIGTERM: kill the workers, then die of it as the command would have."""
+        for p in list((self.pool._processes or {}).values()) if self.pool else []:
+            with contextlib.suppress(OSError):
+                p.kill()
+        signal.signal(signum, signal.SIG_DFL)
+        signal.raise_signal(signum)
 
 
-def _safe(args: tuple[Fit, Setup, Config]) -> Observed | str:
+def _context() -> Any:
+    """The workers' start method: the default, unless it is ``forkserver`` (its workers are
+    the server's children, and each must watch the command itself)."""
+    ctx = multiprocessing.get_context()
+    return multiprocessing.get_context("spawn") if ctx.get_start_method() == "forkserver" else ctx
+
+
+# In a worker process: the pool's stop event and the command's deadline (``_worker``).
+_STOP: Any = None
+_DEADLINE: float | None = None
+
+
+def _worker(parent: int, deadline: float | None, stop: Any) -> None:
+    """Each worker's start: it ignores Ctrl-C (sent to the whole process group: the command
+    ends its workers), dies with ``parent`` (Linux's parent-death signal, and everywhere a
+    thread that sees the worker orphaned within ``WATCH``), and stops replaying at the
+    deadline or when the pool's ``stop`` is set."""
+    global _STOP, _DEADLINE
+    _STOP, _DEADLINE = stop, deadline
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    if sys.platform.startswith("linux"):
+        with contextlib.suppress(OSError, AttributeError):
+            ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    threading.Thread(target=_watch, args=(parent,), daemon=True, name="parent-watch").start()
+
+
+def _watch(parent: int) -> None:
+    """End this worker once ``parent`` has (it is orphaned: another process adopts it), or
+    once its replay has overrun the deadline by ``GRACE`` (the command no longer waits)."""
+    while True:
+        if os.getppid() != parent:
+            os._exit(1)
+        if _DEADLINE is not None and time.monotonic() > _DEADLINE + 2 * GRACE:
+            os._exit(1)
+        time.sleep(WATCH)
+
+
+def _late_here() -> bool:
+    """In a worker: whether its replay must stop."""
+    if _STOP is not None and _STOP.is_set():
+        return True
+    return _DEADLINE is not None and time.monotonic() >= _DEADLINE
+
+
+def _safe(args: tuple[Fit, Setup, Config], late: Late | None = None) -> Observed | str:
     try:
-        return replay(*args)
+        return replay(*args, late=late or _late_here)
     except ReplayError as exc:
         return str(exc)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -50,6 +51,9 @@ SMOOTH = 300.0  # seconds the measured arrival rate is averaged over
 # other draws, up to MAX_DRAWS times (a draw costs as much as the window's requests).
 DRAW_REQUESTS = 2000
 MAX_DRAWS = 8
+# Simulated seconds between two looks at whether the replay is late (a few milliseconds of
+# work at the busiest loads replayed).
+LOOK = 30
 
 
 @dataclass(frozen=True)
@@ -233,22 +237,33 @@ class ReplayError(RuntimeError):
     """The replayed servers did not serve (the configuration does not start)."""
 
 
+class OutOfTime(ReplayError):
+    """The replay was stopped: its command's deadline passed (or its command ended)."""
+
+    def __init__(self) -> None:
+        super().__init__("the deadline passed")
+
+
 def draws(fit: Fit) -> int:
     """Draws of the window a replay pools: enough for ``DRAW_REQUESTS`` requests."""
     return max(1, min(MAX_DRAWS, math.ceil(DRAW_REQUESTS / max(1.0, fit.measured.finished))))
 
 
-def replay(fit: Fit, setup: Setup, cfg: Config) -> Observed:
+Late = Callable[[], bool]
+
+
+def replay(fit: Fit, setup: Setup, cfg: Config, late: Late | None = None) -> Observed:
     """Replay the fit at ``cfg``; what the servers did over the window's span, pooled over
     ``draws(fit)`` draws, each from the same warm-up (a queue that runs away grows as long in
-    each as it would in the window)."""
-    parts = [observe(scenario(fit, setup, cfg, SEED + k), WARMUP) for k in range(draws(fit))]
+    each as it would in the window). ``OutOfTime`` once ``late()`` says so."""
+    parts = [observe(scenario(fit, setup, cfg, SEED + k), WARMUP, late) for k in range(draws(fit))]
     return pooled(parts)
 
 
-def observe(sc: Scenario, skip: float) -> Observed:
+def observe(sc: Scenario, skip: float, late: Late | None = None) -> Observed:
     """Simulate ``sc`` (its first model) and read what it did after the first ``skip``
-    seconds, without writing any series."""
+    seconds, without writing any series; ``OutOfTime`` once ``late()`` (asked every ``LOOK``
+    simulated seconds) says the replay's time is up."""
     sim = Simulation(sc, Recorder(history=False), 0.0)
     run = sim.runs[0]
     if not all(s.up for s in run.servers):
@@ -258,7 +273,11 @@ def observe(sc: Scenario, skip: float) -> Observed:
     start: _Tally | None = None
     t, next_scrape = 0.0, skip + SCRAPE
     end = sc.duration
+    ticks = 0
     while t < end - 1e-9:
+        ticks += 1
+        if late is not None and ticks % LOOK == 0 and late():
+            raise OutOfTime()
         run.step(t, TICK)
         t += TICK
         if start is None and t >= skip - 1e-9:

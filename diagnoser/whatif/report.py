@@ -30,7 +30,9 @@ calibration's residual, and never less than twice the lever's own spread over th
 A lever's ``knee`` names the latency quantiles that sit on a knee of their distribution: the
 quantile one point of the observations below and above (p94 and p96 for a p95), where that
 reaches past the band and a quarter of the figure; the figure may be anywhere between.
-With ``calibration.ok`` false, ``levers`` carry no prediction.
+With ``calibration.ok`` false, ``levers`` carry no prediction. A figure or lever the deadline
+(``--timeout``) cut short says so: the calibration's ``reason`` ("the deadline passed before
+the calibration finished ..."), a lever's ``error`` ("the deadline passed").
 """
 
 from __future__ import annotations
@@ -153,7 +155,9 @@ def text(w: WhatIf) -> str:
             f"    {LABELS[name]:16}{fmt(name, cal.measured[name]):>12}"
             f"{fmt(name, cal.replayed[name]):>12}{res:>14}" + (f"{by:>12}" if chance else "")
         )
-    if not cal.ok:
+    if cal.late:
+        lines.append(f"  not finished: {cal.reason}")
+    if not cal.ok and not cal.late:
         lines.append(f"  refused: {cal.reason}; nothing is predicted")
     else:
         for o in w.outcomes:

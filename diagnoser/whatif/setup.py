@@ -94,8 +94,11 @@ def predict(
     levers: list[Lever],
 ) -> WhatIf:
     """The what-if of the model ``scope`` names (``model_name``, and the labels of its group)
-    over ``window``: fitted within ``selector``, calibrated, each lever replayed. Raises
-    ``UserError`` when the window cannot be fitted or the model's shape or GPU is unknown."""
+    over ``window``: fitted within ``selector``, calibrated, each lever replayed, all by the
+    deadline of ``prometheus``'s operation (``one_operation``: what is not replayed by then
+    says so). Raises ``UserError`` when the window cannot be fitted or the model's shape or
+    GPU is unknown."""
+    from diagnoser.plumbing.source import deadline_of
     from diagnoser.whatif.fit import fit_window
     from diagnoser.whatif.predict import what_if
     from diagnoser.whatif.replay import Setup
@@ -115,7 +118,8 @@ def predict(
         tensor_parallel=setup.tensor_parallel,
     )
     objectives = site.config.slo.for_labels(scope)
-    return what_if(fitted, engine, levers, (objectives.ttft_seconds, objectives.itl_seconds))
+    slo = (objectives.ttft_seconds, objectives.itl_seconds)
+    return what_if(fitted, engine, levers, slo, deadline=deadline_of(prometheus))
 
 
 def the_model(prometheus: MetricSource, selector: tuple[str, ...], start: float, end: float) -> str:
