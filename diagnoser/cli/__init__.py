@@ -1,7 +1,7 @@
 """servediag: the command line. A thin layer: parse options, call the library, render.
 
 One module per command (``catalog``, ``generate``, ``simulate``, ``probe``, ``diagnose``,
-``webhook``, ``kvbudget``, ``whatif``); shared options in ``options``, parameter types in
+``webhook``, ``watch``, ``kvbudget``, ``whatif``); shared options in ``options``, parameter types in
 ``params``.
 Exit status: 0 success; 1 a check found something (stale generated files); 2 bad usage, a
 bad playbook or config; 3 the metric source cannot be reached or answers garbage. Heavy
@@ -19,6 +19,7 @@ from diagnoser.cli.kvbudget import kv_budget_cmd
 from diagnoser.cli.options import EXIT_FOUND, EXIT_SOURCE, EXIT_USAGE, OneLineGroup
 from diagnoser.cli.probe import probe_cmd
 from diagnoser.cli.simulate import simulate_cmd
+from diagnoser.cli.watch import watch_cmd
 from diagnoser.cli.webhook import webhook_cmd
 from diagnoser.cli.whatif import what_if_cmd
 
@@ -48,6 +49,7 @@ for command in (
     probe_cmd,
     diagnose_cmd,
     webhook_cmd,
+    watch_cmd,
     kv_budget_cmd,
     what_if_cmd,
 ):

@@ -55,45 +55,51 @@ def listen_option(default: str | None, what: str) -> Callable[[F], F]:
     )
 
 
-def reading_options(fn: F) -> F:
-    """``--lookback``, ``--baseline`` (handed on as seconds, or None for 'before') and
-    ``--recorded-rules``: how a diagnosis reads the store, as diagnose and the webhook do."""
-    options = [
-        click.option(
-            "--lookback",
-            "lookback",
-            type=Duration(zero=True),
-            default="24h",
-            show_default=True,
-            metavar="DURATION",
-            help="When a model is unhealthy and the window explains nothing, look this far "
-            "back for when it began (0 turns it off).",
-        ),
-        click.option(
-            "--baseline",
-            "baseline",
-            default="before",
-            show_default=True,
-            callback=_baseline,
-            help="Reference period: 'before' (as long as the window, just before it) or a "
-            "duration such as 1d (the same hours that long ago).",
-        ),
-        click.option(
-            "--recorded-rules",
-            "recorded_rules",
-            is_flag=True,
-            help="Read each signal from the site's recording rules (servediag generate's) where "
-            "they cover the window and the scope: one series per model, not every instance's "
-            "buckets; much faster on a large fleet. The rest is read as without it.",
-        ),
-    ]
-    return with_options(fn, options)  # type: ignore[no-any-return]
-
-
 def _baseline(ctx: click.Context, param: click.Parameter, value: str) -> float | None:
     if value == "before":
         return None
     return Duration().convert(value, param, ctx)
+
+
+_LOOKBACK = click.option(
+    "--lookback",
+    "lookback",
+    type=Duration(zero=True),
+    default="24h",
+    show_default=True,
+    metavar="DURATION",
+    help="When a model is unhealthy and the window explains nothing, look this far "
+    "back for when it began (0 turns it off).",
+)
+_BASELINE = click.option(
+    "--baseline",
+    "baseline",
+    default="before",
+    show_default=True,
+    callback=_baseline,
+    help="Reference period: 'before' (as long as the window, just before it) or a "
+    "duration such as 1d (the same hours that long ago).",
+)
+_RECORDED_RULES = click.option(
+    "--recorded-rules",
+    "recorded_rules",
+    is_flag=True,
+    help="Read each signal from the site's recording rules (servediag generate's) where "
+    "they cover the window and the scope: one series per model, not every instance's "
+    "buckets; much faster on a large fleet. The rest is read as without it.",
+)
+
+
+def history_options(fn: F) -> F:
+    """``--lookback`` and ``--baseline`` (handed on as seconds, or None for 'before'): how far
+    back a diagnosis reads, as diagnose, the webhook and watch do."""
+    return with_options(fn, [_LOOKBACK, _BASELINE])  # type: ignore[no-any-return]
+
+
+def reading_options(fn: F) -> F:
+    """``history_options`` and ``--recorded-rules``: how a diagnosis reads the store, as
+    diagnose and the webhook do (watch reads the rules wherever they are, always)."""
+    return with_options(fn, [_LOOKBACK, _BASELINE, _RECORDED_RULES])  # type: ignore[no-any-return]
 
 
 _SETUP_PARAMS = tuple(f.name for f in dataclasses.fields(SetupOptions))
