@@ -304,25 +304,33 @@ def test_the_site_scrape_interval_is_every_panels_minimum_step(tmp_path, catalog
 
 # servediag watch's series as it serves them: llama with two findings, engine-hang the likely
 # cause; qwen healthy. (Job and instance are the scrape's.)
-WATCH_SERIES = """\
-# TYPE servediag_finding gauge
-servediag_finding{job="servediag",instance="watch:9464",model_name="llama",playbook="engine-hang",severity="critical"} 0.8 {t}
-servediag_finding{job="servediag",instance="watch:9464",model_name="llama",playbook="queue-saturation",severity="warning"} 0.9 {t}
-# TYPE servediag_finding_rank gauge
-servediag_finding_rank{job="servediag",instance="watch:9464",model_name="llama",playbook="engine-hang",severity="critical"} 1 {t}
-servediag_finding_rank{job="servediag",instance="watch:9464",model_name="llama",playbook="queue-saturation",severity="warning"} 2 {t}
-# TYPE servediag_finding_onset_timestamp_seconds gauge
-servediag_finding_onset_timestamp_seconds{job="servediag",instance="watch:9464",model_name="llama",playbook="engine-hang",severity="critical"} {onset} {t}
-servediag_finding_onset_timestamp_seconds{job="servediag",instance="watch:9464",model_name="llama",playbook="queue-saturation",severity="warning"} {onset} {t}
-# TYPE servediag_playbook_info gauge
-servediag_playbook_info{job="servediag",instance="watch:9464",playbook="engine-hang",title="The engine hangs",severity="critical",runbook="https://x.example/engine-hang.md"} 1 {t}
-servediag_playbook_info{job="servediag",instance="watch:9464",playbook="queue-saturation",title="Queue saturation",severity="warning",runbook="https://x.example/queue-saturation.md"} 1 {t}
-# TYPE servediag_health gauge
-servediag_health{job="servediag",instance="watch:9464",model_name="llama",verdict="unhealthy"} 1 {t}
-servediag_health{job="servediag",instance="watch:9464",model_name="qwen",verdict="healthy"} 1 {t}
-# TYPE servediag_last_success_age_seconds gauge
-servediag_last_success_age_seconds{job="servediag",instance="watch:9464"} 42 {t}
-"""
+SCRAPE = 'job="servediag",instance="watch:9464"'
+HANG = 'model_name="llama",playbook="engine-hang",severity="critical"'
+QUEUE = 'model_name="llama",playbook="queue-saturation",severity="warning"'
+ONSET = 1_700_000_000 - 1800
+WATCH_SERIES = [
+    ("servediag_finding", HANG, 0.8),
+    ("servediag_finding", QUEUE, 0.9),
+    ("servediag_finding_rank", HANG, 1),
+    ("servediag_finding_rank", QUEUE, 2),
+    ("servediag_finding_onset_timestamp_seconds", HANG, ONSET),
+    ("servediag_finding_onset_timestamp_seconds", QUEUE, ONSET),
+    (
+        "servediag_playbook_info",
+        'playbook="engine-hang",title="The engine hangs",severity="critical",'
+        'runbook="https://x.example/engine-hang.md"',
+        1,
+    ),
+    (
+        "servediag_playbook_info",
+        'playbook="queue-saturation",title="Queue saturation",severity="warning",'
+        'runbook="https://x.example/queue-saturation.md"',
+        1,
+    ),
+    ("servediag_health", 'model_name="llama",verdict="unhealthy"', 1),
+    ("servediag_health", 'model_name="qwen",verdict="healthy"', 1),
+    ("servediag_last_success_age_seconds", "", 42),
+]
 
 
 @pytest.mark.prometheus
@@ -332,23 +340,16 @@ def test_the_diagnosis_row_reads_the_watch_series(tmp_path):
     rank, confidence, onset and runbook, and the onset in milliseconds for Grafana."""
     from lab.promserver import Prometheus, backfill
 
-    end = 1_700_000_000
-    onset = end - 1800
-    lines = [
-        WATCH_SERIES.replace("{t}", str(t)).replace("{onset}", str(onset))
-        for t in range(end - 600, end + 1, 60)
-    ]
-    text = "".join(lines).split("\n")
-    # One TYPE line per family, then its samples, in time order (OpenMetrics).
-    by_family: dict[str, list[str]] = {}
-    for line in text:
-        if line and not line.startswith("#"):
-            by_family.setdefault(line.split("{")[0], []).append(line)
+    end, onset = 1_700_000_000, ONSET
+    text = ""
+    for family in dict.fromkeys(f for f, _, _ in WATCH_SERIES):
+        text += f"# TYPE {family} gauge\n"
+        for t in range(end - 600, end + 1, 60):
+            for name, labels, value in WATCH_SERIES:
+                if name == family:
+                    text += f"{name}{{{','.join(filter(None, (SCRAPE, labels)))}}} {value} {t}\n"
     om = tmp_path / "watch.om"
-    om.write_text(
-        "".join(f"# TYPE {f} gauge\n" + "\n".join(ls) + "\n" for f, ls in by_family.items())
-        + "# EOF\n"
-    )
+    om.write_text(text + "# EOF\n")
     backfill(om, tmp_path / "tsdb")
     board = _load(ROOT / "dashboards" / "overview.json")
     queries = [(t, e) for t, e in _exprs(board) if "servediag_" in e]

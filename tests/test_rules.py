@@ -368,26 +368,27 @@ def test_symptoms_of_a_model_carry_the_cause_for_their_scope(tmp_path, catalog, 
     own, joined to nothing."""
     cfg_file = tmp_path / "site.yaml"
     cfg_file.write_text(
-        "group_labels: [cluster, kind]\n"
-        "runbook_url: https://runbooks.example.com/llm/{id}.html\n"
+        "group_labels: [cluster, kind]\nrunbook_url: https://runbooks.example.com/llm/{id}.html\n"
     )
     site = Site.build(load_config(cfg_file), catalog)
     files = rules.render_files(site)
     groups = yaml.safe_load(files[rules.ALERTS_FILE])["groups"]
     symptoms = next(g for g in groups if g["name"] == "servediag.symptoms")["rules"]
-    scoped = 'servediag_finding{cluster=%q, label_kind=%q, model_name=%q}'
+    scoped = "servediag_finding{cluster=%q, label_kind=%q, model_name=%q}"
     args = "$labels.cluster $labels.kind $labels.model_name"
     for a in symptoms:
         ann = a["annotations"]
         if a["alert"] == "VllmTargetsAbsent":
             assert "likely_cause" not in ann  # no model to name a cause for
             continue
-        assert f'printf "{scoped} and servediag_finding_rank == 1" {args} | query' in (
-            ann["likely_cause"]
+        assert (
+            f'printf "{scoped} and servediag_finding_rank == 1" {args} | query'
+            in (ann["likely_cause"])
         ), a["alert"]
         assert watch.NO_CAUSE in ann["likely_cause"]
-        assert "https://runbooks.example.com/llm/{{ .Labels.playbook }}.html" in (
-            ann["likely_cause_runbook"]
+        assert (
+            "https://runbooks.example.com/llm/{{ .Labels.playbook }}.html"
+            in (ann["likely_cause_runbook"])
         )
         assert "servediag" not in a["expr"], a["alert"]
     cause = next(g for g in groups if g["name"] == watch.GROUP)["rules"][0]

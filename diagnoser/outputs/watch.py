@@ -72,7 +72,7 @@ def cause_annotations(site: Site) -> dict[str, str]:
         "{{ . | first | value | humanizeTimestamp }}{{ else }}an onset not known{{ end }}"
         f"{stale}{{{{ else }}}}{NO_CAUSE}: "
         f"{{{{ with {verdict} }}}}it finds none for this model (verdict "
-        "{{ . | first | label \"verdict\" }}){{ else }}it is not scraped, or has not "
+        '{{ . | first | label "verdict" }}){{ else }}it is not scraped, or has not '
         "diagnosed this model{{ end }}{{ end }}"
     )
     runbook = site.config.runbook_url.format(id="{{ .Labels.playbook }}")
@@ -91,8 +91,7 @@ def cause_alert(site: Site) -> dict[str, Any]:
     return {
         "alert": CAUSE_ALERT,
         "expr": (
-            "max without (job, instance) (\n"
-            "  servediag_finding and servediag_finding_rank == 1\n)"
+            "max without (job, instance) (\n  servediag_finding and servediag_finding_rank == 1\n)"
         ),
         # The service already holds a finding for 2 cycles before it shows it.
         "for": "2m",

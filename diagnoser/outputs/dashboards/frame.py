@@ -152,8 +152,8 @@ def dashboard(
     extra_variables: tuple[Template, ...] = (),
 ) -> Dashboard:
     """A dashboard in the house style: our title, tags, variables, UTC and schema, the
-    playbook alerts and servediag watch's finding onsets as annotations on every time series, links to the other dashboards and a
-    shared crosshair."""
+    playbook alerts and servediag watch's finding onsets as annotations on every time
+    series, links to the other dashboards and a shared crosshair."""
     board = Dashboard(
         title=f"LLM serving / {title} (servediag)",
         uid=uid,
