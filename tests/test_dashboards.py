@@ -91,8 +91,8 @@ def test_the_json_is_what_grafana_imports(path):
         assert all(t["datasource"] == DS for t in p["targets"]), p["title"]
         assert p["type"] in ("stat", "timeseries", "table", "heatmap"), p["type"]
     notes = [a for a in board["annotations"]["list"] if not a.get("builtIn")]
-    assert [a["name"] for a in notes] == ["Playbook alerts"]
-    assert notes[0]["datasource"] == DS
+    assert [a["name"] for a in notes] == ["Playbook alerts", "Onsets named by servediag watch"]
+    assert all(a["datasource"] == DS for a in notes)
 
 
 @pytest.mark.parametrize("path", BOARDS, ids=[p.stem for p in BOARDS])
@@ -129,7 +129,8 @@ def test_time_series_list_every_series_with_its_last_and_largest_value(path):
 def _read(text: str) -> set[str]:
     """The families, recorded series (the SLOs') and ALERTS that a query or a text names."""
     recorded = set(re.findall(r"[a-z_]+:slo_[a-z_]+:\w+", text))
-    return _families(text) | recorded | ({"ALERTS", "up"} & set(re.findall(r"\w+", text)))
+    watch = set(re.findall(r"servediag_[a-z_]+", text))
+    return _families(text) | recorded | watch | ({"ALERTS", "up"} & set(re.findall(r"\w+", text)))
 
 
 @pytest.mark.parametrize("path", BOARDS, ids=[p.stem for p in BOARDS])
@@ -207,7 +208,9 @@ def test_every_panel_shows_data(path, scenario_library, prometheus_for, promethe
         result = prom.query(_substitute(expr), at=scenario_library[name].end)  # parses or raises
         if _optional(expr):
             optional += 1  # parsed by Prometheus; empty without the feature
-        elif not result and not expr.startswith("ALERTS"):  # alerts need live rule evaluation
+        elif not result and not expr.startswith("ALERTS") and "servediag_" not in expr:
+            # Alerts need live rule evaluation; servediag watch's series, the service
+            # (test_the_diagnosis_row_reads_the_watch_series).
             empty.append(f"{title} ({name})")
     assert not empty, f"panels with no data: {empty}"
     if path.stem in ("overview", "kv-batching"):
@@ -297,3 +300,72 @@ def test_the_site_scrape_interval_is_every_panels_minimum_step(tmp_path, catalog
     cfg.write_text("scrape_interval: 30s\n")
     board = json.loads(dashboards.render("overview", Site.build(load_config(cfg), catalog)))
     assert {p["interval"] for p in _panels(board)} == {"30s"}
+
+
+# servediag watch's series as it serves them: llama with two findings, engine-hang the likely
+# cause; qwen healthy. (Job and instance are the scrape's.)
+SCRAPE = 'job="servediag",instance="watch:9464"'
+HANG = 'model_name="llama",playbook="engine-hang",severity="critical"'
+QUEUE = 'model_name="llama",playbook="queue-saturation",severity="warning"'
+ONSET = 1_700_000_000 - 1800
+WATCH_SERIES = [
+    ("servediag_finding", HANG, 0.8),
+    ("servediag_finding", QUEUE, 0.9),
+    ("servediag_finding_rank", HANG, 1),
+    ("servediag_finding_rank", QUEUE, 2),
+    ("servediag_finding_onset_timestamp_seconds", HANG, ONSET),
+    ("servediag_finding_onset_timestamp_seconds", QUEUE, ONSET),
+    (
+        "servediag_playbook_info",
+        'playbook="engine-hang",title="The engine hangs",severity="critical",'
+        'runbook="https://x.example/engine-hang.md"',
+        1,
+    ),
+    (
+        "servediag_playbook_info",
+        'playbook="queue-saturation",title="Queue saturation",severity="warning",'
+        'runbook="https://x.example/queue-saturation.md"',
+        1,
+    ),
+    ("servediag_health", 'model_name="llama",verdict="unhealthy"', 1),
+    ("servediag_health", 'model_name="qwen",verdict="healthy"', 1),
+    ("servediag_last_success_age_seconds", "", 42),
+]
+
+
+@pytest.mark.prometheus
+def test_the_diagnosis_row_reads_the_watch_series(tmp_path):
+    """Every overview query on servediag watch's series (the Diagnosis now row, the onset
+    annotation) returns data on a real Prometheus holding them: each finding's row with its
+    rank, confidence, onset and runbook, and the onset in milliseconds for Grafana."""
+    from lab.promserver import Prometheus, backfill
+
+    end, onset = 1_700_000_000, ONSET
+    text = ""
+    for family in dict.fromkeys(f for f, _, _ in WATCH_SERIES):
+        text += f"# TYPE {family} gauge\n"
+        for t in range(end - 600, end + 1, 60):
+            for name, labels, value in WATCH_SERIES:
+                if name == family:
+                    text += f"{name}{{{','.join(filter(None, (SCRAPE, labels)))}}} {value} {t}\n"
+    om = tmp_path / "watch.om"
+    om.write_text(text + "# EOF\n")
+    backfill(om, tmp_path / "tsdb")
+    board = _load(ROOT / "dashboards" / "overview.json")
+    queries = [(t, e) for t, e in _exprs(board) if "servediag_" in e]
+    assert len(queries) >= 6, queries
+    with Prometheus(tmp_path / "tsdb") as prom:
+        results = {t + " " + e: prom.query(_substitute(e), at=end) for t, e in queries}
+        assert all(results.values()), [k for k, v in results.items() if not v]
+        (causes,) = [p for p in _panels(board) if p["title"].startswith("Likely causes")]
+        rows = {}
+        for target in causes["targets"]:
+            for r in prom.query(_substitute(target["expr"]), at=end):
+                rows.setdefault(r["metric"]["playbook"], {})[target["refId"]] = float(r["value"][1])
+                assert r["metric"]["runbook"].startswith("https://x.example/")
+        assert rows == {
+            "engine-hang": {"A": 1.0, "B": 0.8, "C": onset * 1000.0},
+            "queue-saturation": {"A": 2.0, "B": 0.9, "C": onset * 1000.0},
+        }
+    (note,) = [a for a in board["annotations"]["list"] if "servediag_" in a.get("expr", "")]
+    assert note["useValueForTime"] is True and "{{playbook}}" in note["titleFormat"]

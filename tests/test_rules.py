@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from diagnoser.outputs import rules
+from diagnoser.outputs import rules, watch
 from diagnoser.site import Site
 from diagnoser.site.config import ConfigError, SiteConfig, load_config
 
@@ -32,8 +32,11 @@ def _alerts() -> list[dict]:
 
 
 def _page(alert: dict) -> str:
-    """The runbook page (and test suite) of an alert: its playbook's, or its symptom's."""
+    """The runbook page (and test suite) of an alert: its playbook's, its symptom's, or
+    servediag watch's (the cause alert links each firing to its playbook's page)."""
     labels = alert["labels"]
+    if labels.get("source") == "servediag-watch":
+        return watch.PAGE
     return labels.get("playbook") or labels["symptom"]
 
 
@@ -62,7 +65,7 @@ def test_one_alert_per_detectable_playbook(catalog):
 
 
 def test_symptom_alerts_page_on_what_users_feel_and_name_no_cause():
-    symptoms = [a for a in _alerts() if "playbook" not in a["labels"]]
+    symptoms = [a for a in _alerts() if "symptom" in a["labels"]]
     names = {a["alert"] for a in symptoms}
     assert {
         "VllmAvailabilityBudgetBurn",
@@ -74,8 +77,6 @@ def test_symptom_alerts_page_on_what_users_feel_and_name_no_cause():
         "VllmHttpErrors",
         "VllmEngineErrors",
     } == names
-    for a in symptoms:
-        assert "symptom" in a["labels"], a["alert"]
     burns = [a for a in symptoms if "slo" in a["labels"]]
     table = {
         (
@@ -98,14 +99,18 @@ def test_symptom_alerts_page_on_what_users_feel_and_name_no_cause():
 def test_every_alert_follows_the_mixin_schema(catalog):
     cfg = SiteConfig()
     for a in _alerts():
-        assert re.fullmatch(r"Vllm[A-Z][A-Za-z0-9]+", a["alert"])
-        assert a["labels"]["severity"] in ("critical", "warning", "info")
         ann = a["annotations"]
+        if a["alert"] == watch.CAUSE_ALERT:
+            # Its severity and playbook are the finding's labels; its runbook the playbook's.
+            assert ann["runbook_url"] == cfg.runbook_for("{{ $labels.playbook }}")
+        else:
+            assert re.fullmatch(r"(Vllm|Servediag)[A-Z][A-Za-z0-9]+", a["alert"])
+            assert a["labels"]["severity"] in ("critical", "warning", "info")
+            assert ann["runbook_url"] == cfg.runbook_for(_page(a))
         assert ann["summary"].endswith(".") and "{{" not in ann["summary"]
         # Templated with labels and $value, unless there is nothing to template: absent()
         # returns one series without labels (no target at all).
         assert "{{" in ann["description"] or a["expr"].startswith("absent("), a["alert"]
-        assert ann["runbook_url"] == cfg.runbook_for(_page(a))
         assert re.fullmatch(r"[0-9]+[mh]", a["for"]), a["alert"]
 
 
@@ -253,7 +258,7 @@ def test_every_alert_has_the_three_kinds_of_cases():
     missing = []
     for a in _alerts():
         pid, name = _page(a), a["alert"]
-        key = "playbook" if "playbook" in a["labels"] else "symptom"
+        key = next(k for k in ("source", "playbook", "symptom") if k in a["labels"])
         path = RULES / "tests" / f"{pid}.test.yaml"
         if not path.exists():
             missing.append(f"{path.name}: missing")
@@ -272,9 +277,11 @@ def test_every_alert_has_the_three_kinds_of_cases():
         for _, case in fires:
             for exp in case["exp_alerts"]:
                 labels, ann = exp.get("exp_labels", {}), exp.get("exp_annotations", {})
-                assert labels.get(key) == pid and "severity" in labels, path.name
+                assert labels.get(key) == (a["labels"][key] if key == "source" else pid)
+                assert "severity" in labels, path.name
                 assert {"summary", "description", "runbook_url"} <= set(ann), path.name
-                assert ann["runbook_url"] == a["annotations"]["runbook_url"], path.name
+                if name != watch.CAUSE_ALERT:
+                    assert ann["runbook_url"] == a["annotations"]["runbook_url"], path.name
         group, first = fires[0]
         fire_at = _minutes(first["eval_time"])
         not_yet = [
@@ -352,3 +359,49 @@ def test_a_bad_config_is_one_clear_error(tmp_path, catalog, text, says):
     path.write_text(text)
     with pytest.raises(ConfigError, match=re.escape(says)):
         rules.render_files(Site.build(load_config(path), catalog))
+
+
+def test_symptoms_of_a_model_carry_the_cause_for_their_scope(tmp_path, catalog, promtool_bin):
+    """The likely_cause annotations read servediag watch's series for the alert's scope: the
+    group labels and model_name (a group label named like one of the service's own labels
+    under its ``label_`` name), with the site's runbook links; the expression is the alert's
+    own, joined to nothing."""
+    cfg_file = tmp_path / "site.yaml"
+    cfg_file.write_text(
+        "group_labels: [cluster, kind]\nrunbook_url: https://runbooks.example.com/llm/{id}.html\n"
+    )
+    site = Site.build(load_config(cfg_file), catalog)
+    files = rules.render_files(site)
+    groups = yaml.safe_load(files[rules.ALERTS_FILE])["groups"]
+    symptoms = next(g for g in groups if g["name"] == "servediag.symptoms")["rules"]
+    scoped = "servediag_finding{cluster=%q, label_kind=%q, model_name=%q}"
+    args = "$labels.cluster $labels.kind $labels.model_name"
+    for a in symptoms:
+        ann = a["annotations"]
+        if a["alert"] == "VllmTargetsAbsent":
+            assert "likely_cause" not in ann  # no model to name a cause for
+            continue
+        assert (
+            f'printf "{scoped} and servediag_finding_rank == 1" {args} | query'
+            in (ann["likely_cause"])
+        ), a["alert"]
+        assert watch.NO_CAUSE in ann["likely_cause"]
+        assert (
+            "https://runbooks.example.com/llm/{{ .Labels.playbook }}.html"
+            in (ann["likely_cause_runbook"])
+        )
+        assert "servediag" not in a["expr"], a["alert"]
+    cause = next(g for g in groups if g["name"] == watch.GROUP)["rules"][0]
+    assert cause["annotations"]["runbook_url"] == (
+        "https://runbooks.example.com/llm/{{ $labels.playbook }}.html"
+    )
+    for name, text in files.items():
+        (tmp_path / name).write_text(text)
+    rules.check_rules([tmp_path / rules.RECORDING_FILE, tmp_path / rules.ALERTS_FILE])
+
+
+def test_a_scope_label_named_like_a_watch_label_is_read_under_its_prefixed_name():
+    assert watch.watch_label("cluster") == "cluster"
+    assert watch.watch_label("model_name") == "model_name"
+    assert watch.watch_label("playbook") == "label_playbook"
+    assert watch.watch_label("severity") == "label_severity"

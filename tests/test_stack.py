@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 import shutil
 import subprocess
+import time
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -21,9 +22,15 @@ from diagnoser.sim import library
 
 ROOT = Path(__file__).resolve().parent.parent
 COMPOSE = ROOT / "docker-compose.yml"
-SERVICES = {"simulator", "webhook", "prometheus", "alertmanager", "grafana"}
+SERVICES = {"simulator", "webhook", "watch", "prometheus", "alertmanager", "grafana"}
 # Where each service listens inside the stack's network.
-PORTS = {"simulator": 8000, "webhook": 9095, "prometheus": 9090, "alertmanager": 9093}
+PORTS = {
+    "simulator": 8000,
+    "webhook": 9095,
+    "watch": 9464,
+    "prometheus": 9090,
+    "alertmanager": 9093,
+}
 INTERPOLATION = re.compile(r"\$\{([A-Z_][A-Z0-9_]*)(?::-([^}]*))?\}")
 
 
@@ -119,6 +126,17 @@ def test_each_command_names_files_that_are_mounted(compose):
     assert float(sim[sim.index("--speed") + 1]) > 0
     hook = services["webhook"]["command"]
     assert hook[0] == "webhook" and hook[hook.index("--listen") + 1].endswith(":9095")
+    watch = services["watch"]["command"]
+    assert watch[0] == "watch" and watch[watch.index("--listen") + 1] == "0.0.0.0:9464"
+    assert watch[watch.index("--prometheus-url") + 1] == "http://prometheus:9090"
+    assert services["watch"]["image"] == services["webhook"]["image"]
+
+
+def test_prometheus_scrapes_the_watch_as_job_servediag():
+    doc = yaml.safe_load((ROOT / "deploy" / "prometheus.yml").read_text())
+    (job,) = [j for j in doc["scrape_configs"] if j["job_name"] == "servediag"]
+    assert job["static_configs"] == [{"targets": ["watch:9464"]}]
+    assert job["honor_labels"] is True
 
 
 def test_every_address_in_the_stack_names_a_service_and_its_port(compose):
@@ -240,6 +258,28 @@ def test_amtool_checks_the_alertmanager_config():
             "ticket",
         ),
         (["alertname=Other", "severity=info"], "discard"),
+        # servediag watch's cause alert is a cause: a ticket, even for a critical playbook.
+        (
+            [
+                "alertname=ServediagLikelyCause",
+                "playbook=engine-hang",
+                "severity=critical",
+                "source=servediag-watch",
+            ],
+            "ticket",
+        ),
+        (
+            [
+                "alertname=ServediagLikelyCause",
+                "playbook=kv-cache-pressure",
+                "severity=warning",
+                "source=servediag-watch",
+            ],
+            "ticket",
+        ),
+        # The watch's own health: tickets, not pages.
+        (["alertname=ServediagStale", "severity=warning", "source=servediag-watch"], "ticket"),
+        (["alertname=ServediagDown", "severity=warning", "source=servediag-watch"], "ticket"),
     ],
 )
 def test_symptoms_page_and_causes_make_tickets(labels, receiver):
@@ -254,6 +294,75 @@ def test_symptoms_page_and_causes_make_tickets(labels, receiver):
     )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split() == [receiver]
+
+
+def _cause(playbook: str, severity: str, model: str = "m") -> dict[str, str]:
+    return {
+        "alertname": "ServediagLikelyCause",
+        "playbook": playbook,
+        "severity": severity,
+        "source": "servediag-watch",
+        "model_name": model,
+    }
+
+
+@pytest.mark.prometheus
+def test_one_incident_pages_once_and_tickets_its_cause_once(tmp_path):
+    """On a real Alertmanager with deploy/alertmanager.yml's inhibitions: while a page fires
+    for a model, its cause alert is held back (the page carries the cause); the playbook's
+    own alert holds back the cause alert of the same playbook and model; anything else of
+    another model, or another playbook, goes through."""
+    import json
+    import urllib.request
+
+    from lab.promserver import Alertmanager
+
+    doc = yaml.safe_load((ROOT / "deploy" / "alertmanager.yml").read_text())
+    for receiver in doc["receivers"]:
+        receiver.pop("webhook_configs", None)  # nothing is sent anywhere
+    page = {
+        "alertname": "VllmTtftBudgetBurn",
+        "symptom": "slo-ttft",
+        "severity": "critical",
+        "model_name": "paged",
+    }
+    own = {"alertname": "VllmEngineHang", "playbook": "engine-hang", "severity": "critical"}
+    alerts = {
+        "page": page,
+        "cause of the paged model": _cause("engine-hang", "critical", "paged"),
+        "own alert": {**own, "model_name": "ticketed"},
+        "cause with its own alert": _cause("engine-hang", "critical", "ticketed"),
+        "cause of another playbook": _cause("kv-cache-pressure", "critical", "ticketed"),
+        "cause alone": _cause("engine-hang", "critical", "alone"),
+    }
+    with Alertmanager(doc) as am:
+        body = json.dumps([{"labels": labels} for labels in alerts.values()]).encode()
+        req = urllib.request.Request(
+            f"{am.url}/api/v2/alerts", body, {"Content-Type": "application/json"}
+        )
+        urllib.request.urlopen(req, timeout=10).close()
+        inhibited: dict[str, bool] = {}
+        for _ in range(50):  # inhibitions are computed as the alerts arrive; allow a moment
+            held = {a["fingerprint"]: a["status"]["inhibitedBy"] for a in am.alerts()}
+            by_labels = {
+                json.dumps(a["labels"], sort_keys=True): bool(held[a["fingerprint"]])
+                for a in am.alerts()
+            }
+            inhibited = {
+                name: by_labels.get(json.dumps(labels, sort_keys=True), False)
+                for name, labels in alerts.items()
+            }
+            if inhibited["cause of the paged model"] and inhibited["cause with its own alert"]:
+                break
+            time.sleep(0.1)
+    assert inhibited == {
+        "page": False,
+        "cause of the paged model": True,
+        "own alert": False,
+        "cause with its own alert": True,
+        "cause of another playbook": False,
+        "cause alone": False,
+    }
 
 
 def test_every_sent_receiver_calls_the_diagnosis_webhook():

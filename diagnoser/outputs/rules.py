@@ -157,10 +157,10 @@ def prometheus_rule(groups: list[dict[str, Any]], name: str = "servediag") -> di
 
 
 def render_files(site: Site) -> dict[str, str]:
-    from diagnoser.outputs import slo
+    from diagnoser.outputs import slo, watch
 
     recording = [*recording_groups(site), slo.recording_group(site)]
-    alerting = [*alerting_groups(site), slo.alert_group(site)]
+    alerting = [*alerting_groups(site), slo.alert_group(site), watch.alert_group(site)]
     return {
         RECORDING_FILE: HEADER + dump({"groups": recording}),
         ALERTS_FILE: HEADER + dump({"groups": alerting}),

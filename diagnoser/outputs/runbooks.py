@@ -86,9 +86,15 @@ def symptom_pages() -> dict[str, Any]:
 def render_symptom(symptom: str, site: Site) -> str:
     """The page of a symptom alert: what it means, its SLO if it has one, its rules."""
     from diagnoser.outputs import slo as slos
+    from diagnoser.outputs import watch
 
     page = symptom_pages()[symptom]
-    rules = [r for r in slos.alert_group(site)["rules"] if r["labels"]["symptom"] == symptom]
+    # The rules that link to the page.
+    rules = [
+        r
+        for r in [*slos.alert_group(site)["rules"], *watch.alert_group(site)["rules"]]
+        if r["annotations"]["runbook_url"] == site.runbook(symptom)
+    ]
     info = None
     if symptom.startswith("slo-"):
         sli = symptom.removeprefix("slo-")

@@ -23,6 +23,7 @@ from diagnoser.metrics import engines
 from diagnoser.metrics import promql as q
 from diagnoser.metrics.signals.server import TARGET_MEMORY
 from diagnoser.metrics.signals.slo import error_ratio
+from diagnoser.outputs import watch
 from diagnoser.site import Site
 from diagnoser.site.slo import Matcher, Objectives
 
@@ -143,6 +144,7 @@ def burn_alerts(site: Site) -> list[dict[str, Any]]:
     on = ", ".join(cfg.by)
     floor = f"{site.vocabulary['request_rate'].record_name(cfg.by)} > {cfg.traffic_floor_rps:g}"
     days = cfg.slo.period / 86400
+    cause = watch.cause_annotations(site)
     out = []
     for sli in SLIS:
         for g in groups(site):
@@ -193,6 +195,7 @@ def burn_alerts(site: Site) -> list[dict[str, Any]]:
                                 "diagnose found; run `diagnose --model` for the evidence."
                             ),
                             "runbook_url": site.runbook(f"slo-{sli}"),
+                            **cause,
                         },
                     }
                 )
@@ -220,9 +223,17 @@ def server_alerts(site: Site) -> list[dict[str, Any]]:
     last = f"{down_n} >= {total_n}"
     http_rate = site.vocabulary["http_request_rate"].record_name(cfg.by)
     floor = cfg.traffic_floor_rps
+    cause = watch.cause_annotations(site)
 
     def rule(
-        alert: str, expr: str, for_: str, severity: str, symptom: str, summary: str, text: str
+        alert: str,
+        expr: str,
+        for_: str,
+        severity: str,
+        symptom: str,
+        summary: str,
+        text: str,
+        of_a_model: bool = True,
     ) -> dict[str, Any]:
         return {
             "alert": alert,
@@ -233,6 +244,8 @@ def server_alerts(site: Site) -> list[dict[str, Any]]:
                 "summary": summary,
                 "description": text,
                 "runbook_url": site.runbook(symptom),
+                # The cause servediag watch names for the alert's model (absent() has none).
+                **(cause if of_a_model else {}),
             },
         }
 
@@ -269,6 +282,7 @@ def server_alerts(site: Site) -> list[dict[str, Any]]:
             f"No {' or '.join(e.title for e in engines.all_engines())} target is scraped at all.",
             f"Prometheus scrapes no target matching {targets}: every server is gone, or service "
             "discovery or the scrape config lost them. Nothing else can alert while this lasts.",
+            of_a_model=False,
         ),
         rule(
             "VllmTrafficStopped",

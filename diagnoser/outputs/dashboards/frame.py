@@ -33,6 +33,21 @@ ALERT_ANNOTATION = {
     "tagKeys": "playbook,severity",
     "useValueForTime": False,
 }
+# Each finding of servediag watch at its onset, naming the playbook: Grafana reads the value
+# as the event's time in milliseconds (useValueForTime), so every step of a finding that
+# holds gives the same instant, drawn once. Empty where the service is not scraped.
+ONSET_ANNOTATION = {
+    "datasource": DS,
+    "enable": True,
+    "expr": 'servediag_finding_onset_timestamp_seconds{model_name=~"$model_name"} * 1000',
+    "iconColor": "orange",
+    "name": "Onsets named by servediag watch",
+    "step": "60s",
+    "titleFormat": "{{playbook}}",
+    "textFormat": "{{playbook}} ({{severity}}) began on {{model_name}}: servediag watch",
+    "tagKeys": "playbook,severity",
+    "useValueForTime": True,
+}
 BUILTIN_ANNOTATION = {
     "builtIn": 1,
     "datasource": {"type": "grafana", "uid": "-- Grafana --"},
@@ -137,14 +152,14 @@ def dashboard(
     extra_variables: tuple[Template, ...] = (),
 ) -> Dashboard:
     """A dashboard in the house style: our title, tags, variables, UTC and schema, the
-    playbook alerts as annotations on every time series, links to the other dashboards and a
-    shared crosshair."""
+    playbook alerts and servediag watch's finding onsets as annotations on every time
+    series, links to the other dashboards and a shared crosshair."""
     board = Dashboard(
         title=f"LLM serving / {title} (servediag)",
         uid=uid,
         tags=["vllm", TAG],
         description=description,
-        annotations=Annotations(list=[BUILTIN_ANNOTATION, ALERT_ANNOTATION]),
+        annotations=Annotations(list=[BUILTIN_ANNOTATION, ALERT_ANNOTATION, ONSET_ANNOTATION]),
         templating=variables(site, extra_variables),
         panels=panels,
         links=LINKS,

@@ -10,7 +10,7 @@ from diagnoser.metrics import families_sglang as SG
 from diagnoser.metrics import promql as q
 from diagnoser.metrics import promql_series as rs
 from diagnoser.metrics import promql_sglang as sg
-from diagnoser.outputs.dashboards import models, slo_row
+from diagnoser.outputs.dashboards import diagnosis, models, slo_row
 from diagnoser.outputs.dashboards.frame import FIRING_ALERTS, dashboard
 from diagnoser.outputs.dashboards.style import (
     FLEET,
@@ -415,7 +415,8 @@ def alerts_table(grid: Board) -> Table:
 
 def build(site: Site) -> Dashboard:
     g = Board(site)
-    panels: list[object] = service_level(g)
+    panels: list[object] = diagnosis.panels(g)
+    panels += service_level(g)
     panels += slo_row.panels(g)
     panels += [g.row("Models"), models.summary(g)]
     panels += latency(g) + throughput(g) + workload(g) + saturation(g)

@@ -390,11 +390,17 @@ def table(
     overrides: list[dict[str, Any]] | None = None,
     sort_by: list[dict[str, Any]] | None = None,
     h: int = 6,
+    w: int = 24,
+    no_value: str | None = None,
 ) -> Table:
-    """A full-width table of instant queries."""
+    """A table of instant queries, full width unless ``w`` says; ``no_value`` is what it
+    says when they return nothing."""
+    defaults: dict[str, Any] = {"custom": {"cellOptions": {"type": "auto"}, "inspect": False}}
+    if no_value is not None:
+        defaults["noValue"] = no_value
     return Table(
         title=title,
-        gridPos=board.place(24, h),
+        gridPos=board.place(w, h),
         description=description,
         targets=targets,
         transformations=transformations,
@@ -407,9 +413,7 @@ def table(
                 "cellHeight": "sm",
                 "sortBy": sort_by or [],
             },
-            "fieldConfig": {
-                "defaults": {"custom": {"cellOptions": {"type": "auto"}, "inspect": False}}
-            },
+            "fieldConfig": {"defaults": defaults},
         },
         **_resolution(board),
     )
