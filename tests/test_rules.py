@@ -401,7 +401,15 @@ def test_symptoms_of_a_model_carry_the_cause_for_their_scope(tmp_path, catalog, 
 
 
 def test_a_scope_label_named_like_a_watch_label_is_read_under_its_prefixed_name():
-    assert watch.watch_label("cluster") == "cluster"
-    assert watch.watch_label("model_name") == "model_name"
-    assert watch.watch_label("playbook") == "label_playbook"
-    assert watch.watch_label("severity") == "label_severity"
+    names = watch.watch_labels(["cluster", "playbook", "label_playbook", "severity", "model_name"])
+    assert names == {
+        "cluster": "cluster",
+        "playbook": "label_label_playbook",
+        "label_playbook": "label_playbook",
+        "severity": "label_severity",
+        "model_name": "model_name",
+    }
+    # The service renames by the same rule, so the rules read what it serves.
+    from diagnoser.watch.exposition import scope_label_names
+
+    assert scope_label_names([], list(names)) == names

@@ -27,7 +27,7 @@ SERVICES = {"simulator", "webhook", "watch", "prometheus", "alertmanager", "graf
 PORTS = {
     "simulator": 8000,
     "webhook": 9095,
-    "watch": 9464,
+    "watch": 9466,
     "prometheus": 9090,
     "alertmanager": 9093,
 }
@@ -127,7 +127,7 @@ def test_each_command_names_files_that_are_mounted(compose):
     hook = services["webhook"]["command"]
     assert hook[0] == "webhook" and hook[hook.index("--listen") + 1].endswith(":9095")
     watch = services["watch"]["command"]
-    assert watch[0] == "watch" and watch[watch.index("--listen") + 1] == "0.0.0.0:9464"
+    assert watch[0] == "watch" and watch[watch.index("--listen") + 1] == "0.0.0.0:9466"
     assert watch[watch.index("--prometheus-url") + 1] == "http://prometheus:9090"
     assert services["watch"]["image"] == services["webhook"]["image"]
 
@@ -135,7 +135,7 @@ def test_each_command_names_files_that_are_mounted(compose):
 def test_prometheus_scrapes_the_watch_as_job_servediag():
     doc = yaml.safe_load((ROOT / "deploy" / "prometheus.yml").read_text())
     (job,) = [j for j in doc["scrape_configs"] if j["job_name"] == "servediag"]
-    assert job["static_configs"] == [{"targets": ["watch:9464"]}]
+    assert job["static_configs"] == [{"targets": ["watch:9466"]}]
     assert job["honor_labels"] is True
 
 

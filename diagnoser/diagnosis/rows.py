@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from diagnoser.diagnosis.match import ConditionResult, Match, ScopeData
 from diagnoser.diagnosis.window import Window
 from diagnoser.plumbing.durations import iso
+from diagnoser.plumbing.labels import renamed
 from diagnoser.site import Site
 
 if TYPE_CHECKING:
@@ -89,7 +90,6 @@ FINDING_TAIL = (
 # label ``class``, ``time`` or ``group``) is the column ``label_<name>`` in both tables and the
 # CSV, prefixed again while that is taken, so that no label shadows a column or is shadowed.
 FIXED_COLUMNS = frozenset((*SERIES_COLUMNS, *FINDING_HEAD, *FINDING_TAIL))
-LABEL_PREFIX = "label_"
 
 
 def scope_labels(d: Tabled) -> dict[str, str]:
@@ -100,17 +100,7 @@ def scope_labels(d: Tabled) -> dict[str, str]:
     labels = list(d.site.config.by)
     for scope in [*d.scopes, *(m.scope for m in (*d.findings, *d.resolved))]:
         labels += [k for k in scope if k not in labels]
-    taken = FIXED_COLUMNS | set(labels)
-    out: dict[str, str] = {}
-    for label in labels:
-        column = label
-        if label in FIXED_COLUMNS:
-            column = LABEL_PREFIX + label
-            while column in taken:
-                column = LABEL_PREFIX + column
-            taken |= {column}
-        out[label] = column
-    return out
+    return renamed(labels, FIXED_COLUMNS)
 
 
 def scope_columns(d: Tabled) -> list[str]:

@@ -13,19 +13,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
-from diagnoser.diagnosis.rows import FIXED_COLUMNS, LABEL_PREFIX
+from diagnoser.metrics.servediag import SERIES_LABELS
+from diagnoser.plumbing.labels import renamed
 from diagnoser.site import Site
 
 GROUP = "servediag.watch"
 CAUSE_ALERT = "ServediagLikelyCause"
 PAGE = "servediag-watch"
-# The labels of the service's own series: a scope label of one of these names (or of a column
-# of the findings table) is exposed as ``label_<name>``, as the CSV and the frames do.
-WATCH_LABELS = frozenset(
-    {"playbook", "severity", "verdict", "reason", "title", "runbook", "outcome", "kind", "version"}
-)
 NO_CAUSE = "no cause named by servediag watch"
 # How long the service's cycles may fail before its findings are called stale; how far back
 # "it was scraped before" looks for ServediagDown.
@@ -33,13 +30,10 @@ STALE_FOR = "10m"
 SEEN_WITHIN = "1d"
 
 
-def watch_label(label: str) -> str:
-    """The name the watch service gives a scope label on its series."""
-    taken = FIXED_COLUMNS | WATCH_LABELS
-    name = label
-    while name in taken:
-        name = LABEL_PREFIX + name
-    return name
+def watch_labels(by: Sequence[str]) -> dict[str, str]:
+    """Each of the site's group labels with the name the watch service serves it under (one
+    named like the service's own labels is ``label_<name>``, as the service renames it)."""
+    return renamed(by, SERIES_LABELS)
 
 
 def _scope_query(site: Site, metric: str, suffix: str = "") -> str:
@@ -47,7 +41,8 @@ def _scope_query(site: Site, metric: str, suffix: str = "") -> str:
     labels and model_name, each as the watch service names it) and gives its result. Label
     values are quoted by ``printf %q``, so a value with a quote in it stays one value."""
     by = site.config.by
-    sel = ", ".join(f"{watch_label(label)}=%q" for label in by)
+    names = watch_labels(by)
+    sel = ", ".join(f"{names[label]}=%q" for label in by)
     args = " ".join(f"$labels.{label}" for label in by)
     return f'printf "{metric}{{{sel}}}{suffix}" {args} | query'
 

@@ -15,17 +15,14 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from diagnoser.diagnosis.rows import LABEL_PREFIX
+from diagnoser.metrics.servediag import SERIES_LABELS
+from diagnoser.plumbing.labels import renamed
 
 if TYPE_CHECKING:
     from diagnoser.site import Site
     from diagnoser.watch.state import Findings
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
-# The labels the series name themselves: a scope label of one of these names is renamed.
-FIXED_LABELS = frozenset(
-    ("playbook", "severity", "verdict", "reason", "title", "runbook", "version", "outcome", "kind")
-)
 ERROR_KINDS = ("source", "timeout", "internal")
 OUTCOMES = ("ok", "error")
 
@@ -50,17 +47,7 @@ def scope_label_names(scopes: Iterable[dict[str, str]], by: Sequence[str]) -> di
     labels = list(by)
     for scope in scopes:
         labels += [k for k in scope if k not in labels]
-    taken = FIXED_LABELS | set(labels)
-    out: dict[str, str] = {}
-    for label in labels:
-        name = label
-        if label in FIXED_LABELS:
-            name = LABEL_PREFIX + label
-            while name in taken:
-                name = LABEL_PREFIX + name
-            taken |= {name}
-        out[label] = name
-    return out
+    return renamed(labels, SERIES_LABELS)
 
 
 def escape(value: str) -> str:
