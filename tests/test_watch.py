@@ -19,6 +19,7 @@ from clitest import ROOT, cli, proc_one_line
 from loopback import answer, serve
 from prometheus_client.parser import text_string_to_metric_families
 
+from diagnoser.diagnosis.model import to_json
 from diagnoser.plumbing.source import PrometheusSource
 from diagnoser.site import Site
 from diagnoser.watch.http import listen
@@ -147,9 +148,11 @@ def test_garbage_keeps_the_last_findings_stale_until_prometheus_is_back(incident
             assert watch.cycle(t).kind == "ok" or pytest.fail(watch.last.message)
         before = watch.render(now=at + STEP)
         assert finding(before, "batch-slot-limit") is not None
+        assert watch.source.reuse.entries  # the last answers, for the next cycle
         mode["now"] = "junk"
         with caplog.at_level(logging.ERROR, "servediag.watch"):
             assert watch.cycle(at + 2 * STEP).kind == "source"
+        assert watch.source.reuse.entries == {}  # the next good cycle reads everything
         stale = watch.render(now=at + 2 * STEP)
         assert value(stale, "servediag_stale") == 1
         assert value(stale, "servediag_errors_total", kind="source") == 1
@@ -257,3 +260,33 @@ def test_the_command_serves_and_ends_on_sigterm(incident, tmp_path):
 )
 def test_bad_arguments_exit_2_in_one_line(args, says):
     proc_one_line(cli("watch", "--prometheus-url", "http://127.0.0.1:9", *args), says)
+
+
+def comparable(watch: Watch) -> dict:
+    """A cycle's diagnosis as JSON, without the time its queries took."""
+    out = to_json(watch.latest)
+    out["stats"].pop("query_seconds")
+    return out
+
+
+def test_a_cycle_reads_its_new_steps_only_and_diagnoses_as_a_full_read(incident):
+    """Cycles a minute apart through the incident's onset, at times off the grid of steps:
+    the one that reuses the last cycle's answers names, scores, dates and judges exactly
+    what one reading everything names, and reads a fraction of the samples."""
+    prom, start = incident
+    kw = {"every": 60.0, "lookback": 3600.0}
+    reusing, fresh = watch_of(prom.url, **kw), watch_of(prom.url, reuse=False, **kw)
+    read: list[tuple[int, int]] = []
+    for at in range(int(start + BEGINS) + 7, int(start + BEGINS + 720), 60):
+        before = (reusing.source.tally.samples, fresh.source.tally.samples)
+        for w in (reusing, fresh):
+            assert w.cycle(float(at)).kind == "ok" or pytest.fail(w.last.message)
+        assert comparable(reusing) == comparable(fresh)
+        read.append(
+            (reusing.source.tally.samples - before[0], fresh.source.tally.samples - before[1])
+        )
+    assert any(m.playbook.id == "batch-slot-limit" for m in reusing.latest.findings)
+    assert read[0][0] == read[0][1]  # the first cycle reads everything
+    later = sum(r for r, _ in read[1:]) / sum(f for _, f in read[1:])
+    assert later < 0.15, read
+    assert reusing.source.reuse.counts.partial > 0

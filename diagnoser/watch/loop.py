@@ -16,6 +16,7 @@ The clock is injectable (``now``) and ``cycle(at)`` runs one cycle whose window 
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 from collections.abc import Callable
@@ -27,6 +28,7 @@ from diagnoser.plumbing.source import PrometheusSource, Series, SourceError
 from diagnoser.request import Request, Scope, run
 from diagnoser.site import Site
 from diagnoser.watch.exposition import Status, render
+from diagnoser.watch.reuse import Reuse
 from diagnoser.watch.state import Findings
 
 log = logging.getLogger("servediag.watch")
@@ -60,22 +62,38 @@ class Tally:
 
 
 class Tallied(PrometheusSource):
-    """A Prometheus source that counts its queries and their samples into ``tally``."""
+    """A Prometheus source that counts its queries and their samples into ``tally``, and
+    reads of a range query only what its last answer (kept in ``reuse``) does not hold."""
 
     tally: Tally
+    reuse: Reuse | None
 
     def query_range(self, expr: str, start: float, end: float, step: float) -> list[Series]:
+        if self.reuse is None:
+            return self._read(expr, start, end, step)
+        return self.reuse.read(
+            expr,
+            start,
+            end,
+            step,
+            lambda since: self._read(expr, since, end, step),
+            lambda: not self.warnings,
+        )
+
+    def _read(self, expr: str, start: float, end: float, step: float) -> list[Series]:
         return self.tally.add(super().query_range(expr, start, end, step))
 
     def query(self, expr: str, at: float) -> list[Series]:
         return self.tally.add(super().query(expr, at))
 
 
-def tallied(source: PrometheusSource) -> Tallied:
-    """``source``, its queries counted (its settings, auth and memory budget as they are)."""
+def tallied(source: PrometheusSource, reuse: Reuse | None = None) -> Tallied:
+    """``source``, its queries counted (its settings, auth and memory budget as they are),
+    its range answers kept in ``reuse`` for the next cycle (None: every query read whole)."""
     out = Tallied.__new__(Tallied)
     out.__dict__.update(vars(source))
     out.tally = Tally()
+    out.reuse = reuse
     return out
 
 
@@ -108,8 +126,9 @@ class Watch:
         baseline: float | None = None,
         version: str = "unknown",
         now: Callable[[], float] = time.time,
+        reuse: bool = True,
     ):
-        self.source = tallied(source)
+        self.source = tallied(source, Reuse() if reuse else None)
         self.site = site
         self.every = every
         self.timeout = min(DEFAULT_TIMEOUT, every) if timeout is None else timeout
@@ -139,8 +158,10 @@ class Watch:
         t0 = time.monotonic()
         q0, s0 = self.source.tally.queries, self.source.tally.samples
         kind, message = "ok", ""
+        if self.source.reuse is not None:
+            self.source.reuse.begin()
         try:
-            result = run(replace(self.request, until=at))
+            result = run(replace(self.request, until=self.window_end(at)))
         except SourceError as exc:
             timed_out = time.monotonic() - t0 >= self.timeout * 0.99
             kind, message = ("timeout" if timed_out else "source"), str(exc)
@@ -150,6 +171,8 @@ class Watch:
             log.error(
                 "cycle at %s failed with an internal error: %s", _iso(at), message, exc_info=True
             )
+        if self.source.reuse is not None:
+            self.source.reuse.end(kind == "ok")
         seconds = time.monotonic() - t0
         outcome = Outcome(at, kind, seconds, message)
         with self.lock:
@@ -174,6 +197,14 @@ class Watch:
                 self.source.tally.samples - s0,
             )
         return outcome
+
+    def window_end(self, at: float) -> float:
+        """Where the window of a cycle at ``at`` ends: on the last whole step of the window's
+        resolution, so that every cycle's range queries are on one grid of steps and the
+        next reads only its new steps (``reuse``); a step (a minute for an hour's window)
+        at most before ``at``."""
+        step = self.request.window(at).step
+        return math.floor(at / step) * step
 
     @property
     def stale(self) -> bool:
