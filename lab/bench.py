@@ -2,7 +2,7 @@
 time on a 1-hour window with five levers (``python -m lab.bench what-if`` alone),
 diagnose's accuracy on the scenario library and its variants, diagnose on a fleet of 512
 targets (in Prometheus and VictoriaMetrics; ``python -m lab.bench fleet`` alone),
-and start-up times."""
+servediag watch's cycles (``python -m lab.bench watch`` alone), and start-up times."""
 
 from __future__ import annotations
 
@@ -299,6 +299,14 @@ def loops(ks: Sequence[int]) -> list[Scenario]:
     return [restart_loop(library.find("gpu-memory-contention"), k) for k in ks]
 
 
+def bench_watch() -> None:
+    """servediag watch stepped through incidents and a healthy fleet, a cycle a minute
+    (``python -m lab.bench watch`` alone)."""
+    from lab import watchbench
+
+    watchbench.main([])
+
+
 def bench_fleet() -> None:
     """diagnose on a fleet of 512 targets (16 models x 32 instances, 24 h at 30 s scrapes,
     DCGM), built once and cached, in Prometheus and VictoriaMetrics, and on half of it."""
@@ -373,7 +381,7 @@ def bench_real() -> None:
 
 
 # Each benchmark ``python -m lab.bench NAME`` runs alone (none: every one, for hours).
-PARTS = ("sglang", "fleet", "serving-stack", "recoveries", "what-if", "what-if-real")
+PARTS = ("sglang", "fleet", "watch", "serving-stack", "recoveries", "what-if", "what-if-real")
 
 
 def main() -> None:
@@ -381,7 +389,7 @@ def main() -> None:
 
     prog = "python -m lab.bench"
     one_of(prog, "benchmark", sys.argv[1:2], PARTS)
-    if len(sys.argv) > 2 and sys.argv[1] != "fleet":
+    if len(sys.argv) > 2 and sys.argv[1] not in ("fleet", "watch"):
         refuse(prog, f"{sys.argv[1]} takes no arguments (given: {' '.join(sys.argv[2:])})")
     if sys.argv[1:] == ["sglang"]:  # python -m lab.bench sglang: that part only
         bench_sglang()
@@ -390,6 +398,11 @@ def main() -> None:
         from lab import fleetbench
 
         fleetbench.main(sys.argv[2:])
+        return
+    if sys.argv[1:2] == ["watch"]:  # servediag watch's cycles only (its options: --help)
+        from lab import watchbench
+
+        watchbench.main(sys.argv[2:])
         return
     if sys.argv[1:] == ["serving-stack"]:  # the serving-stack playbooks' variants only
         bench_accuracy(variants=tuple(range(1, 11)), scenarios=serving_stack())
@@ -430,6 +443,7 @@ def main() -> None:
     bench_sglang()
     bench_real()
     bench_fleet()
+    bench_watch()
     catalog = load_catalog()
     load_s = timed(load_catalog)
     site = Site.default()
