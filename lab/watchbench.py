@@ -187,25 +187,36 @@ def bench_long_run(shape: fleet.Shape, cycles: int) -> None:
 
 
 CYCLES = Limit(1, 100_000, integer=True)
+MODELS = Limit(1, 10_000, integer=True)
+INSTANCES = Limit(1, 1_000, integer=True)
 
 
 def main(argv: Sequence[str] | None = None) -> None:
     from lab.args import Parser, number
+    from lab.fleetbench import _duration
 
     p = Parser(prog="python -m lab.watchbench")
-    p.add_argument("--models", type=number(Limit(1, 10_000, integer=True)), default=4)
-    p.add_argument("--instances", type=number(Limit(1, 1_000, integer=True)), default=16)
-    p.add_argument("--duration", default="6h")
-    p.add_argument("--cycles", type=number(CYCLES), default=1440)
+    p.add_argument("--models", type=number(MODELS), default=4, help="the fleet a cycle is timed on")
+    p.add_argument("--instances", type=number(INSTANCES), default=16)
+    p.add_argument("--duration", type=_duration, default="6h")
+    p.add_argument(
+        "--long-models", type=number(MODELS), default=1, help="the healthy fleet of the long run"
+    )
+    p.add_argument("--long-instances", type=number(INSTANCES), default=8)
+    p.add_argument("--long-duration", type=_duration, default="26h")
+    p.add_argument("--cycles", type=number(CYCLES), default=1440, help="cycles of the long run")
     p.add_argument("--part", choices=("all", "onsets", "fleet", "long"), default="all")
     a = p.parse_args(argv)
-    shape = fleet.Shape(models=a.models, instances=a.instances, duration=a.duration)
     if a.part in ("all", "onsets"):
         bench_onsets()
     if a.part in ("all", "fleet"):
+        shape = fleet.Shape(models=a.models, instances=a.instances, duration=a.duration)
         bench_fleet_cycle(shape)
     if a.part in ("all", "long"):
-        bench_long_run(shape, a.cycles)
+        long = fleet.Shape(
+            models=a.long_models, instances=a.long_instances, duration=a.long_duration
+        )
+        bench_long_run(long, a.cycles)
 
 
 if __name__ == "__main__":

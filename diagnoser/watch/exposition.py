@@ -179,14 +179,14 @@ def _status(out: _Text, status: Status, now: float) -> None:
     out.family(
         "servediag_last_success_timestamp_seconds",
         "gauge",
-        "The end of the last good cycle's window (Unix seconds).",
+        "The start of the last good cycle (Unix seconds).",
     )
     if status.last_success is not None:
         out.sample("servediag_last_success_timestamp_seconds", (), status.last_success)
     out.family(
         "servediag_last_success_age_seconds",
         "gauge",
-        "Seconds since the end of the last good cycle's window, at this scrape.",
+        "Seconds since the start of the last good cycle, at this scrape.",
     )
     if status.last_success is not None:
         out.sample("servediag_last_success_age_seconds", (), max(now - status.last_success, 0.0))
