@@ -157,6 +157,7 @@ class Watch:
         at = self.now() if at is None else at
         t0 = time.monotonic()
         q0, s0 = self.source.tally.queries, self.source.tally.samples
+        r0 = self.source.reuse.counts.reused if self.source.reuse else 0
         kind, message = "ok", ""
         if self.source.reuse is not None:
             self.source.reuse.begin()
@@ -188,13 +189,15 @@ class Watch:
         if kind == "ok":
             served = len(self.findings.served())
             log.info(
-                "cycle at %s: %d finding(s), %d served, in %.1f s (%d queries, %d samples)",
+                "cycle at %s: %d finding(s), %d served, in %.1f s (%d queries, %d samples; "
+                "%d taken from the last cycle)",
                 _iso(at),
                 len(result.findings),
                 served,
                 seconds,
                 self.source.tally.queries - q0,
                 self.source.tally.samples - s0,
+                (self.source.reuse.counts.reused if self.source.reuse else 0) - r0,
             )
         return outcome
 
