@@ -17,6 +17,11 @@ generated); nothing else of the rules is changed. That a finding leaves once the
 over takes --clear-after after the recovery, too long to wait for live: tests/test_watch.py
 steps the cycles through a recovered incident on a backfilled Prometheus for that.
 
+Over 20 s the diagnosis may not date the onset (the failures' series begin with the fault):
+the annotation then says "an onset not known" and the onset's queries return nothing, which
+the test accepts only while the watch serves no onset; tests/test_dashboards.py reads them
+against a backfilled one.
+
 Timing: the 5xx series only exist from the first failure on, and the diagnosis names the
 failures once the last 20 s hold enough of them (about 25 s after the fault); a finding is
 served from its second cycle on, 10 s later. The run takes about 55 s; it is bounded at 80 s.
@@ -170,12 +175,21 @@ def test_watch_names_a_live_incident_on_its_metrics_the_page_and_the_dashboard()
     assert finding(page, PLAYBOOK, "servediag_finding_rank") == 1
     ((series,),) = [stored]
     assert series["metric"]["model_name"] == MODEL and series["metric"]["job"] == "servediag-watch"
-    # The page carries the cause the watch names, its confidence, onset and runbook.
+    # The page carries the cause the watch names, its confidence, onset and runbook. Over 20 s
+    # the diagnosis may not date the onset (the failures' series begin with the fault, so
+    # there is no level before it to split from): then the page says so, and the queries of
+    # the onset (the causes table's column, the annotation) have nothing to return.
     notes = symptom["annotations"]
-    assert notes["likely_cause"].startswith(f"{PLAYBOOK} (warning), confidence "), notes
-    assert ", since " in notes["likely_cause"] and "onset not known" not in notes["likely_cause"]
+    cause_text = re.fullmatch(
+        rf"{PLAYBOOK} \(warning\), confidence [0-9.]+%, since (.+)", notes["likely_cause"]
+    )
+    assert cause_text, notes
+    dated = cause_text.group(1) != "an onset not known"
+    assert not dated or re.match(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d", cause_text.group(1)), notes
     assert notes["likely_cause_runbook"] == Site.default().runbook(PLAYBOOK)
     assert cause["labels"]["playbook"] == PLAYBOOK and cause["labels"]["severity"] == "warning"
     assert cause["annotations"]["runbook_url"] == Site.default().runbook(PLAYBOOK)
-    empty = [expr for expr, result in answers.items() if not result]
+    onset = finding(page, PLAYBOOK, "servediag_finding_onset_timestamp_seconds")
+    empty = [e for e, result in answers.items() if not result and (onset or "onset" not in e)]
     assert not empty, f"the dashboard's queries returned nothing: {empty}"
+    assert len([e for e, result in answers.items() if result]) >= 5, answers
