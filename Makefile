@@ -2,6 +2,7 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
 SCENARIO ?= retrieval-launch
+DEMO_ARGS ?=
 DOCS_PORT ?= 8000
 export VENV
 
@@ -9,6 +10,7 @@ export VENV
 
 help:
 	@echo "make demo      simulate an incident, load it into a local Prometheus, diagnose it"
+	@echo "                (DEMO_ARGS=--watch: then serve the finding with servediag watch)"
 	@echo "make test      run the test suite"
 	@echo "make test-fast the tests that need no server and take no more than seconds (about 2 min)"
 	@echo "make setup     install promtool/prometheus/alertmanager (root) and the Python packages"
@@ -88,7 +90,7 @@ real-what-if: setup
 	$(PY) -m lab.real.whatif $(EXPERIMENT)
 
 demo: setup
-	$(PY) -m lab.demo --scenario $(SCENARIO)
+	$(PY) -m lab.demo --scenario $(SCENARIO) $(DEMO_ARGS)
 
 # The documentation site (mkdocs.yml, docs/): served with live reload, or built strictly (a
 # broken link or anchor fails), as CI does.

@@ -330,6 +330,7 @@ WATCH_SERIES = [
     ("servediag_health", 'model_name="llama",verdict="unhealthy"', 1),
     ("servediag_health", 'model_name="qwen",verdict="healthy"', 1),
     ("servediag_last_success_age_seconds", "", 42),
+    ("servediag_stale", "", 0),
 ]
 
 
@@ -369,3 +370,32 @@ def test_the_diagnosis_row_reads_the_watch_series(tmp_path):
         }
     (note,) = [a for a in board["annotations"]["list"] if "servediag_" in a.get("expr", "")]
     assert note["useValueForTime"] is True and "{{playbook}}" in note["titleFormat"]
+    (fresh,) = [p for p in _panels(board) if p["title"] == "Diagnosis fresh or stale"]
+    (words,) = fresh["fieldConfig"]["defaults"]["mappings"]
+    assert {k: v["text"] for k, v in words["options"].items()} == {"0": "fresh", "1": "stale"}
+
+
+@pytest.mark.parametrize("path", BOARDS, ids=[p.stem for p in BOARDS])
+def test_the_onsets_are_drawn_on_latency_kv_and_queue_panels_only(path):
+    """The onset annotation names the panels it is drawn on (Grafana's panel filter): each a
+    time series, every one that reads a latency, the KV cache or the queue, and no other."""
+    board = _load(path)
+    (note,) = [a for a in board["annotations"]["list"] if "servediag_" in a.get("expr", "")]
+    assert note["filter"]["exclude"] is False
+    series = {p["id"]: p for p in _panels(board) if p["type"] == "timeseries"}
+    ids = note["filter"]["ids"]
+    assert ids and set(ids) <= set(series)
+    titles = {series[i]["title"] for i in ids}
+    wanted = {
+        "overview": {"Time to first token", "Queue time", "KV cache usage by instance"},
+        "kv-batching": {"KV cache usage by instance", "Running and waiting"},
+        "prompt-length": {"Server TTFT"},
+    }.get(path.stem, set())
+    assert wanted <= titles, titles
+    unwanted = {
+        "Token throughput",
+        "Finished requests by reason",
+        "Output length",
+        "GPU power draw",
+    }
+    assert not titles & unwanted, titles

@@ -1,5 +1,5 @@
 """``make demo``: every step announced, the report's path printed, nothing left running, and a
-failing step named in one line."""
+failing step named in one line; with ``--watch``, servediag watch's served finding printed."""
 
 from __future__ import annotations
 
@@ -34,11 +34,19 @@ def demo(cwd: Path, *args: str, path: str | None = None) -> subprocess.Completed
 
 @pytest.mark.prometheus
 def test_the_demo_announces_each_step_and_leaves_nothing_running(tmp_path):
-    proc = demo(tmp_path, "--scenario", "context-length-rejections")
+    proc = demo(tmp_path, "--scenario", "context-length-rejections", "--watch")
     assert proc.returncode == 0, proc.stderr
-    steps = re.findall(r"^\[(\d)/8\] ", proc.stdout, re.M)
-    assert steps == [str(i) for i in range(1, 9)]
+    steps = re.findall(r"^\[(\d)/9\] ", proc.stdout, re.M)
+    assert steps == [str(i) for i in range(1, 10)]
     assert "LIKELY CAUSE" in proc.stdout
+    # servediag watch over the demo's Prometheus serves the same cause on its /metrics.
+    assert "[8/9] servediag watch --since 1h --every 10s" in proc.stdout
+    served = re.findall(r"^ +(servediag_finding(?:_rank)?\{.*)$", proc.stdout, re.M)
+    assert any('playbook="context-length-rejections"' in line for line in served), proc.stdout
+    ranks = [line for line in served if line.startswith("servediag_finding_rank{")]
+    assert any(line.endswith(" 1") for line in ranks), served
+    watch_port = int(re.search(r"http://127\.0\.0\.1:(\d+)/metrics", proc.stdout).group(1))
+    assert not listening(watch_port)
     assert "top finding: context-length-rejections (as labelled)" in proc.stdout
     report = Path(re.search(r"HTML report: (\S+)", proc.stdout).group(1))
     assert report == tmp_path / "out" / "demo-report.html"
@@ -62,9 +70,9 @@ def test_a_failing_step_is_named_in_one_line(tmp_path):
     assert not (tmp_path / "out").exists()
 
 
-def test_an_unknown_scenario_fails_at_the_first_step(tmp_path):
+def test_an_unknown_scenario_is_refused_before_any_step(tmp_path):
     proc = demo(tmp_path, "--scenario", "retreival-launch")
-    assert proc.returncode == 2
-    assert proc.stderr.startswith("demo: step 1/8 (loading the playbook catalog")
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr.startswith("python -m lab.demo: error: --scenario retreival-launch: ")
     assert "did you mean 'retrieval-launch'?" in proc.stderr
     assert "Traceback" not in proc.stderr

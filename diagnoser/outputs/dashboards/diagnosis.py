@@ -1,5 +1,6 @@
 """The Overview's "Diagnosis now" row: what ``servediag watch`` finds for each model now (its
-verdict, the likely causes with their confidence, onset and runbook) and how old that is.
+verdict, the likely causes with their confidence, onset and runbook), how old that is, and
+whether its last cycle failed (stale: the row shows the last good diagnosis).
 Reads the service's series (docs/rules-and-alerts.md); without the service the row says it
 is not scraped, and every other panel works as before."""
 
@@ -40,7 +41,7 @@ def verdicts(board: Board) -> Table:
         "judge) or unknown (its series are missing). Metrics: servediag_health.",
         transformations=[{"id": "organize", "options": {"excludeByName": _hidden("Value")}}],
         no_value=NOT_SCRAPED,
-        w=18,
+        w=14,
         h=6,
     )
 
@@ -57,9 +58,41 @@ def age(board: Board) -> Stat:
         "ServediagStale fires after 10 minutes) and the row shows the last good diagnosis. "
         "Metrics: servediag_last_success_age_seconds.",
         instant=True,
-        w=6,
+        w=5,
         h=6,
     )
+
+
+def stale(board: Board) -> Stat:
+    """servediag_stale as words: fresh (0, green) or stale (1, red)."""
+    panel = stat_panel(
+        board,
+        "Diagnosis fresh or stale",
+        [table_target("max(servediag_stale)")],
+        unit="none",
+        thresholds=steps("green", ("red", 1.0)),
+        description="Whether servediag watch's last cycle failed: stale means Prometheus was "
+        "down, answered garbage or too slowly, and the row (and the causes the pages carry) "
+        "is the last good cycle's; its log and servediag_errors_total say why. "
+        "Metrics: servediag_stale.",
+        instant=True,
+        w=5,
+        h=6,
+    )
+    words = {"0": ("fresh", "green"), "1": ("stale", "red")}
+    panel.extraJson["fieldConfig"]["defaults"] |= {
+        "mappings": [
+            {
+                "type": "value",
+                "options": {
+                    value: {"text": text, "color": colour, "index": i}
+                    for i, (value, (text, colour)) in enumerate(words.items())
+                },
+            }
+        ],
+        "noValue": "not scraped",
+    }
+    return panel
 
 
 def causes(board: Board) -> Table:
@@ -111,4 +144,4 @@ def causes(board: Board) -> Table:
 
 
 def panels(board: Board) -> list[object]:
-    return [board.row("Diagnosis now"), verdicts(board), age(board), causes(board)]
+    return [board.row("Diagnosis now"), verdicts(board), age(board), stale(board), causes(board)]

@@ -4,6 +4,10 @@ variables, and a crosshair shared by every panel."""
 
 from __future__ import annotations
 
+import re
+from collections.abc import Iterable
+
+import attr
 from grafanalib.core import (
     GRAPH_TOOLTIP_MODE_SHARED_CROSSHAIR,
     Annotations,
@@ -35,7 +39,8 @@ ALERT_ANNOTATION = {
 }
 # Each finding of servediag watch at its onset, naming the playbook: Grafana reads the value
 # as the event's time in milliseconds (useValueForTime), so every step of a finding that
-# holds gives the same instant, drawn once. Empty where the service is not scraped.
+# holds gives the same instant, drawn once. Empty where the service is not scraped. Drawn
+# only on the time series of latency, KV cache and queue (``ONSET_READS``: ``filter``).
 ONSET_ANNOTATION = {
     "datasource": DS,
     "enable": True,
@@ -48,6 +53,16 @@ ONSET_ANNOTATION = {
     "tagKeys": "playbook,severity",
     "useValueForTime": True,
 }
+# What a time series reads to carry the onsets: a latency histogram's buckets or sums (TTFT,
+# ITL, end-to-end, queue, prefill, decode, KV transfer; not a count, which is a request rate),
+# the KV cache's usage or its preemptions, or the requests waiting.
+ONSET_READS = re.compile(
+    r"(?:time_to_first_token|inter_token_latency|e2e_request_latency|queue_time|"
+    r"time_per_output_token|request_(?:decode|prefill|inference)_time|per_stage_req_latency|"
+    r"xfer_time)_seconds_(?:bucket|sum)\b"
+    r"|kv_cache_usage_perc|gpu_cache_usage_perc|:token_usage\b|num_preemptions|num_retracted"
+    r"|num_requests_waiting|num_queue_reqs"
+)
 BUILTIN_ANNOTATION = {
     "builtIn": 1,
     "datasource": {"type": "grafana", "uid": "-- Grafana --"},
@@ -152,8 +167,9 @@ def dashboard(
     extra_variables: tuple[Template, ...] = (),
 ) -> Dashboard:
     """A dashboard in the house style: our title, tags, variables, UTC and schema, the
-    playbook alerts and servediag watch's finding onsets as annotations on every time
-    series, links to the other dashboards and a shared crosshair."""
+    playbook alerts as annotations on every time series and servediag watch's finding onsets
+    on those of latency, KV cache and queue, links to the other dashboards and a shared
+    crosshair."""
     board = Dashboard(
         title=f"LLM serving / {title} (servediag)",
         uid=uid,
@@ -168,4 +184,23 @@ def dashboard(
         refresh=refresh,
         schemaVersion=39,
     )
-    return board.auto_panel_ids() if auto_ids else board
+    board = board.auto_panel_ids() if auto_ids else board
+    onsets = {**ONSET_ANNOTATION, "filter": {"exclude": False, "ids": onset_panels(board.panels)}}
+    return attr.evolve(
+        board,
+        annotations=Annotations(list=[BUILTIN_ANNOTATION, ALERT_ANNOTATION, onsets]),
+    )
+
+
+def onset_panels(panels: Iterable[object]) -> list[int]:
+    """The ids of the time series (rows' panels included) that read latency, the KV cache or
+    the queue (``ONSET_READS``): where servediag watch's onsets are drawn."""
+    out: list[int] = []
+    for panel in panels:
+        out += onset_panels(getattr(panel, "panels", None) or ())
+        if type(panel).__name__ != "TimeSeries":
+            continue
+        exprs = " ".join(getattr(t, "expr", "") or "" for t in getattr(panel, "targets", ()))
+        if ONSET_READS.search(exprs):
+            out.append(int(panel.id))  # type: ignore[attr-defined]
+    return sorted(out)
