@@ -98,6 +98,7 @@ _SIMULATION_CODE = (
     "plumbing/tls.py",
     "metrics/tokens.py",
     "plumbing/errors.py",
+    "plumbing/printable.py",
     "probe/metrics.py",
     "probe/stream.py",
 )

@@ -94,6 +94,8 @@ LATE = str(OutOfTime())
 # a worker at whether its command is still there.
 GRACE = 1.0
 WATCH = 0.2
+# Seconds to wait for a killed worker to be gone (only a process stuck in the kernel takes long).
+REAPED = 10.0
 PR_SET_PDEATHSIG = 1  # prctl(2): the signal a process gets when its parent dies
 
 
@@ -369,7 +371,8 @@ class _Replays:
         for p in workers:
             if p.is_alive():
                 p.kill()
-                p.join(GRACE)
+        for p in workers:  # a SIGKILL cannot be held off: wait for it to land (a busy
+            p.join(REAPED)  # machine may take longer than GRACE to schedule the worker)
 
     def _terminated(self, signum: int, frame: object) -> None:
         """SIGTERM: kill the workers, then die of it as the command would have."""
