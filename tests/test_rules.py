@@ -213,7 +213,7 @@ def test_promtool_unit_tests_pass(promtool_bin, path, tmp_path):
 def test_a_suite_passes_on_the_whole_rule_files_as_committed(promtool_bin):
     """What a user runs (``promtool test rules rules/tests/X.test.yaml``) passes as is; the
     cheapest suite stands for the rest, which run on the rules they read."""
-    _promtool_test(promtool_bin, RULES / "tests" / "traffic-stopped.test.yaml")
+    _promtool_test(promtool_bin, RULES / "tests" / "servediag-watch.test.yaml")
 
 
 def test_a_suite_pruned_to_what_it_reads_keeps_every_rule_in_the_chain(tmp_path):
