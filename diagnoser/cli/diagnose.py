@@ -18,19 +18,15 @@ from diagnoser.cli.options import (
     playbook,
     source_options,
 )
-from diagnoser.cli.shared import reading_options, setup_options, since_option, until_option
-from diagnoser.request import Scope, ScopeError
+from diagnoser.cli.shared import (
+    reading_options,
+    scope,
+    scope_options,
+    setup_options,
+    since_option,
+    until_option,
+)
 from diagnoser.whatif.setup import SetupOptions
-
-
-def scope(
-    model: str | None, instance: str | None, job: str | None, match: tuple[str, ...]
-) -> Scope:
-    """The scope the options name, or exit 2 naming the option that is malformed."""
-    try:
-        return Scope(model=model, instance=instance, job=job, match=match)
-    except ScopeError as exc:
-        fail(f"--{exc}")
 
 
 def _writable(output: Path) -> None:
@@ -65,16 +61,7 @@ def _note_future(until: float, now: float) -> None:
 @until_option
 @reading_options
 @source_options("http://localhost:9090", "Prometheus-compatible API (also PROMETHEUS_URL).")
-@click.option("--model", default=None, help="Only this model_name.")
-@click.option("--instance", default=None, help="Only this instance.")
-@click.option("--job", default=None, help="Only this job.")
-@click.option(
-    "--match",
-    "match",
-    multiple=True,
-    metavar='LABEL="VALUE"',
-    help="Any further label matcher (repeatable).",
-)
+@scope_options
 @click.option(
     "--format",
     "fmt",

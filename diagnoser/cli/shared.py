@@ -1,5 +1,6 @@
 """Options more than one command takes, declared once: the window (``--since``, ``--until``),
-how a diagnosis reads (``--lookback``, ``--baseline``, ``--recorded-rules``), the listener's
+which series a diagnosis reads (``--model``, ``--instance``, ``--job``, ``--match``), how it
+reads them (``--lookback``, ``--baseline``, ``--recorded-rules``), the listener's
 address (``--listen``) and what what-if must be told of the servers (``--preset``, ``--gpu``,
 the scheduler limits)."""
 
@@ -16,6 +17,7 @@ import click
 from diagnoser.cli.options import F, fail, with_options
 from diagnoser.cli.params import DURATION, HOST_PORT, TIMESTAMP, Duration, bounded
 from diagnoser.hardware.presets import MODEL_ALIASES, SERVED_DTYPES
+from diagnoser.request import Scope, ScopeError
 from diagnoser.whatif.setup import SETUP_LIMITS, SetupOptions
 
 
@@ -88,6 +90,36 @@ _RECORDED_RULES = click.option(
     "they cover the window and the scope: one series per model, not every instance's "
     "buckets; much faster on a large fleet. The rest is read as without it.",
 )
+
+
+_SCOPE = [
+    click.option("--model", default=None, help="Only this model_name."),
+    click.option("--instance", default=None, help="Only this instance."),
+    click.option("--job", default=None, help="Only this job."),
+    click.option(
+        "--match",
+        "match",
+        multiple=True,
+        metavar='LABEL="VALUE"',
+        help="Any further label matcher (repeatable).",
+    ),
+]
+
+
+def scope_options(fn: F) -> F:
+    """``--model``, ``--instance``, ``--job`` and ``--match``: the series a diagnosis reads, as
+    diagnose and watch take them (``scope`` makes them one ``Scope``)."""
+    return with_options(fn, _SCOPE)  # type: ignore[no-any-return]
+
+
+def scope(
+    model: str | None, instance: str | None, job: str | None, match: tuple[str, ...]
+) -> Scope:
+    """The scope the options name, or exit 2 naming the option that is malformed."""
+    try:
+        return Scope(model=model, instance=instance, job=job, match=match)
+    except ScopeError as exc:
+        fail(f"--{exc}")
 
 
 def history_options(fn: F) -> F:

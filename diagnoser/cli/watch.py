@@ -11,7 +11,6 @@ from pathlib import Path
 
 import click
 
-from diagnoser.cli.diagnose import scope
 from diagnoser.cli.options import (
     SourceOptions,
     catalog_option,
@@ -22,7 +21,13 @@ from diagnoser.cli.options import (
     source_options,
 )
 from diagnoser.cli.params import Duration
-from diagnoser.cli.shared import history_options, listen_option, since_option
+from diagnoser.cli.shared import (
+    history_options,
+    listen_option,
+    scope,
+    scope_options,
+    since_option,
+)
 
 DEFAULT_LISTEN = "127.0.0.1:9466"  # the probe's /metrics is 9464
 
@@ -62,16 +67,7 @@ DEFAULT_LISTEN = "127.0.0.1:9466"  # the probe's /metrics is 9464
     "Prometheus-compatible API (also PROMETHEUS_URL). --timeout is each cycle's deadline "
     "(default: the smaller of 60 s and --every).",
 )
-@click.option("--model", default=None, help="Only this model_name.")
-@click.option("--instance", default=None, help="Only this instance.")
-@click.option("--job", default=None, help="Only this job.")
-@click.option(
-    "--match",
-    "match",
-    multiple=True,
-    metavar='LABEL="VALUE"',
-    help="Any further label matcher (repeatable).",
-)
+@scope_options
 @catalog_option
 @config_option
 @handles_errors

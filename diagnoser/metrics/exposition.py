@@ -119,15 +119,17 @@ def labelstr(labels: Labels, extra: tuple[tuple[str, str], ...] = ()) -> str:
     items = [*labels, *extra]
     if not items:
         return ""
-    body = ",".join(f'{k}="{_escape(v)}"' for k, v in items)
+    body = ",".join(f'{k}="{escape(v)}"' for k, v in items)
     return "{" + body + "}"
 
 
-def _escape(value: str) -> str:
+def escape(value: str) -> str:
+    """A label value as the text formats write it."""
     return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
 
 
-def _num(value: float) -> str:
+def number(value: float) -> str:
+    """A sample value as the text formats write it (whole numbers without a point)."""
     if value != value:
         return "NaN"
     if value in (float("inf"), float("-inf")):
@@ -158,25 +160,25 @@ def iter_openmetrics(rec: Recorder) -> Iterator[str]:
                 for t, key, cum, _s in hpoints:
                     n = index[key].get(bound)
                     if n is not None:
-                        yield f"{fam.name}_bucket{lbl} {_num(float(cum[n]))} {t:.3f}\n"
+                        yield f"{fam.name}_bucket{lbl} {number(float(cum[n]))} {t:.3f}\n"
             lbl = labelstr(labels, (("le", "+Inf"),))
             for t, _k, cum, _s in hpoints:
-                yield f"{fam.name}_bucket{lbl} {_num(float(cum[-1]))} {t:.3f}\n"
+                yield f"{fam.name}_bucket{lbl} {number(float(cum[-1]))} {t:.3f}\n"
             lbl = labelstr(labels)
             for t, _k, cum, _s in hpoints:
-                yield f"{fam.name}_count{lbl} {_num(float(cum[-1]))} {t:.3f}\n"
+                yield f"{fam.name}_count{lbl} {number(float(cum[-1]))} {t:.3f}\n"
             for t, _k, _c, s in hpoints:
-                yield f"{fam.name}_sum{lbl} {_num(s)} {t:.3f}\n"
+                yield f"{fam.name}_sum{lbl} {number(s)} {t:.3f}\n"
         for labels, spoints in fam.spoints.items():
             lbl = labelstr(labels)
             for t, count, _total in spoints:
-                yield f"{fam.name}_count{lbl} {_num(count)} {t:.3f}\n"
+                yield f"{fam.name}_count{lbl} {number(count)} {t:.3f}\n"
             for t, _count, total in spoints:
-                yield f"{fam.name}_sum{lbl} {_num(total)} {t:.3f}\n"
+                yield f"{fam.name}_sum{lbl} {number(total)} {t:.3f}\n"
         for labels, points in fam.points.items():
             lbl = labelstr(labels)
             for t, v in points:
-                yield f"{fam.name}{lbl} {_num(v)} {t:.3f}\n"
+                yield f"{fam.name}{lbl} {number(v)} {t:.3f}\n"
     yield "# EOF\n"
 
 
@@ -201,14 +203,14 @@ def text_exposition(rec: Recorder) -> str:
             les = [le_label(b) for b in key] + ["+Inf"]
             for i, le in enumerate(les):
                 lines.append(
-                    f"{fam.name}_bucket{labelstr(labels, (('le', le),))} {_num(float(cum[i]))}"
+                    f"{fam.name}_bucket{labelstr(labels, (('le', le),))} {number(float(cum[i]))}"
                 )
-            lines.append(f"{fam.name}_count{labelstr(labels)} {_num(float(cum[-1]))}")
-            lines.append(f"{fam.name}_sum{labelstr(labels)} {_num(s)}")
+            lines.append(f"{fam.name}_count{labelstr(labels)} {number(float(cum[-1]))}")
+            lines.append(f"{fam.name}_sum{labelstr(labels)} {number(s)}")
         for labels, spoints in fam.spoints.items():
             _t, c, total = spoints[-1]
-            lines.append(f"{fam.name}_count{labelstr(labels)} {_num(c)}")
-            lines.append(f"{fam.name}_sum{labelstr(labels)} {_num(total)}")
+            lines.append(f"{fam.name}_count{labelstr(labels)} {number(c)}")
+            lines.append(f"{fam.name}_sum{labelstr(labels)} {number(total)}")
         for labels, points in fam.points.items():
-            lines.append(f"{fam.name}{labelstr(labels)} {_num(points[-1][1])}")
+            lines.append(f"{fam.name}{labelstr(labels)} {number(points[-1][1])}")
     return "\n".join(lines) + "\n"

@@ -15,6 +15,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from diagnoser.metrics.exposition import escape, number
 from diagnoser.metrics.servediag import SERIES_LABELS
 from diagnoser.plumbing.labels import renamed
 
@@ -48,21 +49,6 @@ def scope_label_names(scopes: Iterable[dict[str, str]], by: Sequence[str]) -> di
     for scope in scopes:
         labels += [k for k in scope if k not in labels]
     return renamed(labels, SERIES_LABELS)
-
-
-def escape(value: str) -> str:
-    """A label value as the text format writes it."""
-    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
-
-
-def number(value: float) -> str:
-    if value != value:
-        return "NaN"
-    if value in (float("inf"), float("-inf")):
-        return "+Inf" if value > 0 else "-Inf"
-    if value == int(value) and abs(value) < 1e15:
-        return str(int(value))
-    return repr(float(value))
 
 
 def _labels(pairs: Iterable[tuple[str, str]]) -> str:

@@ -25,7 +25,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from diagnoser.metrics.exposition import _escape, _num
+from diagnoser.metrics.exposition import escape, number
 from lab.promserver import Prometheus, backfill
 
 DATA = Path(__file__).resolve().parents[2] / "tests" / "data" / "real"
@@ -59,10 +59,10 @@ def openmetrics(series: list[dict[str, Any]]) -> str:
         out.write(f"# TYPE {name} unknown\n")
         for s in sorted(by_name[name], key=lambda s: sorted(s["metric"].items())):
             labels = sorted((k, v) for k, v in s["metric"].items() if k != "__name__")
-            body = ",".join(f'{k}="{_escape(v)}"' for k, v in labels)
+            body = ",".join(f'{k}="{escape(v)}"' for k, v in labels)
             head = f"{name}{{{body}}}" if body else name
             for t, v in s["values"]:
-                out.write(f"{head} {_num(float(v))} {float(t):.3f}\n")
+                out.write(f"{head} {number(float(v))} {float(t):.3f}\n")
     out.write("# EOF\n")
     return out.getvalue()
 
