@@ -97,10 +97,8 @@ def scope_labels(d: Tabled) -> dict[str, str]:
     model_name), then any other label a finding's scope carries (a target's job and
     instance). A label is its own column but where it is named like a fixed one
     (``FIXED_COLUMNS``)."""
-    labels = list(d.site.config.by)
-    for scope in [*d.scopes, *(m.scope for m in (*d.findings, *d.resolved))]:
-        labels += [k for k in scope if k not in labels]
-    return renamed(labels, FIXED_COLUMNS)
+    scopes = [*d.scopes, *(m.scope for m in (*d.findings, *d.resolved))]
+    return renamed([*d.site.config.by, *(k for scope in scopes for k in scope)], FIXED_COLUMNS)
 
 
 def scope_columns(d: Tabled) -> list[str]:

@@ -15,7 +15,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from diagnoser.metrics.exposition import escape, number
+from diagnoser.metrics.exposition import labelstr, number
 from diagnoser.metrics.servediag import SERIES_LABELS
 from diagnoser.plumbing.labels import renamed
 
@@ -45,15 +45,7 @@ class Status:
 def scope_label_names(scopes: Iterable[dict[str, str]], by: Sequence[str]) -> dict[str, str]:
     """Each scope label with the label name it is exposed as: the site's group labels first,
     then any other a scope carries, in order of appearance."""
-    labels = list(by)
-    for scope in scopes:
-        labels += [k for k in scope if k not in labels]
-    return renamed(labels, SERIES_LABELS)
-
-
-def _labels(pairs: Iterable[tuple[str, str]]) -> str:
-    body = ",".join(f'{k}="{escape(v)}"' for k, v in pairs)
-    return "{" + body + "}" if body else ""
+    return renamed([*by, *(k for scope in scopes for k in scope)], SERIES_LABELS)
 
 
 class _Text:
@@ -66,7 +58,7 @@ class _Text:
         self.lines += [f"# HELP {name} {help_text}", f"# TYPE {name} {kind}"]
 
     def sample(self, name: str, labels: Iterable[tuple[str, str]], value: float) -> None:
-        self.lines.append(f"{name}{_labels(labels)} {number(value)}")
+        self.lines.append(f"{name}{labelstr(tuple(labels))} {number(value)}")
 
 
 def render(site: Site, findings: Findings, status: Status, now: float) -> str:
