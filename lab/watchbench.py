@@ -181,8 +181,7 @@ def bench_long_run(shape: fleet.Shape, cycles: int) -> None:
         print(f"  after {done:>5} cycles: RSS {rss:7.1f} MB, Python allocations {traced:7.1f} MB")
     print(
         f"  findings served over the run: {false} (cycle x finding), "
-        f"cache {w.source.reuse.points if w.source.reuse else 0} points in "
-        f"{len(w.source.reuse.entries) if w.source.reuse else 0} entries at the end"
+        f"cache {w.source.reuse.points} points in {len(w.source.reuse.entries)} entries at the end"
     )
 
 

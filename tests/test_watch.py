@@ -274,19 +274,36 @@ def test_a_cycle_reads_its_new_steps_only_and_diagnoses_as_a_full_read(incident)
     the one that reuses the last cycle's answers names, scores, dates and judges exactly
     what one reading everything names, and reads a fraction of the samples."""
     prom, start = incident
-    kw = {"every": 60.0, "lookback": 3600.0}
+    kw = {"every": 60.0, "lookback": 86400.0}
     reusing, fresh = watch_of(prom.url, **kw), watch_of(prom.url, reuse=False, **kw)
     read: list[tuple[int, int]] = []
+    again: list[str] = []  # spans the last cycle read and this one read whole again
     for at in range(int(start + BEGINS) + 7, int(start + BEGINS + 720), 60):
         before = (reusing.source.tally.samples, fresh.source.tally.samples)
+        kept = set(reusing.source.reuse.entries)
         for w in (reusing, fresh):
             assert w.cycle(float(at)).kind == "ok" or pytest.fail(w.last.message)
         assert comparable(reusing) == comparable(fresh)
         read.append(
             (reusing.source.tally.samples - before[0], fresh.source.tally.samples - before[1])
         )
+        again += [
+            expr
+            for (expr, _), e in reusing.source.reuse.entries.items()
+            if (expr, _) in kept and e.start < e.end == e.full_end
+        ]
     assert any(m.playbook.id == "batch-slot-limit" for m in reusing.latest.findings)
     assert read[0][0] == read[0][1]  # the first cycle reads everything
     later = sum(r for r, _ in read[1:]) / sum(f for _, f in read[1:])
     assert later < 0.15, read
     assert reusing.source.reuse.counts.partial > 0
+    # A later cycle reads whole only what it asks for the first time (the onset's lookback
+    # once the model turns sick): the day's map of targets to models, too, is read from its
+    # last steps, although its coarse steps do not fall on the window's.
+    assert again == []
+    text = reusing.render(now=float(at))
+    counts = reusing.source.reuse.counts
+    assert value(text, "servediag_range_queries_total", read="partial") == counts.partial
+    assert value(text, "servediag_range_queries_total", read="full") == counts.full
+    assert value(text, "servediag_points_reused_total") == counts.reused > 0
+    assert value(fresh.render(now=float(at)), "servediag_range_queries_total", read="partial") == 0

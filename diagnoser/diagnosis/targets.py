@@ -5,6 +5,7 @@ series (``targets_down``, ``targets_total``) that playbooks and the health summa
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -35,8 +36,12 @@ def map_query(site: Site, matchers: Sequence[str] = ()) -> str:
 def served(
     source: MetricSource, site: Site, start: float, end: float, matchers: Sequence[str] = ()
 ) -> tuple[dict[Target, Served], float | None]:
-    """Each target's last model over ``[start, end]``, and the first time any was seen."""
+    """Each target's last model over ``[start, end]``, and the first time any was seen. The
+    steps are on the grid of whole multiples of the step, wherever the span begins, so a span
+    that slid by less than a step (``servediag watch``'s next cycle) asks the same steps and
+    reads only its new ones."""
     step = max(15.0, float(np.ceil((end - start) / MAX_POINTS / 15.0) * 15.0))
+    start = math.floor(start / step) * step
     out: dict[Target, Served] = {}
     first: float | None = None
     by = site.config.by

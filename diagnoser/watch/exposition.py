@@ -26,6 +26,7 @@ if TYPE_CHECKING:
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 ERROR_KINDS = ("source", "timeout", "internal")
 OUTCOMES = ("ok", "error")
+RANGE_READS = ("full", "partial")
 
 
 @dataclass
@@ -37,6 +38,8 @@ class Status:
     errors: dict[str, int]
     queries: int
     samples: int
+    range_reads: dict[str, int]  # range queries read whole ("full") or from their last steps
+    reused_points: int  # points taken from the last cycle's answers instead of the store
     cycle_seconds: float | None
     last_success: float | None
     stale: bool
@@ -147,6 +150,20 @@ def _status(out: _Text, status: Status, now: float) -> None:
     out.sample("servediag_queries_total", (), status.queries)
     out.family("servediag_samples_read_total", "counter", "Samples the cycles' answers held.")
     out.sample("servediag_samples_read_total", (), status.samples)
+    out.family(
+        "servediag_range_queries_total",
+        "counter",
+        "Range queries by how they were read: full (the whole window), partial (the steps "
+        "new since the last cycle, the rest taken from its answer).",
+    )
+    for read in RANGE_READS:
+        out.sample("servediag_range_queries_total", [("read", read)], status.range_reads.get(read, 0))
+    out.family(
+        "servediag_points_reused_total",
+        "counter",
+        "Points taken from the last cycle's answers instead of read again.",
+    )
+    out.sample("servediag_points_reused_total", (), status.reused_points)
     out.family(
         "servediag_errors_total",
         "counter",

@@ -66,11 +66,9 @@ class Tallied(PrometheusSource):
     reads of a range query only what its last answer (kept in ``reuse``) does not hold."""
 
     tally: Tally
-    reuse: Reuse | None
+    reuse: Reuse
 
     def query_range(self, expr: str, start: float, end: float, step: float) -> list[Series]:
-        if self.reuse is None:
-            return self._read(expr, start, end, step)
         return self.reuse.read(
             expr,
             start,
@@ -87,9 +85,10 @@ class Tallied(PrometheusSource):
         return self.tally.add(super().query(expr, at))
 
 
-def tallied(source: PrometheusSource, reuse: Reuse | None = None) -> Tallied:
+def tallied(source: PrometheusSource, reuse: Reuse) -> Tallied:
     """``source``, its queries counted (its settings, auth and memory budget as they are),
-    its range answers kept in ``reuse`` for the next cycle (None: every query read whole)."""
+    its range answers kept in ``reuse`` for the next cycle (``Reuse(max_points=0)`` keeps
+    none: every query read whole)."""
     out = Tallied.__new__(Tallied)
     out.__dict__.update(vars(source))
     out.tally = Tally()
@@ -128,7 +127,8 @@ class Watch:
         now: Callable[[], float] = time.time,
         reuse: bool = True,
     ):
-        self.source = tallied(source, Reuse() if reuse else None)
+        # Without reuse, nothing is kept (every range query read whole), and still counted.
+        self.source = tallied(source, Reuse() if reuse else Reuse(max_points=0))
         self.site = site
         self.every = every
         self.timeout = min(DEFAULT_TIMEOUT, every) if timeout is None else timeout
@@ -157,10 +157,9 @@ class Watch:
         at = self.now() if at is None else at
         t0 = time.monotonic()
         q0, s0 = self.source.tally.queries, self.source.tally.samples
-        r0 = self.source.reuse.counts.reused if self.source.reuse else 0
+        r0 = self.source.reuse.counts.reused
         kind, message = "ok", ""
-        if self.source.reuse is not None:
-            self.source.reuse.begin()
+        self.source.reuse.begin()
         try:
             result = run(replace(self.request, until=self.window_end(at)))
         except SourceError as exc:
@@ -172,8 +171,7 @@ class Watch:
             log.error(
                 "cycle at %s failed with an internal error: %s", _iso(at), message, exc_info=True
             )
-        if self.source.reuse is not None:
-            self.source.reuse.end(kind == "ok")
+        self.source.reuse.end(kind == "ok")
         seconds = time.monotonic() - t0
         outcome = Outcome(at, kind, seconds, message)
         with self.lock:
@@ -197,7 +195,7 @@ class Watch:
                 seconds,
                 self.source.tally.queries - q0,
                 self.source.tally.samples - s0,
-                (self.source.reuse.counts.reused if self.source.reuse else 0) - r0,
+                self.source.reuse.counts.reused - r0,
             )
         return outcome
 
@@ -216,6 +214,7 @@ class Watch:
 
     def render(self, now: float | None = None) -> str:
         """The ``/metrics`` text, as of ``now`` (default: the clock)."""
+        counts = self.source.reuse.counts
         with self.lock:
             status = Status(
                 version=self.version,
@@ -223,6 +222,8 @@ class Watch:
                 errors=dict(self.errors),
                 queries=self.source.tally.queries,
                 samples=self.source.tally.samples,
+                range_reads={"full": counts.full, "partial": counts.partial},
+                reused_points=counts.reused,
                 cycle_seconds=self.last.seconds if self.last else None,
                 last_success=self.last_success,
                 stale=self.stale,
