@@ -195,8 +195,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     from lab.fleetbench import _duration
 
     p = Parser(prog="python -m lab.watchbench")
-    p.add_argument("--models", type=number(MODELS), default=4, help="the fleet a cycle is timed on")
-    p.add_argument("--instances", type=number(INSTANCES), default=16)
+    p.add_argument(
+        "--models", type=number(MODELS), default=16, help="the fleet a cycle is timed on"
+    )
+    p.add_argument("--instances", type=number(INSTANCES), default=32)
     p.add_argument("--duration", type=_duration, default="6h")
     p.add_argument(
         "--long-models", type=number(MODELS), default=1, help="the healthy fleet of the long run"

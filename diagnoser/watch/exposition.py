@@ -157,7 +157,8 @@ def _status(out: _Text, status: Status, now: float) -> None:
         "new since the last cycle, the rest taken from its answer).",
     )
     for read in RANGE_READS:
-        out.sample("servediag_range_queries_total", [("read", read)], status.range_reads.get(read, 0))
+        n = status.range_reads.get(read, 0)
+        out.sample("servediag_range_queries_total", [("read", read)], n)
     out.family(
         "servediag_points_reused_total",
         "counter",

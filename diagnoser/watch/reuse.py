@@ -132,7 +132,7 @@ class Reuse:
             else:
                 self.counts.partial += 1
                 self.counts.reused += reused
-            if clean() and 0 < self.max_points and self.points + points <= self.max_points:
+            if clean() and self.max_points > 0 and self.points + points <= self.max_points:
                 self.entries[key] = Entry(s, e, kept, full_end, points)
                 self.points += points
         return [Series(dict(x.labels), x.t, x.v) for x in kept]
