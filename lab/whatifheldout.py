@@ -107,8 +107,10 @@ CASES = (
         "queue-two-bursty-retrieval",
         QUEUE,
         _server("llama-3.1-8b", 16384),
-        {"replicas:+1": {"instances": 3}, "max_num_batched_tokens:x2": {
-            "engine.max_num_batched_tokens": 4096}},
+        {
+            "replicas:+1": {"instances": 3},
+            "max_num_batched_tokens:x2": {"engine.max_num_batched_tokens": 4096},
+        },
     ),
 )
 # Figures whose prediction error is reported, as the real lab's table has them.
@@ -180,60 +182,81 @@ def _variant(sc: Any, name: str, settings: dict[str, Any]) -> Any:
 
 
 def main() -> None:
-    from diagnoser.plumbing.source import PrometheusSource
-    from diagnoser.sim.scenario import load_scenario
-    from diagnoser.whatif.fit import measure
-    from lab import harness
     from lab.args import refuse
-    from lab.promserver import Prometheus
 
     if sys.argv[1:]:
-        refuse("python -m lab.whatifheldout", f"takes no arguments (given: {' '.join(sys.argv[1:])})")
+        given = " ".join(sys.argv[1:])
+        refuse("python -m lab.whatifheldout", f"takes no arguments (given: {given})")
     findings = covered = 0
     errors: list[str] = []
     with tempfile.TemporaryDirectory() as tmp:
         for case in CASES:
-            path = Path(tmp) / f"{case.name}.yaml"
-            path.write_text(case.scenario, encoding="utf-8")
-            sc = load_scenario(path)
-            sc.name = case.name
-            variants = {lever: _variant(sc, str(i), s) for i, (lever, s) in
-                        enumerate(case.checked.items())}  # fmt: skip
-            prepared = harness.prepare([sc, *variants.values()], Path(tmp) / "data")
-            end = prepared[sc.name].end
-            window = ("--since", "1h", "--until", str(int(end)))
-            with Prometheus(prepared[sc.name].data_dir) as prom:
-                url = ("--prometheus-url", prom.url)
-                t_d, d = timed(_cli("diagnose", *url, *window, "--what-if", *case.server,
-                                    "--format", "json"))  # fmt: skip
-                t_w, w = timed(_cli("what-if", *url, *window, *case.server, "--format", "json"))
-            if d.returncode in (0, 1):
-                said, n, got = diagnose_outcome(json.loads(d.stdout))
-                findings, covered = findings + n, covered + got
-            else:
-                said = f"failed (exit {d.returncode}): {_why(d.stderr)}"
-            print(f"{case.name}: diagnose --what-if {t_d}: {said}")
-            wdoc = json.loads(w.stdout) if w.stdout.strip().startswith("{") else None
-            wsaid = whatif_outcome(wdoc) if wdoc else f"failed (exit {w.returncode}): {_why(w.stderr)}"
-            print(f"{case.name}: what-if {t_w}: {wsaid}")
-            if not wdoc:
-                continue
-            by = {lever["lever"]: lever for lever in wdoc["levers"]}
-            for lever, vsc in variants.items():
-                got = by.get(lever, {}).get("predicted")
-                if not got:
-                    errors.append(f"  {case.name} {lever}: not predicted")
-                    continue
-                with Prometheus(prepared[vsc.name].data_dir) as prom:
-                    truth = measure(PrometheusSource(prom.url),
-                                    (f'model_name="{sc.models[0].name}"',),
-                                    end - 3600, end).figures(*SLO)  # fmt: skip
-                errors.append(f"  {case.name} {lever}: " + ", ".join(
-                    _error(name, truth.get(name), got.get(name)) for name in FIGURES))  # fmt: skip
+            n, got, checked = run_case(case, Path(tmp))
+            findings, covered = findings + n, covered + got
+            errors += checked
     share = f"{covered}/{findings}" if findings else "no finding with a lever"
     print(f"held-out what-if: prediction coverage {share} findings with a lever")
     print("held-out what-if: measured / predicted at each checked lever")
     print("\n".join(errors))
+
+
+def run_case(case: Case, tmp: Path) -> tuple[int, int, list[str]]:
+    """Time both commands on one case and print what they said; the findings with a lever,
+    those predicted, and each checked lever's error in words."""
+    from diagnoser.sim.scenario import load_scenario
+    from lab import harness
+    from lab.promserver import Prometheus
+
+    path = tmp / f"{case.name}.yaml"
+    path.write_text(case.scenario, encoding="utf-8")
+    sc = load_scenario(path)
+    sc.name = case.name
+    variants = {lever: _variant(sc, str(i), s) for i, (lever, s) in enumerate(case.checked.items())}
+    prepared = harness.prepare([sc, *variants.values()], tmp / "data")
+    end = prepared[sc.name].end
+    window = ("--since", "1h", "--until", str(int(end)))
+    with Prometheus(prepared[sc.name].data_dir) as prom:
+        url = ("--prometheus-url", prom.url)
+        fmt = ("--format", "json")
+        t_d, d = timed(_cli("diagnose", *url, *window, "--what-if", *case.server, *fmt))
+        t_w, w = timed(_cli("what-if", *url, *window, *case.server, *fmt))
+    n = got = 0
+    if d.returncode in (0, 1):
+        said, n, got = diagnose_outcome(json.loads(d.stdout))
+    else:
+        said = f"failed (exit {d.returncode}): {_why(d.stderr)}"
+    print(f"{case.name}: diagnose --what-if {t_d}: {said}")
+    wdoc = json.loads(w.stdout) if w.stdout.strip().startswith("{") else None
+    wsaid = whatif_outcome(wdoc) if wdoc else f"failed (exit {w.returncode}): {_why(w.stderr)}"
+    print(f"{case.name}: what-if {t_w}: {wsaid}")
+    by = {lever["lever"]: lever for lever in wdoc["levers"]} if wdoc else {}
+    checked = []
+    for lever, vsc in variants.items():
+        predicted = by.get(lever, {}).get("predicted")
+        if not predicted:
+            checked.append(f"  {case.name} {lever}: not predicted")
+            continue
+        truth = _truth(prepared[vsc.name].data_dir, sc.models[0].name, wdoc or {})
+        shown = ", ".join(_error(name, truth.get(name), predicted.get(name)) for name in FIGURES)
+        checked.append(f"  {case.name} {lever}: {shown}")
+    return n, got, checked
+
+
+def _truth(data_dir: Path, model: str, doc: dict[str, Any]) -> dict[str, float | None]:
+    """The figures of the scenario run at a lever, over the part of the window what-if
+    replayed (its ``span``), read as what-if reads a window."""
+    from datetime import datetime
+
+    from diagnoser.plumbing.source import PrometheusSource
+    from diagnoser.whatif.fit import measure
+    from lab.promserver import Prometheus
+
+    span = doc.get("span") or doc["window"]
+    start, end = (datetime.fromisoformat(span[k]).timestamp() for k in ("start", "end"))
+    with Prometheus(data_dir) as prom:
+        return measure(PrometheusSource(prom.url), (f'model_name="{model}"',), start, end).figures(
+            *SLO
+        )
 
 
 def _error(name: str, truth: float | None, got: float | None) -> str:

@@ -201,8 +201,7 @@ def judge(
             by = f", chance ±{NOISE_Z * chance:.3g}" if chance else ""
             rel = f" ({r:+.0%})" if r is not None and relative(name, want[name]) else ""
             off.append(
-                f"{name.replace('_', ' ')} {_show(got[name])} against {_show(want[name])}"
-                f"{rel}{by}"
+                f"{name.replace('_', ' ')} {_show(got[name])} against {_show(want[name])}{rel}{by}"
             )
             missed.append(name)
     reason = None

@@ -131,11 +131,6 @@ def text(w: WhatIf) -> str:
     each = f", each pooling {n} draws of the window" if n > 1 else ""
     lines = [
         f"what-if for {printable(fit.model)}, {doc['window']['start']} to {doc['window']['end']}",
-        *(
-            [f"  replayed: {iso(fit.start)} to {iso(fit.end)}, the window's steadiest part at "
-             "the incident's load (calibrated on it; every figure is of it)"]
-            if fit.window else []
-        ),  # fmt: skip
         f"  workload: {f['arrival_rate']['mean']:.2f} req/s (per {fit.rate_step:g} s: "
         f"{f['arrival_rate']['min']:.2f}-{f['arrival_rate']['max']:.2f}), prompts "
         f"~{fit.prompt.median:,.0f} tokens (sigma {fit.prompt.sigma:.2f}), answers "
@@ -150,6 +145,12 @@ def text(w: WhatIf) -> str:
         f"  calibration: prefill x{cal.prefill_factor:.2f}, decode x{cal.decode_factor:.2f} "
         f"({cal.replays} replay(s){each})",
     ]
+    if fit.window:
+        lines.insert(
+            1,
+            f"  replayed: {iso(fit.start)} to {iso(fit.end)}, the window's steadiest part at the "
+            "incident's load (calibrated on it; every figure is of it)",
+        )
     chance = any(v is not None for v in cal.noise.values())
     lines.append(
         f"    {'':16}{'measured':>12}{'replayed':>12}{'residual':>14}"
