@@ -114,9 +114,7 @@ def bench_what_if() -> None:
 
 
 def bench_what_if_held_out() -> None:
-    """diagnose --what-if and what-if on held-out workloads (two instances, 30 s scrapes,
-    length mixes, bursts), timed, with the prediction coverage and the error at the levers
-    checked against the scenario run at them."""
+    """diagnose --what-if and what-if on held-out workloads (``lab.whatifheldout``)."""
     from lab import whatifheldout
 
     whatifheldout.main()
@@ -392,16 +390,8 @@ def bench_real() -> None:
 
 
 # Each benchmark ``python -m lab.bench NAME`` runs alone (none: every one, for hours).
-PARTS = (
-    "sglang",
-    "fleet",
-    "watch",
-    "serving-stack",
-    "recoveries",
-    "what-if",
-    "what-if-held-out",
-    "what-if-real",
-)
+PARTS = ("sglang", "fleet", "watch", "serving-stack", "recoveries", "what-if",
+         "what-if-held-out", "what-if-real")  # fmt: skip
 
 
 def main() -> None:
