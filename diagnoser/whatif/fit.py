@@ -266,7 +266,15 @@ def fit_window(
             "engine's KV cache as vLLM reports it (a vLLM server, scraped at the time)"
         )
     cache = _cache(live[0], shown)
-    measured = measure(source, scope, start, end)
+    step = RATE_STEP if end - start >= 4 * RATE_STEP else max(15.0, (end - start) / 4)
+    rates, held = arrival_rates(source, scope, start, end, step)
+    lo, hi = steady_part(rates, held, step)
+    part = None  # the part replayed, measured; the whole window is measured only without one
+    if hi - lo < rates.size:
+        part = measure(source, scope, start + lo * step, start + hi * step)
+        if part.finished < MIN_REQUESTS or part.ttft.count < MIN_REQUESTS:
+            part = None
+    measured = part or measure(source, scope, start, end)
     if measured.finished < MIN_REQUESTS or measured.ttft.count < MIN_REQUESTS:
         minutes = (end - start) / 60
         raise FitError(
@@ -302,16 +310,11 @@ def fit_window(
     servers = {(s.labels.get("job", ""), s.labels.get("instance", "")) for s in counted}
     instances = max(1, len(servers))
     engines = max(1, round(len(counted) / instances))
-    step = RATE_STEP if end - start >= 4 * RATE_STEP else max(15.0, (end - start) / 4)
-    rates, held = arrival_rates(source, scope, start, end, step)
     notes = []
     window = None
-    lo, hi = steady_part(rates, held, step)
-    if hi - lo < rates.size:
-        part = measure(source, scope, start + lo * step, start + hi * step)
-        if part.finished >= MIN_REQUESTS and part.ttft.count >= MIN_REQUESTS:
-            window = (start, end)
-            start, end, rates, measured = start + lo * step, start + hi * step, rates[lo:hi], part
+    if part is not None:
+        window = (start, end)
+        start, end, rates = start + lo * step, start + hi * step, rates[lo:hi]
     if prompt.error > 0.1 or output.error > 0.1:
         notes.append(
             "the lengths are not log-normal (CDF off by up to "
