@@ -1,5 +1,6 @@
 """``make bench``: the simulator's step costs against GPU measurements, its speed, what-if's
-time on a 1-hour window with five levers (``python -m lab.bench what-if`` alone),
+time on a 1-hour window with five levers and on held-out workloads (``python -m lab.bench
+what-if`` alone, ``what-if-held-out`` the held-out cases only),
 diagnose's accuracy on the scenario library and its variants, diagnose on a fleet of 512
 targets (in Prometheus and VictoriaMetrics; ``python -m lab.bench fleet`` alone),
 servediag watch's cycles (``python -m lab.bench watch`` alone), and start-up times."""
@@ -108,7 +109,15 @@ def bench_what_if() -> None:
     from lab import whatifbench
 
     whatifbench.main()
+    bench_what_if_held_out()
     bench_what_if_real()
+
+
+def bench_what_if_held_out() -> None:
+    """diagnose --what-if and what-if on held-out workloads (``lab.whatifheldout``)."""
+    from lab import whatifheldout
+
+    whatifheldout.main()
 
 
 def bench_what_if_real() -> None:
@@ -381,7 +390,8 @@ def bench_real() -> None:
 
 
 # Each benchmark ``python -m lab.bench NAME`` runs alone (none: every one, for hours).
-PARTS = ("sglang", "fleet", "watch", "serving-stack", "recoveries", "what-if", "what-if-real")
+PARTS = ("sglang", "fleet", "watch", "serving-stack", "recoveries", "what-if",
+         "what-if-held-out", "what-if-real")  # fmt: skip
 
 
 def main() -> None:
@@ -413,6 +423,9 @@ def main() -> None:
         return
     if sys.argv[1:] == ["what-if"]:  # the what-if figures only
         bench_what_if()
+        return
+    if sys.argv[1:] == ["what-if-held-out"]:  # what-if on the held-out workloads only
+        bench_what_if_held_out()
         return
     if sys.argv[1:] == ["what-if-real"]:  # what-if against the real runs only
         bench_what_if_real()

@@ -28,7 +28,7 @@ from diagnoser.plumbing.source import PrometheusSource, Series
 from diagnoser.sim.scenario import Scenario, load_scenario
 from diagnoser.whatif import calibrate as calibration
 from diagnoser.whatif.calibrate import MAX_REPLAYS, calibrate, with_factors
-from diagnoser.whatif.fit import MIN_REQUESTS, FitError, fit_window, measure
+from diagnoser.whatif.fit import MIN_REQUESTS, SPAN, FitError, fit_window, measure
 from diagnoser.whatif.levers import turn
 from diagnoser.whatif.predict import band, what_if
 from diagnoser.whatif.replay import Setup, baseline, replay
@@ -92,9 +92,12 @@ def test_the_fit_recovers_the_scenarios_workload_and_engine(fitted):
     # The cap that makes the measured share stop on length sits at the scenario's max_tokens.
     assert fitted.output.cap == pytest.approx(m.workload.max_tokens, rel=0.1)
     assert 0.01 < fitted.length_share < 0.08
-    # Arrivals: what finished plus what is still inside, per minute.
-    assert fitted.rates.size == WINDOW / 60
-    assert fitted.mean_rate == pytest.approx(fitted.measured.finished / WINDOW, rel=0.05)
+    # Arrivals: what finished plus what is still inside, per minute, over the quarter hour of
+    # the window replayed (its steadiest).
+    lo, hi = fitted.window
+    assert hi - lo == WINDOW and lo <= fitted.start and fitted.end <= hi
+    assert fitted.rates.size == SPAN / 60 and fitted.seconds == SPAN
+    assert fitted.mean_rate == pytest.approx(fitted.measured.finished / SPAN, rel=0.05)
     assert fitted.mean_rate == pytest.approx(m.workload.rate.mean, rel=0.1)
 
 

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from diagnoser.whatif import replay as rp
-from diagnoser.whatif.calibrate import NOISE_Z, TOLERANCE, Fitting, gap, judge
+from diagnoser.whatif.calibrate import NOISE_Z, REMEDY, TOLERANCE, Fitting, gap, judge
 from diagnoser.whatif.fit import EngineCache, Fit
 from diagnoser.whatif.predict import band
 from diagnoser.whatif.stats import QUANTILES, Buckets, LogNormal, Observed, pooled, quantile
@@ -107,7 +107,8 @@ def test_a_refusal_says_how_far_chance_reaches():
     noise = {name: None for name in figures} | {"ttft_p95": 0.4}
     cal = judge(cfg, setup.gpu, 1.0, 1.0, got, figures, 1, noise)
     assert not cal.ok
-    assert "ttft p95 3 against 0.5, chance ±0.8" in (cal.reason or "")
+    assert "ttft p95 3 against 0.5 (+500%), chance ±0.8" in (cal.reason or "")
+    assert (cal.reason or "").endswith("what may let it match: " + REMEDY["queue"])
     assert cal.noise["ttft_p95"] == 0.4
     ok = judge(cfg, setup.gpu, 1.0, 1.0, {**figures, "ttft_p95": 1.2}, figures, 1, noise)
     assert ok.ok, ok.reason

@@ -50,6 +50,9 @@ NOISE_Z = 2.0
 LOWEST, HIGHEST = 0.25, 4.0
 # Replays of today the fit may take (the first at the preset's speed).
 MAX_REPLAYS = 6
+# Means this close after a replay: the next replay is likely the fit's last (its levers are
+# worth replaying beside it).
+NEAR = 0.05
 
 
 @dataclass
@@ -131,6 +134,11 @@ class Fitting:
     def replays(self) -> int:
         return len(self.tried)
 
+    @property
+    def near(self) -> bool:
+        """Whether the last replay's means were within ``NEAR`` of the measured ones."""
+        return bool(self.tried) and all(abs(r - 1) <= NEAR for r in self.tried[-1][1])
+
     def next(
         self, at: tuple[float, float], got: dict[str, float | None]
     ) -> tuple[float, float] | None:
@@ -184,22 +192,25 @@ def judge(
     chance (``noise``: each figure's spread over the replay's draws)."""
     noise = noise or {}
     residual: dict[str, float | None] = {}
-    off = []
+    off, missed = [], []
     for name in CHECKED:
         r, within = gap(name, got[name], want[name], noise.get(name))
         residual[name] = r
         if not within:
             chance = noise.get(name)
             by = f", chance ±{NOISE_Z * chance:.3g}" if chance else ""
+            rel = f" ({r:+.0%})" if r is not None and relative(name, want[name]) else ""
             off.append(
-                f"{name.replace('_', ' ')} {_show(got[name])} against {_show(want[name])}{by}"
+                f"{name.replace('_', ' ')} {_show(got[name])} against {_show(want[name])}{rel}{by}"
             )
+            missed.append(name)
     reason = None
     if off:
         reason = (
             f"the replay does not match the window within {TOLERANCE:.0%} after fitting "
             f"prefill x{prefill:.2f} and decode x{decode:.2f}: " + "; ".join(off)
         )
+        reason += "; what may let it match: " + "; ".join(remedies(missed))
     return Calibration(
         ok=not off,
         reason=reason,
@@ -212,6 +223,34 @@ def judge(
         replays=replays,
         noise={name: noise.get(name) for name in CHECKED},
     )
+
+
+# What may let a replay match the window, by the figure it missed (the first of a kind said).
+REMEDIES = {
+    "ttft_p50": "queue",
+    "ttft_p95": "queue",
+    "waiting": "queue",
+    "kv_usage": "cache",
+    "preemptions_per_second": "cache",
+    "itl_p50": "decode",
+    "itl_p95": "decode",
+}
+REMEDY = {
+    "queue": "a steadier period (--since/--until around the incident's plateau, or a longer "
+    "--since): the servers ran near what they serve, where a few percent of speed is a "
+    "factor in the queue",
+    "cache": "the engine's flags as the servers run them (--max-num-seqs, "
+    "--max-num-batched-tokens, --max-model-len) and the model's shape and --gpu, which size "
+    "the KV cache replayed",
+    "decode": "the model's shape, --dtype, --gpu and --tensor-parallel as served (the decode "
+    "step's cost), or a window without a change of load inside it",
+}
+
+
+def remedies(missed: list[str]) -> list[str]:
+    """What may let the replay match, for the figures it ``missed``, each said once."""
+    kinds = dict.fromkeys(REMEDIES[name] for name in missed if name in REMEDIES)
+    return [REMEDY[k] for k in kinds]
 
 
 def unfinished(

@@ -35,6 +35,14 @@ RATE_STEP = 60.0  # seconds per point of the arrival rate (Poisson noise ~5% at 
 # the whole window).
 MAX_WINDOW = 7 * 86400.0
 assert MAX_WINDOW / RATE_STEP <= MAX_POINTS
+# The longest part of the window calibrated on and replayed: every replay simulates it whole,
+# so an hour's window costs four times a quarter's, and a steady quarter of an hour at the
+# incident's load is what a fix would change (an hour's window mixes the peak with its
+# build-up and its easing, whose queues a replay matches only by luck).
+SPAN = 900.0
+# The parts of the window the span is chosen among: those at least this share of the busiest
+# one's load (the incident's, not a quiet stretch before it).
+BUSY = 0.8
 
 
 class FitError(UserError):
@@ -82,6 +90,12 @@ class Fit:
     cache: EngineCache
     measured: Observed
     notes: list[str] = field(default_factory=list)
+    # Requests waiting in the servers' queues at ``start`` (a part of the window only): a
+    # queue the part begins with.
+    backlog: float = 0.0
+    # The whole window fitted, when the replay covers only its steadiest busy part
+    # (``start``-``end``); None when it covers all of it.
+    window: tuple[float, float] | None = None
 
     @property
     def seconds(self) -> float:
@@ -170,9 +184,10 @@ def _has(source: MetricSource, name: str, selector: tuple[str, ...], at: float, 
 
 def arrival_rates(
     source: MetricSource, selector: tuple[str, ...], start: float, end: float, step: float
-) -> np.ndarray:
+) -> tuple[np.ndarray, np.ndarray]:
     """Requests/s arriving in each ``step`` of ``(start, end]``: those finished in it plus the
-    change in those inside the servers (running or waiting)."""
+    change in those inside the servers (running or waiting); and those inside at each step's
+    bounds (one more value than steps)."""
     sel = _sel(selector)
     w = f"{int(step)}s"
     ended = f"sum(increase({F.SUCCESS.name}{sel}[{w}]))"
@@ -186,7 +201,27 @@ def arrival_rates(
     held = _on(grid, inside)
     held = np.where(np.isnan(held), 0.0, held)
     arrived = np.nan_to_num(finished) + np.diff(held)
-    return np.asarray(np.maximum(arrived, 0.0) / step, dtype=np.float64)
+    return np.asarray(np.maximum(arrived, 0.0) / step, dtype=np.float64), held
+
+
+def steady_part(rates: np.ndarray, held: np.ndarray, step: float) -> tuple[int, int]:
+    """The steps ``[lo, hi)`` of the window to calibrate on and replay: ``SPAN`` seconds (the
+    whole window when it is no longer) at the incident's load (at least ``BUSY`` of the
+    busiest part's mean rate) where the load is steadiest: the least spread of the arrival
+    rate, plus the change in the requests inside the servers over it as a share of the
+    requests that arrived (a queue that builds or drains). The latest of equals."""
+    k = max(1, round(SPAN / step))
+    n = rates.size
+    if n <= k:
+        return 0, n
+    windows = np.lib.stride_tricks.sliding_window_view(rates, k)
+    means = windows.mean(axis=1)
+    spread = windows.std(axis=1) / np.maximum(means, 1e-9)
+    arrived = np.maximum(means * k * step, 1.0)
+    drift = np.abs(held[k:] - held[: n - k + 1]) / arrived
+    score = np.where(means >= BUSY * means.max(), spread + drift, np.inf)
+    lo = int(n - k - np.argmin(score[::-1]))
+    return lo, lo + k
 
 
 def _on(grid: np.ndarray, found: list) -> np.ndarray:  # type: ignore[type-arg]
@@ -231,7 +266,15 @@ def fit_window(
             "engine's KV cache as vLLM reports it (a vLLM server, scraped at the time)"
         )
     cache = _cache(live[0], shown)
-    measured = measure(source, scope, start, end)
+    step = RATE_STEP if end - start >= 4 * RATE_STEP else max(15.0, (end - start) / 4)
+    rates, held = arrival_rates(source, scope, start, end, step)
+    lo, hi = steady_part(rates, held, step)
+    part = None  # the part replayed, measured; the whole window is measured only without one
+    if hi - lo < rates.size:
+        part = measure(source, scope, start + lo * step, start + hi * step)
+        if part.finished < MIN_REQUESTS or part.ttft.count < MIN_REQUESTS:
+            part = None
+    measured = part or measure(source, scope, start, end)
     if measured.finished < MIN_REQUESTS or measured.ttft.count < MIN_REQUESTS:
         minutes = (end - start) / 60
         raise FitError(
@@ -267,14 +310,19 @@ def fit_window(
     servers = {(s.labels.get("job", ""), s.labels.get("instance", "")) for s in counted}
     instances = max(1, len(servers))
     engines = max(1, round(len(counted) / instances))
-    step = RATE_STEP if end - start >= 4 * RATE_STEP else max(15.0, (end - start) / 4)
-    rates = arrival_rates(source, scope, start, end, step)
     notes = []
+    window = None
+    if part is not None:
+        window = (start, end)
+        start, end, rates = start + lo * step, start + hi * step, rates[lo:hi]
     if prompt.error > 0.1 or output.error > 0.1:
         notes.append(
             "the lengths are not log-normal (CDF off by up to "
             f"{max(prompt.error, output.error):.0%} at a bound): the replay's mix is approximate"
         )
+    backlog = 0.0  # a window as chosen is replayed from empty queues, as it always was
+    if window is not None:
+        backlog = _scalar(source, f"sum({F.WAITING.name}{_sel(scope)})", start) or 0.0
     return Fit(
         model=model,
         start=start,
@@ -290,6 +338,8 @@ def fit_window(
         cache=cache,
         measured=measured,
         notes=notes,
+        window=window,
+        backlog=backlog,
     )
 
 

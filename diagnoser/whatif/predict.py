@@ -127,11 +127,12 @@ def what_if(
 ) -> WhatIf:
     """Calibrate to ``fit`` and predict each lever (none when the calibration refuses).
 
-    Today's replay comes first; while it runs, the spare workers replay levers at today's
-    speed, which most servers keep (no factor fitted). When a factor is fitted, the levers not
-    yet started are dropped and replayed with it, alongside today's next replay, and so on
-    while the fit goes on: on two cores, three rounds of replays without a factor and four
-    with one that the first fit settles.
+    Today's replays come first, one after another while the fit goes on. Once the last one
+    came near (``Fitting.near``: the next is likely the last), the spare workers replay the
+    levers at the factors being tried, alongside it; a replay that moves the factors again
+    drops them (those not yet started cost nothing). The levers wait for the calibration
+    otherwise: on a machine shared with other work, replays that a refusal or a further step
+    would throw away take the time of those that count. A refusal replays no lever.
 
     ``deadline`` (``time.monotonic()``) bounds it all: a replay not done by then is stopped,
     and what it would have said is ``LATE`` (the calibration: ``late``, nothing predicted).
@@ -142,20 +143,20 @@ def what_if(
     want = fit.measured.figures(*slo)
     fitting = Fitting(today, setup.gpu, seen(fit.measured, slo))
     n = max(1, min(workers or os.cpu_count() or 1, 1 + len(outcomes)))
-    at, fitted = (1.0, 1.0), False
+    at = (1.0, 1.0)
     with _Replays(fit, setup, n, deadline) as pool:
         pending = pool.submit(today)
         jobs = _configs(outcomes, today, fit, setup)
-        results = [pool.submit(cfg) for _, cfg in jobs[: n - 1]]
+        results: list[_Pending] = []
         today_obs = _observed(pool.wait(pending))
         while today_obs is not None and (step := fitting.next(at, seen(today_obs, slo))):
             for f in results:  # replays at the speed just left behind
                 f.cancel()
-            at, fitted = step, True
+            at = step
             cfg = with_factors(today, *at, setup.gpu)
             pending = pool.submit(cfg)
             jobs = _configs(outcomes, cfg, fit, setup)
-            results = [pool.submit(c) for _, c in jobs]
+            results = [pool.submit(c) for _, c in jobs] if fitting.near else []
             today_obs = _observed(pool.wait(pending))
         if today_obs is None:  # the deadline passed: nothing to calibrate by
             cal = unfinished(today, setup.gpu, *at, want, fitting.replays)
@@ -163,11 +164,10 @@ def what_if(
                 outcomes[i].error = LATE
             got: dict[str, float | None] = dict(cal.replayed)
         else:
-            if not fitted:
-                results += [pool.submit(cfg) for _, cfg in jobs[n - 1 :]]
             got, noise = today_obs.figures(*slo), today_obs.noise(*slo)
             cal = judge(today, setup.gpu, *at, got, want, fitting.replays, noise)
             if cal.ok:
+                results = results or [pool.submit(cfg) for _, cfg in jobs]
                 for (i, _), f in zip(jobs, results, strict=False):
                     _predicted(outcomes[i], pool.wait(f), cal, want, slo)
     return WhatIf(

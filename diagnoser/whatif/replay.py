@@ -43,10 +43,15 @@ from diagnoser.whatif.fit import Fit
 from diagnoser.whatif.stats import Buckets, Observed, pooled
 
 WARMUP = 180.0  # seconds replayed at the window's first rates before it is read
+RUSH = 60.0  # the warm-up's last seconds, in which the queue the window began with arrives
 SCRAPE = 15.0  # seconds between samples of KV usage and the queue
 TICK = 1.0
 SEED = 2026
 SMOOTH = 300.0  # seconds the measured arrival rate is averaged over
+# Departures from that average this many times what counting explains are bursts, and kept.
+BURSTY = 2.0
+# Steps of rates it takes to tell bursts from chance (a few steps' spread is itself noise).
+BURST_STEPS = 10
 # Requests a replay serves over its draws together: a window with fewer is replayed again with
 # other draws, up to MAX_DRAWS times (a draw costs as much as the window's requests).
 DRAW_REQUESTS = 2000
@@ -152,14 +157,24 @@ def api_server(g: GpuSpec) -> ApiServerConfig:
 
 
 def smooth(rates: np.ndarray, step: float, seconds: float = SMOOTH) -> np.ndarray:
-    """The rates averaged over ``seconds`` around each step. A step's measured count carries
-    its own Poisson noise, and the replay draws Poisson arrivals again: unsmoothed, the
-    replay's load would be burstier than the measured one (twice the variance per step)."""
+    """The rates with their counting noise taken out. A step's measured count carries its
+    own Poisson noise, and the replay draws Poisson arrivals again: replayed as measured, the
+    load would be burstier than the measured one (twice the variance per step). So each rate
+    is drawn towards its average over ``seconds``, by the share of its departure from that
+    average that counting noise explains: all of it on a steady load, little of it where the
+    load comes in bursts (which a replay at the average would never queue behind). Judged on
+    ``BURST_STEPS`` steps or more; fewer are averaged, as the window's noise is."""
     k = max(1, round(seconds / step))
     if k == 1 or rates.size <= k:
         return rates
     padded = np.pad(rates, (k // 2, k - 1 - k // 2), mode="edge")
-    return np.convolve(padded, np.ones(k) / k, mode="valid")
+    base = np.convolve(padded, np.ones(k) / k, mode="valid")
+    left = rates - base
+    spread = float(np.mean(left**2))
+    counting = float(np.mean(np.maximum(base, 0.0))) / step  # a count's variance is its mean
+    bursty = rates.size >= BURST_STEPS and spread > BURSTY * counting
+    keep = 1.0 - counting / spread if bursty else 0.0
+    return np.asarray(base + keep * left, dtype=np.float64)
 
 
 def scenario(fit: Fit, setup: Setup, cfg: Config, seed: int = SEED) -> Scenario:
@@ -167,10 +182,16 @@ def scenario(fit: Fit, setup: Setup, cfg: Config, seed: int = SEED) -> Scenario:
     (the scenario's objects are its own: the simulation changes them as it runs)."""
     rates = smooth(fit.rates, fit.rate_step) if fit.rates.size else np.array([fit.mean_rate])
     first = float(rates[: max(1, int(300 / fit.rate_step))].mean())
+    # The queue the servers began the window with arrives in the warm-up's last ``RUSH``
+    # seconds, over the first rates: as long at the window's start, where the servers serve
+    # no faster than the load (and drained by then where they do, as it would have been).
     timeline = [
         Change(at=WARMUP + k * fit.rate_step, set={"workload.rate.mean": float(r)})
         for k, r in enumerate(rates)
     ]
+    if fit.backlog >= 1:
+        rushed = first + fit.backlog / RUSH
+        timeline.insert(0, Change(at=WARMUP - RUSH, set={"workload.rate.mean": rushed}))
     workload = Workload(
         rate=Rate(mean=first, noise=0.0),
         prompt=Lengths(median=fit.prompt.median, sigma=fit.prompt.sigma),

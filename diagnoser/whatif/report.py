@@ -3,6 +3,8 @@
 The JSON object::
 
     {"model": str, "window": {"start": ISO, "end": ISO, "seconds": float},
+     "span": {"start": ISO, "end": ISO, "seconds": float} (the part of the window calibrated
+             on and replayed: its steadiest busy quarter hour, or the whole window),
      "fit": {"arrival_rate": {"mean", "min", "max", "step_seconds"},
              "prompt_tokens": {"median", "sigma"}, "output_tokens": {"median", "sigma"},
              "length_share", "max_tokens", "prefix_cache_hit_rate", "instances", "engines",
@@ -51,9 +53,11 @@ from diagnoser.whatif.replay import draws
 def to_json(w: WhatIf) -> dict[str, Any]:
     fit, e, cal = w.fit, w.today.engine, w.calibration
     rates = fit.rates
+    whole = fit.window or (fit.start, fit.end)
     doc = {
         "model": fit.model,
-        "window": {"start": iso(fit.start), "end": iso(fit.end), "seconds": fit.seconds},
+        "window": {"start": iso(whole[0]), "end": iso(whole[1]), "seconds": whole[1] - whole[0]},
+        "span": {"start": iso(fit.start), "end": iso(fit.end), "seconds": fit.seconds},
         "fit": {
             "arrival_rate": {
                 "mean": fit.mean_rate,
@@ -126,7 +130,7 @@ def text(w: WhatIf) -> str:
     n = doc["calibration"]["draws"]
     each = f", each pooling {n} draws of the window" if n > 1 else ""
     lines = [
-        f"what-if for {printable(fit.model)}, {iso(fit.start)} to {iso(fit.end)}",
+        f"what-if for {printable(fit.model)}, {doc['window']['start']} to {doc['window']['end']}",
         f"  workload: {f['arrival_rate']['mean']:.2f} req/s (per {fit.rate_step:g} s: "
         f"{f['arrival_rate']['min']:.2f}-{f['arrival_rate']['max']:.2f}), prompts "
         f"~{fit.prompt.median:,.0f} tokens (sigma {fit.prompt.sigma:.2f}), answers "
@@ -141,6 +145,12 @@ def text(w: WhatIf) -> str:
         f"  calibration: prefill x{cal.prefill_factor:.2f}, decode x{cal.decode_factor:.2f} "
         f"({cal.replays} replay(s){each})",
     ]
+    if fit.window:
+        lines.insert(
+            1,
+            f"  replayed: {iso(fit.start)} to {iso(fit.end)}, the window's steadiest part at the "
+            "incident's load (calibrated on it; every figure is of it)",
+        )
     chance = any(v is not None for v in cal.noise.values())
     lines.append(
         f"    {'':16}{'measured':>12}{'replayed':>12}{'residual':>14}"
