@@ -315,9 +315,10 @@ def bench_fleet() -> None:
     fleetbench.main([])
 
 
-def bench_written(ks: Sequence[int]) -> Score:
+def bench_written(ks: Sequence[int], histograms: bool = False) -> Score:
     """AC@1 and AC@3 over the SGLang cases written from SGLang's code, without the
-    simulator's engine (``lab.sglang_written``), case ``k`` 0 being the case as written."""
+    simulator's engine (``lab.sglang_written``), case ``k`` 0 being the case as written;
+    ``histograms``: the server started with ``--collect-tokens-histogram``."""
     import tempfile
     from pathlib import Path
 
@@ -329,7 +330,8 @@ def bench_written(ks: Sequence[int]) -> Score:
         for k in ks:
             case = W.variant(base, k) if k else base
             with tempfile.TemporaryDirectory() as tmp:
-                ids = [f["id"] for f in W.diagnose(case, Path(tmp), end)["findings"]]
+                found = W.diagnose(case, Path(tmp), end, histograms)["findings"]
+                ids = [f["id"] for f in found]
             if case.expect is None:
                 healthy += len(ids)
                 verdict = "ok" if not ids else "FALSE POSITIVE"
@@ -348,27 +350,60 @@ def bench_written(ks: Sequence[int]) -> Score:
     return at1, n, healthy
 
 
+def with_token_histograms(sc: Scenario) -> Scenario:
+    """The scenario with every SGLang server started with ``--collect-tokens-histogram``."""
+    import copy
+
+    out = copy.deepcopy(sc)
+    for m in out.models:
+        if m.runtime == "sglang":
+            m.engine.collect_tokens_histogram = True
+    return out
+
+
+# SGLang's two settings of its token-length histograms, as bench_sglang reports them.
+SGLANG_SETTINGS = (("defaults", False), ("--collect-tokens-histogram", True))
+
+
 def bench_sglang() -> None:
     """Accuracy on the SGLang scenarios (SGLang servers alone and mixed with vLLM), and on the
-    SGLang cases written from SGLang's code without the simulator's engine; variants 9 and 10
-    of both are kept out of tuning."""
-    scenarios = sglang_library()
-    print("accuracy on the SGLang scenarios (SGLang alone, and mixed vLLM + SGLang fleets):")
-    tuned = [bench_accuracy(scenarios=scenarios)]
-    print("accuracy on SGLang variants 1-8 (other seeds, onsets, magnitudes):")
-    tuned.append(bench_accuracy(variants=(1, 2, 3, 4, 5, 6, 7, 8), scenarios=scenarios))
-    print("accuracy on the SGLang cases written from SGLang's code, and their variants 1-8:")
-    tuned.append(bench_written((0, 1, 2, 3, 4, 5, 6, 7, 8)))
-    print("accuracy on SGLang variants 9-10 (kept out of tuning):")
-    held = [bench_accuracy(variants=(9, 10), scenarios=scenarios)]
-    print("accuracy on the written SGLang cases' variants 9-10 (kept out of tuning):")
-    held.append(bench_written((9, 10)))
-    for name, scores in (("kept out of tuning", held), ("all runs", tuned + held)):
-        at1, n, healthy = (sum(x) for x in zip(*scores, strict=True))
-        print(
-            f"SGLang, {name} (simulated and written): AC@1 {at1}/{n} = "
-            f"{at1 / max(1, n):.2f}, findings on healthy runs: {healthy}"
-        )
+    SGLang cases written from SGLang's code without the simulator's engine, at SGLang's
+    defaults (no token-length histograms) and with ``--collect-tokens-histogram``, then both
+    side by side; variants 9 and 10 of both are kept out of tuning."""
+    rows: list[tuple[str, str, Score]] = []
+    for setting, on in SGLANG_SETTINGS:
+        scenarios = sglang_library()
+        if on:
+            scenarios = [with_token_histograms(sc) for sc in scenarios]
+        print(f"== SGLang at {setting}")
+        print("accuracy on the SGLang scenarios (SGLang alone, and mixed vLLM + SGLang fleets):")
+        rows.append((setting, "scenarios", bench_accuracy(scenarios=scenarios)))
+        print("accuracy on SGLang variants 1-8 (other seeds, onsets, magnitudes):")
+        tuned = bench_accuracy(variants=(1, 2, 3, 4, 5, 6, 7, 8), scenarios=scenarios)
+        rows.append((setting, "variants 1-8", tuned))
+        print("accuracy on the SGLang cases written from SGLang's code, and their variants 1-8:")
+        rows.append((setting, "written, 0-8", bench_written((0, 1, 2, 3, 4, 5, 6, 7, 8), on)))
+        print("accuracy on SGLang variants 9-10 (kept out of tuning):")
+        held = bench_accuracy(variants=(9, 10), scenarios=scenarios)
+        rows.append((setting, "variants 9-10 *", held))
+        print("accuracy on the written SGLang cases' variants 9-10 (kept out of tuning):")
+        rows.append((setting, "written 9-10 *", bench_written((9, 10), on)))
+    print("SGLang at its defaults and with --collect-tokens-histogram (* kept out of tuning):")
+    print(f"  {'':<16} {'defaults':>24} {'--collect-tokens-histogram':>28}")
+    parts = list(dict.fromkeys(part for _, part, _ in rows))
+    for part in (*parts, "kept out of tuning", "all runs"):
+        cells = []
+        for setting, _ in SGLANG_SETTINGS:
+            mine = [x for s, p, x in rows if s == setting and _in(p, part)]
+            at1, n, healthy = (sum(x) for x in zip(*mine, strict=True))
+            cells.append(f"AC@1 {at1}/{n} = {at1 / max(1, n):.2f}, healthy {healthy}")
+        print(f"  {part:<18} {cells[0]:>30} {cells[1]:>30}")
+
+
+def _in(part: str, group: str) -> bool:
+    """Whether a bench part counts in a row of the summary (itself, or a total)."""
+    held = group == "kept out of tuning" and part.endswith("*")
+    return group == "all runs" or part == group or held
 
 
 def bench_real() -> None:
