@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 from diagnoser.catalog import load_catalog
 from diagnoser.outputs import rules
 from diagnoser.site import Site
+from lab.sglangbench import Score
 
 if TYPE_CHECKING:
     from diagnoser.sim.scenario import Scenario
@@ -170,9 +171,6 @@ def sglang_library() -> list[Scenario]:
     return [sc for sc in map(library.find, library.names()) if runs_sglang(sc)]
 
 
-Score = tuple[int, int, int]  # incidents right at 1, incidents, findings on healthy runs
-
-
 def bench_accuracy(variants: Sequence[int] = (), scenarios: Sequence[Scenario] = ()) -> Score:
     """AC@1 and AC@3 over the labelled vLLM library (or variants ``k`` of it, or of the
     scenarios given); findings on healthy scenarios; and where the misses are, per playbook."""
@@ -315,52 +313,6 @@ def bench_fleet() -> None:
     fleetbench.main([])
 
 
-def bench_written(ks: Sequence[int], histograms: bool = False) -> Score:
-    """AC@1 and AC@3 over the SGLang cases written from SGLang's code, without the
-    simulator's engine (``lab.sglang_written``), case ``k`` 0 being the case as written;
-    ``histograms``: the server started with ``--collect-tokens-histogram``."""
-    import tempfile
-    from pathlib import Path
-
-    from lab import sglang_written as W
-
-    end = float(int(time.time()) // 60 * 60 - 120)
-    at1 = at3 = n = healthy = 0
-    for base in W.cases():
-        for k in ks:
-            case = W.variant(base, k) if k else base
-            with tempfile.TemporaryDirectory() as tmp:
-                found = W.diagnose(case, Path(tmp), end, histograms)["findings"]
-                ids = [f["id"] for f in found]
-            if case.expect is None:
-                healthy += len(ids)
-                verdict = "ok" if not ids else "FALSE POSITIVE"
-            else:
-                n += 1
-                at1 += ids[:1] == [case.expect]
-                at3 += case.expect in ids[:3]
-                verdict = "ok" if ids[:1] == [case.expect] else "MISSED"
-                verdict = "top-3" if verdict == "MISSED" and case.expect in ids[:3] else verdict
-            print(f"  {case.name:<32} {verdict:<14} {', '.join(ids[:3]) or '-'}")
-    print(
-        f"accuracy over {n} written incidents (k = {', '.join(map(str, ks))}): "
-        f"AC@1 {at1}/{n} = {at1 / max(1, n):.2f}, AC@3 {at3}/{n} = {at3 / max(1, n):.2f}, "
-        f"findings on healthy cases: {healthy}"
-    )
-    return at1, n, healthy
-
-
-def with_token_histograms(sc: Scenario) -> Scenario:
-    """The scenario with every SGLang server started with ``--collect-tokens-histogram``."""
-    import copy
-
-    out = copy.deepcopy(sc)
-    for m in out.models:
-        if m.runtime == "sglang":
-            m.engine.collect_tokens_histogram = True
-    return out
-
-
 # SGLang's two settings of its token-length histograms, as bench_sglang reports them.
 SGLANG_SETTINGS = (("defaults", False), ("--collect-tokens-histogram", True))
 
@@ -370,6 +322,8 @@ def bench_sglang() -> None:
     SGLang cases written from SGLang's code without the simulator's engine, at SGLang's
     defaults (no token-length histograms) and with ``--collect-tokens-histogram``, then both
     side by side; variants 9 and 10 of both are kept out of tuning."""
+    from lab.sglangbench import bench_written, with_token_histograms
+
     rows: list[tuple[str, str, Score]] = []
     for setting, on in SGLANG_SETTINGS:
         scenarios = sglang_library()
