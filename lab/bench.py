@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 from diagnoser.catalog import load_catalog
 from diagnoser.outputs import rules
 from diagnoser.site import Site
+from lab.sglangbench import Score
 
 if TYPE_CHECKING:
     from diagnoser.sim.scenario import Scenario
@@ -179,9 +180,6 @@ def sglang_library() -> list[Scenario]:
     return [sc for sc in map(library.find, library.names()) if runs_sglang(sc)]
 
 
-Score = tuple[int, int, int]  # incidents right at 1, incidents, findings on healthy runs
-
-
 def bench_accuracy(variants: Sequence[int] = (), scenarios: Sequence[Scenario] = ()) -> Score:
     """AC@1 and AC@3 over the labelled vLLM library (or variants ``k`` of it, or of the
     scenarios given); findings on healthy scenarios; and where the misses are, per playbook."""
@@ -324,60 +322,51 @@ def bench_fleet() -> None:
     fleetbench.main([])
 
 
-def bench_written(ks: Sequence[int]) -> Score:
-    """AC@1 and AC@3 over the SGLang cases written from SGLang's code, without the
-    simulator's engine (``lab.sglang_written``), case ``k`` 0 being the case as written."""
-    import tempfile
-    from pathlib import Path
-
-    from lab import sglang_written as W
-
-    end = float(int(time.time()) // 60 * 60 - 120)
-    at1 = at3 = n = healthy = 0
-    for base in W.cases():
-        for k in ks:
-            case = W.variant(base, k) if k else base
-            with tempfile.TemporaryDirectory() as tmp:
-                ids = [f["id"] for f in W.diagnose(case, Path(tmp), end)["findings"]]
-            if case.expect is None:
-                healthy += len(ids)
-                verdict = "ok" if not ids else "FALSE POSITIVE"
-            else:
-                n += 1
-                at1 += ids[:1] == [case.expect]
-                at3 += case.expect in ids[:3]
-                verdict = "ok" if ids[:1] == [case.expect] else "MISSED"
-                verdict = "top-3" if verdict == "MISSED" and case.expect in ids[:3] else verdict
-            print(f"  {case.name:<32} {verdict:<14} {', '.join(ids[:3]) or '-'}")
-    print(
-        f"accuracy over {n} written incidents (k = {', '.join(map(str, ks))}): "
-        f"AC@1 {at1}/{n} = {at1 / max(1, n):.2f}, AC@3 {at3}/{n} = {at3 / max(1, n):.2f}, "
-        f"findings on healthy cases: {healthy}"
-    )
-    return at1, n, healthy
+# SGLang's two settings of its token-length histograms, as bench_sglang reports them.
+SGLANG_SETTINGS = (("defaults", False), ("--collect-tokens-histogram", True))
 
 
 def bench_sglang() -> None:
     """Accuracy on the SGLang scenarios (SGLang servers alone and mixed with vLLM), and on the
-    SGLang cases written from SGLang's code without the simulator's engine; variants 9 and 10
-    of both are kept out of tuning."""
-    scenarios = sglang_library()
-    print("accuracy on the SGLang scenarios (SGLang alone, and mixed vLLM + SGLang fleets):")
-    tuned = [bench_accuracy(scenarios=scenarios)]
-    print("accuracy on SGLang variants 1-8 (other seeds, onsets, magnitudes):")
-    tuned.append(bench_accuracy(variants=(1, 2, 3, 4, 5, 6, 7, 8), scenarios=scenarios))
-    print("accuracy on the SGLang cases written from SGLang's code, and their variants 1-8:")
-    tuned.append(bench_written((0, 1, 2, 3, 4, 5, 6, 7, 8)))
-    print("accuracy on SGLang variants 9-10 (kept out of tuning):")
-    held = [bench_accuracy(variants=(9, 10), scenarios=scenarios)]
-    print("accuracy on the written SGLang cases' variants 9-10 (kept out of tuning):")
-    held.append(bench_written((9, 10)))
-    for name, scores in (("kept out of tuning", held), ("all runs", tuned + held)):
-        at1, n, healthy = (sum(x) for x in zip(*scores, strict=True))
-        print(
-            f"SGLang, {name} (simulated and written): AC@1 {at1}/{n} = "
-            f"{at1 / max(1, n):.2f}, findings on healthy runs: {healthy}"
-        )
+    SGLang cases written from SGLang's code without the simulator's engine, at SGLang's
+    defaults (no token-length histograms) and with ``--collect-tokens-histogram``, then both
+    side by side; variants 9 and 10 of both are kept out of tuning."""
+    from lab.sglangbench import bench_written, with_token_histograms
+
+    rows: list[tuple[str, str, Score]] = []
+    for setting, on in SGLANG_SETTINGS:
+        scenarios = sglang_library()
+        if on:
+            scenarios = [with_token_histograms(sc) for sc in scenarios]
+        print(f"== SGLang at {setting}")
+        print("accuracy on the SGLang scenarios (SGLang alone, and mixed vLLM + SGLang fleets):")
+        rows.append((setting, "scenarios", bench_accuracy(scenarios=scenarios)))
+        print("accuracy on SGLang variants 1-8 (other seeds, onsets, magnitudes):")
+        tuned = bench_accuracy(variants=(1, 2, 3, 4, 5, 6, 7, 8), scenarios=scenarios)
+        rows.append((setting, "variants 1-8", tuned))
+        print("accuracy on the SGLang cases written from SGLang's code, and their variants 1-8:")
+        rows.append((setting, "written, 0-8", bench_written((0, 1, 2, 3, 4, 5, 6, 7, 8), on)))
+        print("accuracy on SGLang variants 9-10 (kept out of tuning):")
+        held = bench_accuracy(variants=(9, 10), scenarios=scenarios)
+        rows.append((setting, "variants 9-10 *", held))
+        print("accuracy on the written SGLang cases' variants 9-10 (kept out of tuning):")
+        rows.append((setting, "written 9-10 *", bench_written((9, 10), on)))
+    print("SGLang at its defaults and with --collect-tokens-histogram (* kept out of tuning):")
+    print(f"  {'':<16} {'defaults':>24} {'--collect-tokens-histogram':>28}")
+    parts = list(dict.fromkeys(part for _, part, _ in rows))
+    for part in (*parts, "kept out of tuning", "all runs"):
+        cells = []
+        for setting, _ in SGLANG_SETTINGS:
+            mine = [x for s, p, x in rows if s == setting and _in(p, part)]
+            at1, n, healthy = (sum(x) for x in zip(*mine, strict=True))
+            cells.append(f"AC@1 {at1}/{n} = {at1 / max(1, n):.2f}, healthy {healthy}")
+        print(f"  {part:<18} {cells[0]:>30} {cells[1]:>30}")
+
+
+def _in(part: str, group: str) -> bool:
+    """Whether a bench part counts in a row of the summary (itself, or a total)."""
+    held = group == "kept out of tuning" and part.endswith("*")
+    return group == "all runs" or part == group or held
 
 
 def bench_real() -> None:

@@ -10,8 +10,9 @@ tokens per second, the decode step, the chunk size, the KV capacity):
 - a request is counted in ``num_queue_reqs`` until its first chunk runs (a prompt being chunked
   is not in the queue), its queue time observed then, its prompt tokens added to
   ``realtime_tokens_total{mode="prefill_compute"}`` chunk by chunk as they run;
-- TTFT is observed at the first output; prompt and generation counters, the prompt, uncached
-  and generation histograms, e2e and TPOT only when the request finishes.
+- TTFT is observed at the first output; prompt and generation counters, e2e and TPOT only
+  when the request finishes, and so are the prompt, uncached and generation histograms, which
+  a server writes only with ``--collect-tokens-histogram`` (off by default: ``histograms``).
 
 The wait before prefill is the queue's, served first come first served at the server's prefill
 speed. ``variant(case, k)`` draws another server (prefill speed, decode step, chunk size, KV
@@ -121,7 +122,9 @@ def _classes(phase: dict[str, float]) -> list[tuple[float, float, float]]:
     return out
 
 
-def write(case: Case, end: float, path: Path) -> Path:
+def write(case: Case, end: float, path: Path, histograms: bool = False) -> Path:
+    """The case's series into ``path`` (OpenMetrics); ``histograms``: as a server started
+    with ``--collect-tokens-histogram``."""
     rng = np.random.default_rng(case.seed)
     srv = case.server
     rec = Recorder()
@@ -241,7 +244,7 @@ def write(case: Case, end: float, path: Path) -> Path:
             rec.sample(fam.name, fam.type, fam.help, stream, ts, counters[key])
         for fam, hist in h.items():
             rec.sample_histogram(fam.name, fam.help, stream, ts, hist)
-        for fam, hist in hp.items():
+        for fam, hist in hp.items() if histograms else ():
             rec.sample_histogram(fam.name, fam.help, tok, ts, hist)
         fam = SG.HTTP_RESPONSES
         code = labels_of(
@@ -253,14 +256,14 @@ def write(case: Case, end: float, path: Path) -> Path:
     return path
 
 
-def diagnose(case: Case, workdir: Path, end: float) -> dict[str, Any]:
+def diagnose(case: Case, workdir: Path, end: float, histograms: bool = False) -> dict[str, Any]:
     """The case written into a real Prometheus and diagnosed over its last hour, as a user
-    would: ``diagnose``'s JSON."""
+    would: ``diagnose``'s JSON (``histograms``: see ``write``)."""
     import diagnoser
     from lab.promserver import Prometheus, backfill
 
     workdir.mkdir(parents=True, exist_ok=True)
-    om = write(case, end, workdir / f"{case.name}.om")
+    om = write(case, end, workdir / f"{case.name}.om", histograms)
     backfill(om, workdir / "tsdb")
     with Prometheus(workdir / "tsdb") as prom:
         return diagnoser.diagnose(prom.url, since=WINDOW, until=end).to_json()

@@ -22,6 +22,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from scrape import parsed
 
 from diagnoser.metrics import families as F
+from diagnoser.metrics import families_sglang as SG
 from diagnoser.metrics.exposition import Recorder, text_exposition
 from diagnoser.sim.run import Simulation
 from diagnoser.sim.scenario import load_scenario
@@ -149,6 +150,18 @@ NOT_EXPORTED = {
     "func_latency_seconds": "no function is timed with time_func_latency in 0.5.23",
     "startup_latency_breakdown_seconds_max": "enable_startup_timer() is never called",
 }
+# Families behind a server flag in some 0.5 releases: SGLang up to 0.5.10.post1 observes the
+# token-length histograms only with --collect-tokens-histogram (ServerArgs default False);
+# 0.5.11 and later always do, so 0.5.23's reference has them, and the simulator exports them
+# with the flag alone (SGLang's defaults without it). The family table says the same.
+FLAGGED = {
+    f"sglang:{n}": SG.TOKENS_HISTOGRAM
+    for n in (
+        "prompt_tokens_histogram",
+        "uncached_prompt_tokens_histogram",
+        "generation_tokens_histogram",
+    )
+}
 # Exported after an event the simulator does not produce.
 NOT_SIMULATED = {
     "num_aborted_requests_total": "a client that goes away (the simulated clients never do)",
@@ -201,10 +214,12 @@ def labels_of(fam: dict[str, Any]) -> set[str]:
     return labels
 
 
-@pytest.fixture(scope="module")
-def exposed(tmp_path_factory) -> str:
-    path = tmp_path_factory.mktemp("sglang") / "s.yaml"
-    path.write_text(textwrap.dedent(SCENARIO))
+def exposition(path: Path, flags: str = "") -> str:
+    """The scenario's server's /metrics at its end, started with ``flags`` (engine keys)."""
+    text = textwrap.dedent(SCENARIO)
+    if flags:
+        text = text.replace("max_num_seqs: 256}", f"max_num_seqs: 256, {flags}}}")
+    path.write_text(text)
     sc = load_scenario(path)
     start = 1_700_000_000.0
     sim = Simulation(sc, Recorder(), start)
@@ -215,6 +230,24 @@ def exposed(tmp_path_factory) -> str:
     rec = Recorder(history=False)
     server.record_metrics(rec, sim.t, {})
     return text_exposition(rec)
+
+
+@pytest.fixture(scope="module")
+def exposed(tmp_path_factory) -> str:
+    """As 0.5.23 exports: the token histograms on (--collect-tokens-histogram before 0.5.11)."""
+    path = tmp_path_factory.mktemp("sglang") / "s.yaml"
+    return exposition(path, "collect_tokens_histogram: true")
+
+
+def test_without_the_flag_the_token_histograms_alone_are_missing(exposed, tmp_path):
+    """At SGLang's defaults (no --collect-tokens-histogram) the server exports every family it
+    exports with the flag but the token-length histograms; the table marks those alone."""
+    default = {n for n in parsed(exposition(tmp_path / "s.yaml")) if n.startswith("sglang:")}
+    flagged = {n for n in parsed(exposed) if n.startswith("sglang:")}
+    assert sorted(flagged - default) == sorted(FLAGGED)
+    assert default <= flagged
+    needs = {f.name: f.requires for f in F.FAMILIES.values() if f.provider == "sglang"}
+    assert {n: r for n, r in needs.items() if r == SG.TOKENS_HISTOGRAM} == FLAGGED
 
 
 def test_every_registered_family_is_exported_or_has_a_reason():

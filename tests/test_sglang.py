@@ -65,6 +65,16 @@ def test_a_mixed_fleet_finds_the_cause_on_the_sglang_model_only(mixed):
 
 
 @pytest.mark.prometheus
+def test_at_sglangs_defaults_the_evidence_says_what_stood_in_for_the_median_prompt(mixed):
+    """The SGLang servers run at their defaults (no --collect-tokens-histogram): the typical
+    prompt is estimated from the median prefill, and the evidence says so."""
+    top = mixed["findings"][0]
+    (p50,) = [e for e in top["evidence"] if e["signal"] == "prompt_tokens_p50"]
+    assert p50["holds"] and p50["read_as"].startswith("prompt_tokens_p50_from_prefill: ")
+    assert "--collect-tokens-histogram" in p50["read_as"]
+
+
+@pytest.mark.prometheus
 def test_what_sglang_cannot_tell_is_undecided_with_its_reason(mixed):
     undecided = {(u["id"], u["scope"]["model_name"]): u for u in mixed["undecided"] if u["scope"]}
     on_sglang = undecided[("stop-token-mismatch", "qwen3-8b")]

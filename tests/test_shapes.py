@@ -233,6 +233,22 @@ def test_a_contested_exclusion_rules_out_only_when_its_alternative_is_found(cata
     assert weaker.caveats[0].endswith("but kv-cache-pressure matched less strongly")
 
 
+def test_an_exclusion_whose_alternative_could_not_be_decided_leaves_the_match_undecided(catalog):
+    """A queue that longer prompts may have made, on a server whose prompt lengths could not
+    be read: queue-saturation is no likely cause, but undecided for prompt-length-shift's
+    reason (the same exclusion with prompt-length-shift decided and absent is a caveat)."""
+    from diagnoser.diagnosis.match import Match
+    from diagnoser.diagnosis.rank import rank
+
+    queue = _contested_match(catalog, "queue-saturation", 0.9, "prompt-length-shift")
+    why = "no series"
+    open_ = Match(catalog["prompt-length-shift"], {"model_name": "m"}, "undecided", reason=why)
+    open_.missing = ["prompt_tokens_p50"]
+    assert rank([queue, open_], catalog.advisory()) == []
+    assert queue.status == "undecided" and queue.missing == ["prompt_tokens_p50"]
+    assert "prompt-length-shift could not be decided: no series" in queue.reason
+
+
 def test_two_playbooks_pointing_at_each_other_leave_the_stronger(catalog):
     from diagnoser.diagnosis.rank import resolve
 

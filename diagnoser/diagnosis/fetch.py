@@ -74,6 +74,7 @@ def needed_signals(site: Site, catalog: Catalog | None = None) -> list[Signal]:
         for c in pb.signature.conditions():
             names.update(c.needs())
     names |= {site.vocabulary[n].ceiling for n in names} - {""}
+    names |= {i.signal for n in list(names) for i in site.vocabulary[n].stand_in.values()}
     return [site.vocabulary[n] for n in sorted(names)]
 
 
@@ -226,6 +227,7 @@ def fetch(
     for sig, s in partial:
         spread.put(sig, s)
     _engines(out, signals)
+    _stand_ins(out, signals)
     _ceilings(out, signals)
     _latency_ceilings(out, signals, site)
     for (pair, _), (sig, series, sec) in zip(extra, overridden, strict=True):
@@ -245,6 +247,19 @@ def fetch(
         data.smoothing = smoothing
     out.models = {key: thawed(data) for key, data in out.models.items()}
     return out
+
+
+def _stand_ins(out: Fetched, signals: Sequence[Signal]) -> None:
+    """A model scope without a signal's series of its own reads its engine's stand-in in its
+    place (``Signal.stand_in``: SGLang without its optional token histograms), and keeps
+    what it read, for the evidence to say."""
+    for data in out.models.values():
+        engine = data.engine or registry.reference().name
+        for sig in signals:
+            alt = sig.stand_in.get(engine)
+            if alt is not None and not data.has(sig.name) and alt.signal in data.series:
+                data.series[sig.name] = data.series[alt.signal]
+                data.stand_ins[sig.name] = f"{alt.signal}: {alt.what}"
 
 
 def _ceilings(out: Fetched, signals: Sequence[Signal]) -> None:

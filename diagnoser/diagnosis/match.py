@@ -45,6 +45,8 @@ class ScopeData:
     # A quantile's histogram's top finite bucket bounds (``Signal.ceiling``): a value at one
     # fell in the +Inf bucket and is a lower bound.
     ceilings: dict[str, tuple[float, ...]] = field(default_factory=dict)
+    # Signals read through another in their place, and what that one is (``Signal.stand_in``).
+    stand_ins: dict[str, str] = field(default_factory=dict)
 
     def has(self, name: str) -> bool:
         return name in self.series or name in self.classes
@@ -62,6 +64,8 @@ class ConditionResult:
     missing: list[str] = field(default_factory=list)
     # The top finite bucket bounds of the signal's histogram (see ScopeData.ceilings).
     ceilings: tuple[float, ...] = ()
+    # The signal read in the condition's signal's place, and what it is (ScopeData.stand_ins).
+    read_as: str = ""
 
     def numbers(self) -> dict[str, float | None]:
         """The verdict's numbers as reports show them: finite, rounded, else None."""
@@ -76,7 +80,8 @@ class ConditionResult:
                 v = numbers.get(k)
                 if v is not None and any(math.isclose(v, c, rel_tol=1e-6) for c in self.ceilings):
                     numbers[k] = AtLeast(v)
-        return SHAPES[self.condition.shape].evidence(self.condition, numbers, unit)
+        text = SHAPES[self.condition.shape].evidence(self.condition, numbers, unit)
+        return f"{text} (read as {self.read_as})" if self.read_as else text
 
 
 def clean(v: float | None) -> float | None:
@@ -139,6 +144,16 @@ def evaluate_condition(cond: Condition, data: ScopeData, p: Periods) -> tuple[Ve
     return shape.evaluate(cond, data, p), []
 
 
+def result(
+    cond: Condition, group: str, verdict: Verdict, missing: list[str], data: ScopeData
+) -> ConditionResult:
+    """A condition's result, with what the scope knows of its signal's series."""
+    ceilings = data.ceilings.get(cond.signal, ())
+    return ConditionResult(
+        cond, group, verdict, missing, ceilings, data.stand_ins.get(cond.signal, "")
+    )
+
+
 def evaluate(
     pb: Playbook,
     data: ScopeData,
@@ -165,9 +180,7 @@ def evaluate(
     for group, conds in sig.groups():
         for cond in conds:
             verdict, missing = evaluate_condition(cond, data, p)
-            match.results.append(
-                ConditionResult(cond, group, verdict, missing, data.ceilings.get(cond.signal, ()))
-            )
+            match.results.append(result(cond, group, verdict, missing, data))
     required = [r for r in match.results if r.group == "all"]
     failed = [r for r in required if r.verdict.holds is False]
     if failed:
@@ -220,15 +233,11 @@ def evaluate_absolute(
         return match
     for cond in sig.absolute:
         verdict, missing = evaluate_condition(cond, data, p)
-        match.results.append(
-            ConditionResult(cond, "absolute", verdict, missing, data.ceilings.get(cond.signal, ()))
-        )
+        match.results.append(result(cond, "absolute", verdict, missing, data))
     for cond in sig.none:
         if not SHAPES[cond.shape].relative:
             verdict, missing = evaluate_condition(cond, data, p)
-            match.results.append(
-                ConditionResult(cond, "none", verdict, missing, data.ceilings.get(cond.signal, ()))
-            )
+            match.results.append(result(cond, "none", verdict, missing, data))
     state = [r for r in match.results if r.group == "absolute"]
     if not all(r.verdict.holds for r in state):
         failed = next((r for r in state if r.verdict.holds is False), None)

@@ -242,6 +242,7 @@ def evidence_json(r: ConditionResult) -> dict[str, Any]:
         "group": r.group,
         "holds": r.verdict.holds,
         **r.numbers(),
+        **({"read_as": r.read_as} if r.read_as else {}),
     }
 
 

@@ -16,7 +16,7 @@ def by_scope(matches: Iterable[Match]) -> list[dict[str, Match]]:
     """The matches of each scope (model or target), by playbook id."""
     groups: dict[tuple[tuple[str, str], ...], dict[str, Match]] = {}
     for m in matches:
-        groups.setdefault(tuple(sorted(m.scope.items())), {})[m.playbook.id] = m
+        groups.setdefault(_key(m), {})[m.playbook.id] = m
     return list(groups.values())
 
 
@@ -27,24 +27,39 @@ def resolve(matches: list[Match]) -> None:
     prefills that stall decoding), so the match stands at lower confidence, with a caveat.
     When the stronger one found *explains* this one (a queue is a symptom of a crowded KV
     cache), this one is kept as its symptom instead: what was seen is real, and ``rank``
-    puts it behind its cause. Decided on the confidences before resolution, so two playbooks
-    that point at each other leave the stronger one standing."""
-    decisions: list[tuple[Match, str | None, list[str]]] = []
+    puts it behind its cause. When none of the causes it points to matched and one of them
+    could not be decided on the scope (a series its server does not export), what was seen
+    may well be that cause's: the match is undecided too, for that reason, rather than a
+    likely cause its own exclusion contradicts. Decided on the confidences before
+    resolution, so two playbooks that point at each other leave the stronger one standing."""
+    undecided = {(_key(m), m.playbook.id): m for m in matches if m.status == "undecided"}
+    decisions: list[tuple[Match, str | None, list[str], list[str], list[Match]]] = []
     for same in by_scope(m for m in matches if m.status in ("matched", "contested")):
         for m in same.values():
             if m.status != "contested":
                 continue
             ruled: str | None = None
-            caveats = []
+            caveats: list[str] = []
+            unjudged: list[Match] = []
+            open_: list[str] = []  # why the exclusion stays open: its causes undecided
             for r in m.results:
                 if r.group != "none" or not r.verdict.holds:
+                    continue
+                why = r.condition.why or r.condition.describe()
+                found = [i for i in r.condition.instead if i in same]
+                pending = [
+                    undecided[k] for i in r.condition.instead if (k := (_key(m), i)) in undecided
+                ]
+                if pending and not found:
+                    names = " or ".join(u.playbook.id for u in pending)
+                    unjudged += pending
+                    open_.append(f"{why}, and {names} could not be decided: {pending[0].reason}")
                     continue
                 stronger = [
                     i
                     for i in r.condition.instead
                     if i in same and (same[i].confidence, m.playbook.id) > (m.confidence, i)
                 ]
-                why = r.condition.why or r.condition.describe()
                 causes = [i for i in stronger if m.playbook.id in _explains(same[i])]
                 if causes:
                     continue  # a symptom of the cause found: kept, explained by it (see rank)
@@ -55,16 +70,24 @@ def resolve(matches: list[Match]) -> None:
                     verdict = "matched less strongly" if weaker else "did not match"
                     names = " or ".join(weaker or r.condition.instead)
                     caveats.append(f"{why}, but {names} {verdict}")
-            decisions.append((m, ruled, caveats))
-    for m, ruled, caveats in decisions:
-        if not ruled and not caveats:
+            decisions.append((m, ruled, caveats, open_, unjudged))
+    for m, ruled, caveats, open_, unjudged in decisions:
+        if not ruled and not caveats and not open_:
             m.status = "matched"  # every exclusion that held points at the cause of it
             continue
         if ruled:
             m.status, m.reason, m.confidence = "ruled_out", ruled, 0.0
+        elif unjudged:
+            m.status, m.confidence = "undecided", 0.0
+            m.reason = "; ".join(open_)
+            m.missing = sorted({s for u in unjudged for s in u.missing})
         else:
             m.status, m.caveats = "matched", caveats
             m.confidence = round(m.confidence * CONTESTED_FACTOR, 3)
+
+
+def _key(m: Match) -> tuple[tuple[str, str], ...]:
+    return tuple(sorted(m.scope.items()))
 
 
 def _explains(m: Match) -> tuple[str, ...]:

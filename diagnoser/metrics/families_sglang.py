@@ -6,7 +6,10 @@ has written a value to it: the scheduler's gauges from its first stats log (ever
 every 30 s when idle), its constants at start-up, counters and histograms from their first
 observation. Families behind an option (hierarchical cache, speculative decoding, grammars,
 disaggregation, DP attention, MFU and device-timer metrics) are not in the table, except
-LoRA's adapter slots (``requires="--enable-lora"``), which a signal reads.
+LoRA's adapter slots (``requires="--enable-lora"``), which a signal reads, and the token-length
+histograms (``requires=TOKENS_HISTOGRAM``): SGLang up to 0.5.10.post1 observes them only with
+``--collect-tokens-histogram``, off by default; later releases always do. The signals read at
+SGLang's defaults do without them (counters and the queue-time count instead).
 Scheduler series carry ``model_name, engine_type, tp_rank, pp_rank, moe_ep_rank`` (``dp_rank``
 with data parallelism, ``priority`` with priority scheduling); tokenizer series ``model_name,
 engine_type``. A gauge without a ``multiprocess_mode`` keeps each process's value apart,
@@ -20,6 +23,8 @@ from diagnoser.metrics import buckets as B
 from diagnoser.metrics.family import Family, register
 
 PROVIDED_BY = "SGLang 0.5 (--enable-metrics)"
+# The server flag behind the token-length histograms (a default of SGLang <= 0.5.10.post1).
+TOKENS_HISTOGRAM = "--collect-tokens-histogram"
 SCHEDULER = ("model_name", "engine_type", "tp_rank", "pp_rank", "moe_ep_rank")
 TOKENIZER = ("model_name", "engine_type")
 _SCHED, _TOK = SCHEDULER, TOKENIZER
@@ -325,6 +330,7 @@ PROMPT = _s(
     "Histogram of prompt token length.",
     base=_TOK,
     buckets=B.SGLANG_TOKEN_BUCKETS,
+    requires=TOKENS_HISTOGRAM,
 )
 PROMPT_UNCACHED = _s(
     "sglang:uncached_prompt_tokens_histogram",
@@ -332,6 +338,7 @@ PROMPT_UNCACHED = _s(
     "Histogram of uncached (compute) prompt token length.",
     base=_TOK,
     buckets=B.SGLANG_TOKEN_BUCKETS,
+    requires=TOKENS_HISTOGRAM,
 )
 GENERATION = _s(
     "sglang:generation_tokens_histogram",
@@ -339,7 +346,10 @@ GENERATION = _s(
     "Histogram of generation token length.",
     base=_TOK,
     buckets=B.SGLANG_TOKEN_BUCKETS,
+    requires=TOKENS_HISTOGRAM,
 )
+# Observed as each request finishes, with --collect-tokens-histogram alone.
+TOKEN_HISTOGRAMS = (PROMPT, PROMPT_UNCACHED, GENERATION)
 CACHED_TOKENS = _s(
     "sglang:cached_tokens_total",
     _C,

@@ -24,7 +24,7 @@ class Family:
     labels: tuple[str, ...] = ()  # beyond ``base``
     base: tuple[str, ...] = ()
     values: tuple[str, ...] = ()  # values of labels[0] created at start-up
-    requires: str = ""  # the option without which vLLM does not register it
+    requires: str = ""  # the server option without which the engine does not export it
 
     def exposed_in(self, version: str) -> bool:
         """Whether a server of ``version`` exposes it by default."""
@@ -48,7 +48,8 @@ class Family:
                     span += f" (to {self.hidden_until} with --show-hidden-metrics-for-version)"
             need = f", with {self.requires}" if self.requires else ""
             return f"vLLM {span}{need}"
-        return PROVIDERS[self.provider]
+        need = f", with {self.requires}" if self.requires else ""
+        return PROVIDERS[self.provider] + need
 
 
 FAMILIES: dict[str, Family] = {}

@@ -126,11 +126,11 @@ def hist_sum_rate(fam: Family) -> Expr:
     return build
 
 
-def hist_rate(fam: Family) -> Expr:
+def hist_rate(fam: Family, extra: tuple[str, ...] = ()) -> Expr:
     """Observations per second of a histogram (e.g. requests admitted, from the queue time)."""
 
     def build(scope: Scope) -> str:
-        return q.agg("sum", scope, _rate(fam, scope, "_count"))
+        return q.agg("sum", scope, _rate(fam, scope, "_count", extra))
 
     return build
 

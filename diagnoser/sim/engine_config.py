@@ -62,6 +62,10 @@ class EngineConfig:
     # --custom-histogram-buckets (vLLM 0.33): a family's bounds by the flag's key
     # (time_to_first_token, inter_token_latency), in place of vLLM's defaults.
     histogram_buckets: dict[str, tuple[float, ...]] = field(default_factory=dict)
+    # SGLang's --collect-tokens-histogram: the prompt, uncached-prompt and generation length
+    # histograms. Off by default, as in SGLang's ServerArgs (``collect_tokens_histogram =
+    # False`` up to 0.5.10.post1; 0.5.11 and later observe them always, as this flag on).
+    collect_tokens_histogram: bool = False
 
     def step_costs(self, g: GpuSpec) -> tuple[float, float]:
         """(seconds per step, per decoding sequence per step) on ``g``: the flags' when set,

@@ -132,7 +132,7 @@ class Server:
         ]
         if self.profile.mechanics == "sglang":
             self.sched = [sgm.SchedulerMetrics() for _ in self.engines]
-            self.tok = sgm.TokenizerMetrics()
+            self.tok = sgm.TokenizerMetrics(self.s.engine.collect_tokens_histogram)
             self.scrapes = 0
             self.last_scrape = t
             self.detok_cpu = 0.0

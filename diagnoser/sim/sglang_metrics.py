@@ -1,7 +1,9 @@
 """What one SGLang 0.5 server started with ``--enable-metrics`` exposes: the ``sglang:*``
 families of :mod:`diagnoser.metrics.families_sglang`, as a unified engine (``engine_type=
 "unified"``) whose statistics come from TP rank 0 (SGLang's default), with CUDA graphs and
-the radix cache on and no optional feature.
+the radix cache on and no optional feature. The token-length histograms (prompt, uncached
+prompt, generation) only with ``--collect-tokens-histogram`` (the scenario's engine flag
+``collect_tokens_histogram``), off by default as in SGLang's ServerArgs.
 
 ``tests/test_conformance.py`` holds the exposition to ``tests/data/sglang-0.5.23.json``.
 Observations follow ``sglang/srt/observability/metrics_collector.py`` and the code that calls
@@ -154,14 +156,14 @@ class SchedulerMetrics:
 
 
 class TokenizerMetrics:
-    """The tokenizer manager's histograms and counters (one per server)."""
+    """The tokenizer manager's histograms and counters (one per server); the token-length
+    histograms only with ``--collect-tokens-histogram`` (``token_histograms``)."""
 
-    def __init__(self) -> None:
+    def __init__(self, token_histograms: bool = False) -> None:
+        lengths = SG.TOKEN_HISTOGRAMS if token_histograms else ()
         self.h = {
-            f: Histogram(f.bucket_bounds(0))
-            for f in (SG.TTFT, SG.ITL, SG.TPOT, SG.E2E, SG.PROMPT, SG.PROMPT_UNCACHED)
+            f: Histogram(f.bucket_bounds(0)) for f in (SG.TTFT, SG.ITL, SG.TPOT, SG.E2E, *lengths)
         }
-        self.h[SG.GENERATION] = Histogram(SG.GENERATION.bucket_bounds(0))
         self.counters: dict[Family, float] = {}
 
     def absorb(self, st: EngineStats) -> None:
@@ -182,9 +184,13 @@ class TokenizerMetrics:
         self.h[SG.E2E].observe(last - arrival)
         many = gen > 1
         self.h[SG.TPOT].observe((last - first)[many] / (gen[many] - 1))
-        self.h[SG.PROMPT].observe(prompt)
-        self.h[SG.PROMPT_UNCACHED].observe(prompt - cached)
-        self.h[SG.GENERATION].observe(gen)
+        for fam, values in (
+            (SG.PROMPT, prompt),
+            (SG.PROMPT_UNCACHED, prompt - cached),
+            (SG.GENERATION, gen),
+        ):
+            if fam in self.h:
+                self.h[fam].observe(values)
         c = self.counters
         for fam, value in (
             (SG.PROMPT_TOKENS, prompt.sum()),

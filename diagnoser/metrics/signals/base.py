@@ -46,6 +46,14 @@ def everywhere(expr: Expr) -> dict[str, Expr | Gap]:
 
 
 @dataclass(frozen=True)
+class StandIn:
+    """A signal read in another's place, and what it is (for the evidence)."""
+
+    signal: str
+    what: str
+
+
+@dataclass(frozen=True)
 class Signal:
     """A named PromQL expression with its unit and meaning."""
 
@@ -77,6 +85,11 @@ class Signal:
     # seconds, however short the window's rates, so that an event stays counted as long as
     # the alerts count it and a recurrence is seen as one.
     least_window: float = 0.0
+    # By engine: the signal read in this one's place on a scope that has no series of its
+    # own (the server does not export an optional histogram), and what it is, as the report
+    # says it (SGLang without --collect-tokens-histogram: the mean prompt per admitted
+    # request for the median). Model scopes of that engine only.
+    stand_in: Mapping[str, StandIn] = field(default_factory=dict, hash=False)
 
     @property
     def target_level(self) -> bool:

@@ -8,6 +8,7 @@ from diagnoser.metrics import families_sglang as SG
 from diagnoser.metrics import promql as q
 from diagnoser.metrics import promql_sglang as sg
 from diagnoser.metrics.engines import Gap
+from diagnoser.metrics.signals import traffic
 from diagnoser.metrics.signals.base import SGLANG_ITL_STALL, Signal, latency, on
 
 # SGLang times the prefill from a request's first forward to its last prompt chunk.
@@ -165,12 +166,32 @@ def signals() -> list[Signal]:
             "prefill_seconds_per_prompt_token",
             "s",
             "Mean prefill time divided by mean prompt length: rises when prefill grows faster "
-            "than the prompt (attention at long context).",
+            "than the prompt (attention at long context). SGLang: over its prompt histogram's "
+            "mean, else over the mean prompt per admitted request.",
             on(
                 vllm=q.ratio(q.hist_mean(F.PREFILL.name), q.hist_mean(F.PROMPT.name)),
-                sglang=q.ratio(SGLANG_PREFILL_MEAN, sg.hist_mean(SG.PROMPT)),
+                sglang=q.ratio(
+                    SGLANG_PREFILL_MEAN,
+                    q.either(sg.hist_mean(SG.PROMPT), traffic.SGLANG_PROMPT_PER_ADMISSION),
+                ),
             ),
             ("vllm_prefill_seconds_per_prompt_token", "mean"),
+        ),
+        s(
+            "prompt_tokens_p50_from_prefill",
+            "tokens",
+            "The median prompt estimated without a prompt histogram: the mean prompt per "
+            "admitted request (prompt_tokens_per_admission) times the median prefill time over "
+            "the mean one. Longer prompts throughout raise it as the mean; a few huge prompts "
+            "among short ones raise the mean prompt and the mean prefill alike, and leave it.",
+            on(
+                vllm=Gap("vLLM exports its prompt histogram: prompt_tokens_p50"),
+                sglang=q.ratio(
+                    traffic.SGLANG_PROMPT_PER_ADMISSION,
+                    q.ratio(SGLANG_PREFILL_MEAN, sg.quantile(0.5, SG.STAGE, PREFILL_STAGE)),
+                ),
+            ),
+            ("sglang_prompt_tokens_from_prefill", "p50"),
         ),
     ]
     return out

@@ -10,7 +10,7 @@ from diagnoser.metrics import promql_series as rs
 from diagnoser.metrics import promql_sglang as sg
 from diagnoser.metrics.buckets import le_label
 from diagnoser.metrics.engines import Gap
-from diagnoser.metrics.signals.base import Signal, on
+from diagnoser.metrics.signals.base import Signal, StandIn, on
 from diagnoser.metrics.signals.traffic import REQUEST_RATE, SGLANG_REQUEST_RATE
 
 # A prompt this long is a long prefill: the 1-2-5 token buckets' first bound above 4096 (and a
@@ -24,6 +24,14 @@ SGLANG_RETRACTIONS = sg.or_zero(sg.counter_rate(SG.RETRACTIONS))
 # vLLM's preemption counter, 0 where the model's finished requests are counted: a counter is
 # born at its first increment where the exporter creates no child ahead of it (vLLM 0.8).
 PREEMPTION_RATE = rs.zero_where(q.counter_rate(F.PREEMPTIONS.name), REQUEST_RATE)
+# Without the uncached-prompt histogram (SGLang at its defaults), the long prefills are read
+# from the prefill chunks of prompts longer than one forward pass takes.
+CHUNKS_FOR_LONG_PREFILLS = StandIn(
+    "chunked_prefills_rate",
+    "prefill chunks per second of prompts longer than --chunked-prefill-size, not requests "
+    "over 5000 tokens: the server exports no uncached-prompt histogram (SGLang without "
+    "--collect-tokens-histogram)",
+)
 NO_STEP_TOKENS = "SGLang exports no histogram of tokens per engine step"
 
 
@@ -249,6 +257,20 @@ def signals() -> list[Signal]:
                 sglang=sg.rate_above(SG.PROMPT_UNCACHED, LONG_PREFILL),
             ),
             ("vllm_request_prefill_computed_over_5000", "rate"),
+            stand_in={"sglang": CHUNKS_FOR_LONG_PREFILLS},
+        ),
+        s(
+            "chunked_prefills_rate",
+            "1/s",
+            "Prefill chunks per second that ended with more of their prompt to come "
+            '(sglang:per_stage_req_latency_seconds{stage="chunked_prefill"}): prompts longer '
+            "than --chunked-prefill-size, prefilled over several forward passes, at least one "
+            "per such request. Observed as each chunk ends.",
+            on(
+                vllm=Gap("vLLM does not observe a prompt's prefill chunks apart"),
+                sglang=sg.or_zero(sg.hist_rate(SG.STAGE, ('stage="chunked_prefill"',))),
+            ),
+            ("sglang_chunked_prefills", "rate"),
         ),
         s(
             "prompt_tokens_computed_rate",

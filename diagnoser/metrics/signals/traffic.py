@@ -8,7 +8,7 @@ from diagnoser.metrics import promql as q
 from diagnoser.metrics import promql_series as rs
 from diagnoser.metrics import promql_sglang as sg
 from diagnoser.metrics.engines import Gap
-from diagnoser.metrics.signals.base import Signal, on
+from diagnoser.metrics.signals.base import Signal, StandIn, on
 
 REQUEST_RATE = q.counter_rate(F.SUCCESS.name)
 _NTH = {50: "median", 95: "95th percentile", 99: "99th percentile"}
@@ -29,6 +29,20 @@ SGLANG_ADMITTED_TOKENS = q.either(
 )
 SGLANG_ADMISSIONS = sg.hist_rate(SG.QUEUE)
 SGLANG_PROMPT_PER_ADMISSION = q.ratio(SGLANG_ADMITTED_TOKENS, SGLANG_ADMISSIONS)
+# Output tokens per finished request: the generation histogram's mean where the server has
+# it (--collect-tokens-histogram), else the counters' (the same mean, counted at the finish).
+SGLANG_GENERATION_MEAN = q.either(
+    sg.hist_mean(SG.GENERATION),
+    q.ratio(sg.counter_rate(SG.GENERATION_TOKENS), SGLANG_REQUEST_RATE),
+)
+# Without its prompt histogram (SGLang at its defaults), the typical prompt is estimated from
+# the median prefill (latency.py), and the evidence says so. Not the mean prompt per admitted
+# request alone: a few huge documents among short chats move the mean, not the median.
+MEDIAN_FROM_PREFILL = StandIn(
+    "prompt_tokens_p50_from_prefill",
+    "the median prompt estimated from the median prefill time, not counted: the server "
+    "exports no prompt histogram (SGLang without --collect-tokens-histogram)",
+)
 
 
 def signals() -> list[Signal]:
@@ -143,6 +157,7 @@ def signals() -> list[Signal]:
             on(vllm=q.quantile(0.5, F.PROMPT.name), sglang=sg.quantile(0.5, SG.PROMPT)),
             ("vllm_request_prompt_tokens", "p50"),
             ceiling="prompt_tokens_top_bound",
+            stand_in={"sglang": MEDIAN_FROM_PREFILL},
         ),
         s(
             "prompt_tokens_p95",
@@ -163,8 +178,9 @@ def signals() -> list[Signal]:
         s(
             "generation_tokens_per_request",
             "tokens",
-            "Output tokens per finished request, mean.",
-            on(vllm=q.hist_mean(F.GENERATION.name), sglang=sg.hist_mean(SG.GENERATION)),
+            "Output tokens per finished request, mean (SGLang: its generation histogram's, "
+            "else its generation tokens over its requests, both counted at the finish).",
+            on(vllm=q.hist_mean(F.GENERATION.name), sglang=SGLANG_GENERATION_MEAN),
             ("vllm_request_generation_tokens", "mean"),
         ),
         *(
