@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from diagnoser.metrics import engines
+from diagnoser.metrics import families as F
 
 # Labels that exist only on the engine's own series. HTTP and process series from the API
 # server carry neither, so matchers on them must not be applied there; those series are
@@ -51,6 +52,12 @@ class Scope:
     # reads the ``le`` labels of the latency histograms; ``generate`` takes the site
     # config's ``histogram_buckets``): (metric name, its distinct sets of bounds).
     buckets: tuple[tuple[str, tuple[tuple[float, ...], ...]], ...] = ()
+    # One side of a disaggregated deployment (``on_side``): "decode", "prefill", or every
+    # server (""). A server that is on neither side (not disaggregated) counts on both.
+    side: str = ""
+    # The site's matchers of its prefill and of its decode servers, for a deployment whose
+    # series cannot tell (see ``prefill_servers``); empty: read from the series alone.
+    roles: tuple[str, str] = ("", "")
 
     def bound_sets(self, name: str, default: tuple[float, ...]) -> tuple[tuple[float, ...], ...]:
         """The sets of bounds ``name``'s histogram has on the scope's servers (its default
@@ -218,6 +225,61 @@ def gpu_model_map(scope: Scope, *, by_host: bool = False) -> str:
     return f"({models} unless on ({hosts}) ({shared}))"
 
 
+# --- the two sides of a disaggregated deployment --------------------------------------------
+
+# A server is on a side of a disaggregated deployment (vLLM's --kv-transfer-config) when it
+# runs a KV connector: NixlConnector registers its families on every instance, whatever its
+# kv_role (kv_producer, kv_consumer or kv_both). vLLM's cache_config_info carries no kv_role,
+# so the side is read from the traffic: the proxy sends each request to the prefill side with
+# max_tokens=1 (it ends there with finished_reason="length" after one token) and to the
+# decode side with the client's max_tokens. A site whose connector exports no such family
+# (another connector) names its servers of each side (``prefill_targets``, ``decode_targets``).
+CONNECTOR_FAMILY = F.NIXL_XFER_TIME.name + "_count"
+SIDES = ("decode", "prefill")
+
+
+def _servers_of(scope: Scope, side: str) -> str:
+    """The (job, instance) of the scope's servers on ``side``: a KV connector's servers whose
+    requests ask for one token (prefill) or more (decode), and those the site names."""
+    keys = "job, instance"
+    asked = (
+        f"sum by ({keys}) (rate({selector(F.MAX_TOKENS.name + '_sum', scope.matchers)}"
+        f"[{scope.window}]))"
+        f" / (sum by ({keys}) (rate({selector(F.MAX_TOKENS.name + '_count', scope.matchers)}"
+        f"[{scope.window}])) > 0)"
+    )
+    one = "<= 1" if side == "prefill" else "> 1"
+    connector = f"group by ({keys}) ({selector(CONNECTOR_FAMILY, scope.matchers)})"
+    found = f"({asked} {one}) and on ({keys}) {connector}"
+    named = dict(zip(("prefill", "decode"), scope.roles, strict=True))[side]
+    if named:
+        found += f" or {serving((*scope.matchers, named))}"
+    return f"group by ({keys}) ({found})"
+
+
+def _rate(scope: Scope, series: str) -> str:
+    """``rate(series[window])``, over the scope's side of a disaggregated deployment: the
+    servers of the other side left out (every server where the scope has no side)."""
+    rate = f"rate({series}[{scope.window}])"
+    if not scope.side:
+        return rate
+    other = SIDES[SIDES.index(scope.side) ^ 1]
+    return f"({rate} unless on (job, instance) {_servers_of(scope, other)})"
+
+
+def on_side(side: str, inner: Expr) -> Expr:
+    """``inner`` over one side (``SIDES``) of a disaggregated deployment: what a signal is
+    about happens there (finish reasons and answers on the decode side, the prompt's compute
+    on the prefill side), and the other side's series would mix in what it does by design."""
+    if side not in SIDES:
+        raise ValueError(f"side must be one of {', '.join(SIDES)} (got {side!r})")
+
+    def build(scope: Scope) -> str:
+        return inner(replace(scope, side=side))
+
+    return build
+
+
 # --- counters -------------------------------------------------------------------------------
 
 
@@ -226,7 +288,7 @@ def counter_rate(*names: str, extra: tuple[str, ...] = ()) -> Expr:
 
     def build(scope: Scope) -> str:
         alts = [
-            agg("sum", scope, f"rate({selector(n, scope.matchers, *extra)}[{scope.window}])")
+            agg("sum", scope, _rate(scope, selector(n, scope.matchers, *extra)))
             for n in names
         ]
         return " or ".join(alts)
@@ -236,7 +298,7 @@ def counter_rate(*names: str, extra: tuple[str, ...] = ()) -> Expr:
 
 def counter_rate_by(name: str, label: str, extra: tuple[str, ...] = ()) -> Expr:
     def build(scope: Scope) -> str:
-        inner = f"rate({selector(name, scope.matchers, *extra)}[{scope.window}])"
+        inner = _rate(scope, selector(name, scope.matchers, *extra))
         return agg("sum", scope, inner, label)
 
     return build
@@ -250,9 +312,9 @@ def share_of(name: str, num_matchers: tuple[str, ...], *, zero_if_absent: bool =
     """
 
     def build(scope: Scope) -> str:
-        den = agg("sum", scope, f"rate({selector(name, scope.matchers)}[{scope.window}])")
+        den = agg("sum", scope, _rate(scope, selector(name, scope.matchers)))
         num = agg(
-            "sum", scope, f"rate({selector(name, scope.matchers, *num_matchers)}[{scope.window}])"
+            "sum", scope, _rate(scope, selector(name, scope.matchers, *num_matchers))
         )
         if zero_if_absent:
             num = f"({num} or {den} * 0)"
@@ -263,7 +325,7 @@ def share_of(name: str, num_matchers: tuple[str, ...], *, zero_if_absent: bool =
 
 def share_by(name: str, label: str) -> Expr:
     def build(scope: Scope) -> str:
-        rate = f"rate({selector(name, scope.matchers)}[{scope.window}])"
+        rate = _rate(scope, selector(name, scope.matchers))
         num = agg("sum", scope, rate, label)
         den = agg("sum", scope, rate)
         return f"{num} / ignoring ({label}) group_left () ({den} > 0)"
@@ -311,7 +373,7 @@ def _bucket_rates(scope: Scope, names: tuple[str, ...], *extra_by: str) -> str:
         agg(
             "sum",
             scope,
-            f"rate({selector(n + '_bucket', scope.matchers)}[{scope.window}])",
+            _rate(scope, selector(n + '_bucket', scope.matchers)),
             "le",
             *extra_by,
         )
@@ -335,8 +397,8 @@ def hist_mean(*names: str) -> Expr:
     def build(scope: Scope) -> str:
         alts = []
         for n in names:
-            s = agg("sum", scope, f"rate({selector(n + '_sum', scope.matchers)}[{scope.window}])")
-            c = agg("sum", scope, f"rate({selector(n + '_count', scope.matchers)}[{scope.window}])")
+            s = agg("sum", scope, _rate(scope, selector(n + '_sum', scope.matchers)))
+            c = agg("sum", scope, _rate(scope, selector(n + '_count', scope.matchers)))
             alts.append(f"{s} / ({c} > 0)")
         return " or ".join(f"({a})" for a in alts) if len(alts) > 1 else alts[0]
 
@@ -348,7 +410,7 @@ def hist_rate(name: str) -> Expr:
 
     def build(scope: Scope) -> str:
         return agg(
-            "sum", scope, f"rate({selector(name + '_count', scope.matchers)}[{scope.window}])"
+            "sum", scope, _rate(scope, selector(name + '_count', scope.matchers))
         )
 
     return build

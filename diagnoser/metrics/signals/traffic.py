@@ -29,6 +29,13 @@ SGLANG_ADMITTED_TOKENS = q.either(
 )
 SGLANG_ADMISSIONS = sg.hist_rate(SG.QUEUE)
 SGLANG_PROMPT_PER_ADMISSION = q.ratio(SGLANG_ADMITTED_TOKENS, SGLANG_ADMISSIONS)
+# Finish reasons and answers are the decode side's where prefill and decode are disaggregated:
+# the prefill side ends every request with "length" after the one token it is asked for.
+# (Errors and aborts are counted on both sides: either fails the user's request.)
+DECODE_SIDE = (
+    "Disaggregated (vLLM): over the decode servers, not the prefill ones, which end "
+    'every request with "length" after one token.'
+)
 
 
 def signals() -> list[Signal]:
@@ -46,7 +53,7 @@ def signals() -> list[Signal]:
             "req/s",
             "Finished requests per second by finished_reason.",
             on(
-                vllm=q.counter_rate_by(F.SUCCESS.name, "finished_reason"),
+                vllm=q.on_side("decode", q.counter_rate_by(F.SUCCESS.name, "finished_reason")),
                 sglang=Gap(NO_FINISH_REASON),
             ),
             ("vllm_request_success_by_reason", "rate"),
@@ -55,15 +62,22 @@ def signals() -> list[Signal]:
             "finished_share_by_reason",
             "ratio",
             "Share of finished requests by finished_reason.",
-            on(vllm=q.share_by(F.SUCCESS.name, "finished_reason"), sglang=Gap(NO_FINISH_REASON)),
+            on(
+                vllm=q.on_side("decode", q.share_by(F.SUCCESS.name, "finished_reason")),
+                sglang=Gap(NO_FINISH_REASON),
+            ),
             ("vllm_request_success_by_reason", "share"),
         ),
         s(
             "finished_length_share",
             "ratio",
-            'Share of requests that stopped at max_tokens (finished_reason="length").',
+            'Share of requests that stopped at max_tokens (finished_reason="length"). '
+            + DECODE_SIDE,
             on(
-                vllm=q.share_of(F.SUCCESS.name, ('finished_reason="length"',), zero_if_absent=True),
+                vllm=q.on_side(
+                    "decode",
+                    q.share_of(F.SUCCESS.name, ('finished_reason="length"',), zero_if_absent=True),
+                ),
                 sglang=Gap(NO_FINISH_REASON + ", so answers cut at max_tokens are not told apart"),
             ),
             ("vllm_request_success_length", "share"),
@@ -102,9 +116,10 @@ def signals() -> list[Signal]:
         s(
             "generation_tokens_rate",
             "tokens/s",
-            "Generated tokens per second (SGLang counts them as each request finishes).",
+            "Generated tokens per second (SGLang counts them as each request finishes). "
+            + DECODE_SIDE,
             on(
-                vllm=q.counter_rate(F.GENERATION_TOKENS.name),
+                vllm=q.on_side("decode", q.counter_rate(F.GENERATION_TOKENS.name)),
                 sglang=sg.counter_rate(SG.GENERATION_TOKENS),
             ),
             ("vllm_generation_tokens", "rate"),
@@ -163,8 +178,11 @@ def signals() -> list[Signal]:
         s(
             "generation_tokens_per_request",
             "tokens",
-            "Output tokens per finished request, mean.",
-            on(vllm=q.hist_mean(F.GENERATION.name), sglang=sg.hist_mean(SG.GENERATION)),
+            "Output tokens per finished request, mean. " + DECODE_SIDE,
+            on(
+                vllm=q.on_side("decode", q.hist_mean(F.GENERATION.name)),
+                sglang=sg.hist_mean(SG.GENERATION),
+            ),
             ("vllm_request_generation_tokens", "mean"),
         ),
         *(
@@ -173,7 +191,7 @@ def signals() -> list[Signal]:
                 "tokens",
                 f"Output tokens per finished request, {_NTH[p]}.",
                 on(
-                    vllm=q.quantile(p / 100, F.GENERATION.name),
+                    vllm=q.on_side("decode", q.quantile(p / 100, F.GENERATION.name)),
                     sglang=sg.quantile(p / 100, SG.GENERATION),
                 ),
                 ("vllm_request_generation_tokens", f"p{p}"),
@@ -200,9 +218,9 @@ def signals() -> list[Signal]:
         s(
             "max_tokens_per_request",
             "tokens",
-            "The max_tokens requests asked for, mean.",
+            "The max_tokens requests asked for, mean. " + DECODE_SIDE,
             on(
-                vllm=q.hist_mean(F.MAX_TOKENS.name),
+                vllm=q.on_side("decode", q.hist_mean(F.MAX_TOKENS.name)),
                 sglang=Gap("SGLang exports no histogram of the max_tokens requests ask for"),
             ),
             ("vllm_request_params_max_tokens", "mean"),
