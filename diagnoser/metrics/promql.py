@@ -52,8 +52,9 @@ class Scope:
     # reads the ``le`` labels of the latency histograms; ``generate`` takes the site
     # config's ``histogram_buckets``): (metric name, its distinct sets of bounds).
     buckets: tuple[tuple[str, tuple[tuple[float, ...], ...]], ...] = ()
-    # One side of a disaggregated deployment (``on_side``): "decode", "prefill", or every
-    # server (""). A server that is on neither side (not disaggregated) counts on both.
+    # One side of a disaggregated deployment (``SIDES``): "decode" or "prefill"; "" for the
+    # side each signal is about (``on_side``), every server for the others. A server on
+    # neither side (not disaggregated) counts on both.
     side: str = ""
     # The site's matchers of its prefill and of its decode servers, for a deployment whose
     # series cannot tell (see ``prefill_servers``); empty: read from the series alone.
@@ -270,12 +271,13 @@ def _rate(scope: Scope, series: str) -> str:
 def on_side(side: str, inner: Expr) -> Expr:
     """``inner`` over one side (``SIDES``) of a disaggregated deployment: what a signal is
     about happens there (finish reasons and answers on the decode side, the prompt's compute
-    on the prefill side), and the other side's series would mix in what it does by design."""
+    on the prefill side), and the other side's series would mix in what it does by design.
+    A scope that names its own side (a dashboard's panel of each side) keeps it."""
     if side not in SIDES:
         raise ValueError(f"side must be one of {', '.join(SIDES)} (got {side!r})")
 
     def build(scope: Scope) -> str:
-        return inner(replace(scope, side=side))
+        return inner(scope if scope.side else replace(scope, side=side))
 
     return build
 
