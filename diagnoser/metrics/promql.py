@@ -289,10 +289,7 @@ def counter_rate(*names: str, extra: tuple[str, ...] = ()) -> Expr:
     """Per-second rate of a counter, summed by the scope; several names are renames."""
 
     def build(scope: Scope) -> str:
-        alts = [
-            agg("sum", scope, _rate(scope, selector(n, scope.matchers, *extra)))
-            for n in names
-        ]
+        alts = [agg("sum", scope, _rate(scope, selector(n, scope.matchers, *extra))) for n in names]
         return " or ".join(alts)
 
     return build
@@ -315,9 +312,7 @@ def share_of(name: str, num_matchers: tuple[str, ...], *, zero_if_absent: bool =
 
     def build(scope: Scope) -> str:
         den = agg("sum", scope, _rate(scope, selector(name, scope.matchers)))
-        num = agg(
-            "sum", scope, _rate(scope, selector(name, scope.matchers, *num_matchers))
-        )
+        num = agg("sum", scope, _rate(scope, selector(name, scope.matchers, *num_matchers)))
         if zero_if_absent:
             num = f"({num} or {den} * 0)"
         return f"{num} / ({den} > 0)"
@@ -375,7 +370,7 @@ def _bucket_rates(scope: Scope, names: tuple[str, ...], *extra_by: str) -> str:
         agg(
             "sum",
             scope,
-            _rate(scope, selector(n + '_bucket', scope.matchers)),
+            _rate(scope, selector(n + "_bucket", scope.matchers)),
             "le",
             *extra_by,
         )
@@ -399,8 +394,8 @@ def hist_mean(*names: str) -> Expr:
     def build(scope: Scope) -> str:
         alts = []
         for n in names:
-            s = agg("sum", scope, _rate(scope, selector(n + '_sum', scope.matchers)))
-            c = agg("sum", scope, _rate(scope, selector(n + '_count', scope.matchers)))
+            s = agg("sum", scope, _rate(scope, selector(n + "_sum", scope.matchers)))
+            c = agg("sum", scope, _rate(scope, selector(n + "_count", scope.matchers)))
             alts.append(f"{s} / ({c} > 0)")
         return " or ".join(f"({a})" for a in alts) if len(alts) > 1 else alts[0]
 
@@ -411,9 +406,7 @@ def hist_rate(name: str) -> Expr:
     """Observations per second of a histogram (e.g. engine steps per second)."""
 
     def build(scope: Scope) -> str:
-        return agg(
-            "sum", scope, _rate(scope, selector(name + '_count', scope.matchers))
-        )
+        return agg("sum", scope, _rate(scope, selector(name + "_count", scope.matchers)))
 
     return build
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 from grafanalib.core import Dashboard
 
 from diagnoser.metrics import families as F
-from diagnoser.outputs.dashboards.frame import dashboard
 from diagnoser.metrics.promql import SIDES
+from diagnoser.outputs.dashboards.frame import dashboard
 from diagnoser.outputs.dashboards.style import (
     Board,
     series,
