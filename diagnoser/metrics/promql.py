@@ -15,7 +15,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from diagnoser.metrics import engines
-from diagnoser.metrics import families as F
 
 # Labels that exist only on the engine's own series. HTTP and process series from the API
 # server carry neither, so matchers on them must not be applied there; those series are
@@ -52,13 +51,14 @@ class Scope:
     # reads the ``le`` labels of the latency histograms; ``generate`` takes the site
     # config's ``histogram_buckets``): (metric name, its distinct sets of bounds).
     buckets: tuple[tuple[str, tuple[tuple[float, ...], ...]], ...] = ()
-    # One side of a disaggregated deployment (``SIDES``): "decode" or "prefill"; "" for the
-    # side each signal is about (``on_side``), every server for the others. A server on
-    # neither side (not disaggregated) counts on both.
+    # One side of a disaggregated deployment (``sides.SIDES``): "decode" or "prefill"; "" for
+    # the side each signal is about (``sides.on_side``), every server for the others.
     side: str = ""
     # The site's matchers of its prefill and of its decode servers, for a deployment whose
-    # series cannot tell (see ``prefill_servers``); empty: read from the series alone.
+    # series cannot tell; empty: read from the series alone.
     roles: tuple[str, str] = ("", "")
+    # The (job, instance) of the servers every rate leaves out (the other side), or "".
+    exclude: str = ""
 
     def bound_sets(self, name: str, default: tuple[float, ...]) -> tuple[tuple[float, ...], ...]:
         """The sets of bounds ``name``'s histogram has on the scope's servers (its default
@@ -226,60 +226,11 @@ def gpu_model_map(scope: Scope, *, by_host: bool = False) -> str:
     return f"({models} unless on ({hosts}) ({shared}))"
 
 
-# --- the two sides of a disaggregated deployment --------------------------------------------
-
-# A server is on a side of a disaggregated deployment (vLLM's --kv-transfer-config) when it
-# runs a KV connector: NixlConnector registers its families on every instance, whatever its
-# kv_role (kv_producer, kv_consumer or kv_both). vLLM's cache_config_info carries no kv_role,
-# so the side is read from the traffic: the proxy sends each request to the prefill side with
-# max_tokens=1 (it ends there with finished_reason="length" after one token) and to the
-# decode side with the client's max_tokens. A site whose connector exports no such family
-# (another connector) names its servers of each side (``prefill_targets``, ``decode_targets``).
-CONNECTOR_FAMILY = F.NIXL_XFER_TIME.name + "_count"
-SIDES = ("decode", "prefill")
-
-
-def _servers_of(scope: Scope, side: str) -> str:
-    """The (job, instance) of the scope's servers on ``side``: a KV connector's servers whose
-    requests ask for one token (prefill) or more (decode), and those the site names."""
-    keys = "job, instance"
-    asked = (
-        f"sum by ({keys}) (rate({selector(F.MAX_TOKENS.name + '_sum', scope.matchers)}"
-        f"[{scope.window}]))"
-        f" / (sum by ({keys}) (rate({selector(F.MAX_TOKENS.name + '_count', scope.matchers)}"
-        f"[{scope.window}])) > 0)"
-    )
-    one = "<= 1" if side == "prefill" else "> 1"
-    connector = f"group by ({keys}) ({selector(CONNECTOR_FAMILY, scope.matchers)})"
-    found = f"({asked} {one}) and on ({keys}) {connector}"
-    named = dict(zip(("prefill", "decode"), scope.roles, strict=True))[side]
-    if named:
-        found += f" or {serving((*scope.matchers, named))}"
-    return f"group by ({keys}) ({found})"
-
-
 def _rate(scope: Scope, series: str) -> str:
-    """``rate(series[window])``, over the scope's side of a disaggregated deployment: the
-    servers of the other side left out (every server where the scope has no side)."""
+    """``rate(series[window])``, without the servers the scope leaves out (the other side of a
+    disaggregated deployment: ``sides.on_side``)."""
     rate = f"rate({series}[{scope.window}])"
-    if not scope.side:
-        return rate
-    other = SIDES[SIDES.index(scope.side) ^ 1]
-    return f"({rate} unless on (job, instance) {_servers_of(scope, other)})"
-
-
-def on_side(side: str, inner: Expr) -> Expr:
-    """``inner`` over one side (``SIDES``) of a disaggregated deployment: what a signal is
-    about happens there (finish reasons and answers on the decode side, the prompt's compute
-    on the prefill side), and the other side's series would mix in what it does by design.
-    A scope that names its own side (a dashboard's panel of each side) keeps it."""
-    if side not in SIDES:
-        raise ValueError(f"side must be one of {', '.join(SIDES)} (got {side!r})")
-
-    def build(scope: Scope) -> str:
-        return inner(scope if scope.side else replace(scope, side=side))
-
-    return build
+    return f"({rate} unless on (job, instance) {scope.exclude})" if scope.exclude else rate
 
 
 # --- counters -------------------------------------------------------------------------------

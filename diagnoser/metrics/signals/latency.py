@@ -7,6 +7,7 @@ from diagnoser.metrics import families as F
 from diagnoser.metrics import families_sglang as SG
 from diagnoser.metrics import promql as q
 from diagnoser.metrics import promql_sglang as sg
+from diagnoser.metrics import sides as sd
 from diagnoser.metrics.engines import Gap
 from diagnoser.metrics.signals.base import SGLANG_ITL_STALL, Signal, latency, on
 
@@ -113,7 +114,7 @@ def signals() -> list[Signal]:
             "prefill_time_mean",
             "s",
             "Time from scheduling to the first token (prefill), mean. " + PREFILL_SIDE,
-            on(vllm=q.on_side("prefill", q.hist_mean(F.PREFILL.name)), sglang=SGLANG_PREFILL_MEAN),
+            on(vllm=sd.on_side("prefill", q.hist_mean(F.PREFILL.name)), sglang=SGLANG_PREFILL_MEAN),
             ("vllm_request_prefill_time_seconds", "mean"),
         ),
         s(
@@ -121,7 +122,7 @@ def signals() -> list[Signal]:
             "s",
             "Prefill time, 95th percentile. " + PREFILL_SIDE,
             on(
-                vllm=q.on_side("prefill", q.quantile(0.95, F.PREFILL.name)),
+                vllm=sd.on_side("prefill", q.quantile(0.95, F.PREFILL.name)),
                 sglang=sg.quantile(0.95, SG.STAGE, PREFILL_STAGE),
             ),
             ("vllm_request_prefill_time_seconds", "p95"),

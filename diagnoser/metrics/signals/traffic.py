@@ -7,6 +7,7 @@ from diagnoser.metrics import families_sglang as SG
 from diagnoser.metrics import promql as q
 from diagnoser.metrics import promql_series as rs
 from diagnoser.metrics import promql_sglang as sg
+from diagnoser.metrics import sides as sd
 from diagnoser.metrics.engines import Gap
 from diagnoser.metrics.signals.base import Signal, on
 
@@ -53,7 +54,7 @@ def signals() -> list[Signal]:
             "req/s",
             "Finished requests per second by finished_reason.",
             on(
-                vllm=q.on_side("decode", q.counter_rate_by(F.SUCCESS.name, "finished_reason")),
+                vllm=sd.on_side("decode", q.counter_rate_by(F.SUCCESS.name, "finished_reason")),
                 sglang=Gap(NO_FINISH_REASON),
             ),
             ("vllm_request_success_by_reason", "rate"),
@@ -63,7 +64,7 @@ def signals() -> list[Signal]:
             "ratio",
             "Share of finished requests by finished_reason.",
             on(
-                vllm=q.on_side("decode", q.share_by(F.SUCCESS.name, "finished_reason")),
+                vllm=sd.on_side("decode", q.share_by(F.SUCCESS.name, "finished_reason")),
                 sglang=Gap(NO_FINISH_REASON),
             ),
             ("vllm_request_success_by_reason", "share"),
@@ -74,7 +75,7 @@ def signals() -> list[Signal]:
             'Share of requests that stopped at max_tokens (finished_reason="length"). '
             + DECODE_SIDE,
             on(
-                vllm=q.on_side(
+                vllm=sd.on_side(
                     "decode",
                     q.share_of(F.SUCCESS.name, ('finished_reason="length"',), zero_if_absent=True),
                 ),
@@ -119,7 +120,7 @@ def signals() -> list[Signal]:
             "Generated tokens per second (SGLang counts them as each request finishes). "
             + DECODE_SIDE,
             on(
-                vllm=q.on_side("decode", q.counter_rate(F.GENERATION_TOKENS.name)),
+                vllm=sd.on_side("decode", q.counter_rate(F.GENERATION_TOKENS.name)),
                 sglang=sg.counter_rate(SG.GENERATION_TOKENS),
             ),
             ("vllm_generation_tokens", "rate"),
@@ -180,7 +181,7 @@ def signals() -> list[Signal]:
             "tokens",
             "Output tokens per finished request, mean. " + DECODE_SIDE,
             on(
-                vllm=q.on_side("decode", q.hist_mean(F.GENERATION.name)),
+                vllm=sd.on_side("decode", q.hist_mean(F.GENERATION.name)),
                 sglang=sg.hist_mean(SG.GENERATION),
             ),
             ("vllm_request_generation_tokens", "mean"),
@@ -191,7 +192,7 @@ def signals() -> list[Signal]:
                 "tokens",
                 f"Output tokens per finished request, {_NTH[p]}.",
                 on(
-                    vllm=q.on_side("decode", q.quantile(p / 100, F.GENERATION.name)),
+                    vllm=sd.on_side("decode", q.quantile(p / 100, F.GENERATION.name)),
                     sglang=sg.quantile(p / 100, SG.GENERATION),
                 ),
                 ("vllm_request_generation_tokens", f"p{p}"),
@@ -220,7 +221,7 @@ def signals() -> list[Signal]:
             "tokens",
             "The max_tokens requests asked for, mean. " + DECODE_SIDE,
             on(
-                vllm=q.on_side("decode", q.hist_mean(F.MAX_TOKENS.name)),
+                vllm=sd.on_side("decode", q.hist_mean(F.MAX_TOKENS.name)),
                 sglang=Gap("SGLang exports no histogram of the max_tokens requests ask for"),
             ),
             ("vllm_request_params_max_tokens", "mean"),

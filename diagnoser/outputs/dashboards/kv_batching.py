@@ -6,7 +6,7 @@ from __future__ import annotations
 from grafanalib.core import Dashboard
 
 from diagnoser.metrics import families as F
-from diagnoser.metrics.promql import SIDES
+from diagnoser.metrics.sides import SIDES
 from diagnoser.outputs.dashboards.frame import dashboard
 from diagnoser.outputs.dashboards.style import (
     Board,
