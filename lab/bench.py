@@ -390,8 +390,8 @@ def bench_real() -> None:
 
 
 # Each benchmark ``python -m lab.bench NAME`` runs alone (none: every one, for hours).
-PARTS = ("sglang", "fleet", "watch", "serving-stack", "recoveries", "disaggregated")
-PARTS += ("what-if", "what-if-real")
+PARTS: tuple[str, ...] = ("sglang", "fleet", "watch", "serving-stack", "recoveries")
+PARTS += ("disaggregated", "what-if", "what-if-real")
 
 
 def main() -> None:
