@@ -299,6 +299,15 @@ def aged_set(ks: Sequence[int]) -> list[Scenario]:
     return [aged(library.find(n), k) for n in names for k in ks]
 
 
+def bench_disaggregated() -> None:
+    """The library's disaggregated deployments (a prefill server beside the decode ones)."""
+    chosen = [sc for sc in vllm_library() if any(m.engine.kv_producer for m in sc.models)]
+    print("accuracy on the disaggregated deployments, variants 1-8 (tuned on), 9-10 (held out):")
+    bench_accuracy(scenarios=chosen)
+    bench_accuracy(variants=tuple(range(1, 9)), scenarios=chosen)
+    bench_accuracy(variants=(9, 10), scenarios=chosen)
+
+
 def loops(ks: Sequence[int]) -> list[Scenario]:
     from diagnoser.sim import library
     from diagnoser.sim.variants import restart_loop
@@ -379,8 +388,8 @@ def bench_real() -> None:
 
 
 # Each benchmark ``python -m lab.bench NAME`` runs alone (none: every one, for hours).
-PARTS = ("sglang", "fleet", "watch", "serving-stack", "recoveries", "what-if",
-         "what-if-held-out", "what-if-real")  # fmt: skip
+PARTS: tuple[str, ...] = ("sglang", "fleet", "watch", "serving-stack", "recoveries")
+PARTS += ("disaggregated", "what-if", "what-if-held-out", "what-if-real")
 
 
 def main() -> None:
@@ -409,6 +418,9 @@ def main() -> None:
     if sys.argv[1:] == ["recoveries"]:  # incidents that end, and their variants 1-10
         bench_accuracy(scenarios=recoveries())
         bench_accuracy(variants=tuple(range(1, 11)), scenarios=recoveries())
+        return
+    if sys.argv[1:] == ["disaggregated"]:  # prefill and decode apart, and their variants
+        bench_disaggregated()
         return
     if sys.argv[1:] == ["what-if"]:  # the what-if figures only
         bench_what_if()
@@ -442,6 +454,7 @@ def main() -> None:
     bench_accuracy(scenarios=loops((1, 2, 3, 4)))
     print("accuracy on restart loops 5-6 (kept out of tuning):")
     bench_accuracy(scenarios=loops((5, 6)))
+    bench_disaggregated()
     bench_sglang()
     bench_real()
     bench_fleet()

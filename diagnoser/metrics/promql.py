@@ -51,6 +51,14 @@ class Scope:
     # reads the ``le`` labels of the latency histograms; ``generate`` takes the site
     # config's ``histogram_buckets``): (metric name, its distinct sets of bounds).
     buckets: tuple[tuple[str, tuple[tuple[float, ...], ...]], ...] = ()
+    # One side of a disaggregated deployment (``sides.SIDES``): "decode" or "prefill"; "" for
+    # the side each signal is about (``sides.on_side``), every server for the others.
+    side: str = ""
+    # The site's matchers of its prefill and of its decode servers, for a deployment whose
+    # series cannot tell; empty: read from the series alone.
+    roles: tuple[str, str] = ("", "")
+    # The (job, instance) of the servers every rate leaves out (the other side), or "".
+    exclude: str = ""
 
     def bound_sets(self, name: str, default: tuple[float, ...]) -> tuple[tuple[float, ...], ...]:
         """The sets of bounds ``name``'s histogram has on the scope's servers (its default
@@ -218,6 +226,13 @@ def gpu_model_map(scope: Scope, *, by_host: bool = False) -> str:
     return f"({models} unless on ({hosts}) ({shared}))"
 
 
+def _rate(scope: Scope, series: str) -> str:
+    """``rate(series[window])``, without the servers the scope leaves out (the other side of a
+    disaggregated deployment: ``sides.on_side``)."""
+    rate = f"rate({series}[{scope.window}])"
+    return f"({rate} unless on (job, instance) {scope.exclude})" if scope.exclude else rate
+
+
 # --- counters -------------------------------------------------------------------------------
 
 
@@ -225,10 +240,7 @@ def counter_rate(*names: str, extra: tuple[str, ...] = ()) -> Expr:
     """Per-second rate of a counter, summed by the scope; several names are renames."""
 
     def build(scope: Scope) -> str:
-        alts = [
-            agg("sum", scope, f"rate({selector(n, scope.matchers, *extra)}[{scope.window}])")
-            for n in names
-        ]
+        alts = [agg("sum", scope, _rate(scope, selector(n, scope.matchers, *extra))) for n in names]
         return " or ".join(alts)
 
     return build
@@ -236,7 +248,7 @@ def counter_rate(*names: str, extra: tuple[str, ...] = ()) -> Expr:
 
 def counter_rate_by(name: str, label: str, extra: tuple[str, ...] = ()) -> Expr:
     def build(scope: Scope) -> str:
-        inner = f"rate({selector(name, scope.matchers, *extra)}[{scope.window}])"
+        inner = _rate(scope, selector(name, scope.matchers, *extra))
         return agg("sum", scope, inner, label)
 
     return build
@@ -250,10 +262,8 @@ def share_of(name: str, num_matchers: tuple[str, ...], *, zero_if_absent: bool =
     """
 
     def build(scope: Scope) -> str:
-        den = agg("sum", scope, f"rate({selector(name, scope.matchers)}[{scope.window}])")
-        num = agg(
-            "sum", scope, f"rate({selector(name, scope.matchers, *num_matchers)}[{scope.window}])"
-        )
+        den = agg("sum", scope, _rate(scope, selector(name, scope.matchers)))
+        num = agg("sum", scope, _rate(scope, selector(name, scope.matchers, *num_matchers)))
         if zero_if_absent:
             num = f"({num} or {den} * 0)"
         return f"{num} / ({den} > 0)"
@@ -263,7 +273,7 @@ def share_of(name: str, num_matchers: tuple[str, ...], *, zero_if_absent: bool =
 
 def share_by(name: str, label: str) -> Expr:
     def build(scope: Scope) -> str:
-        rate = f"rate({selector(name, scope.matchers)}[{scope.window}])"
+        rate = _rate(scope, selector(name, scope.matchers))
         num = agg("sum", scope, rate, label)
         den = agg("sum", scope, rate)
         return f"{num} / ignoring ({label}) group_left () ({den} > 0)"
@@ -311,7 +321,7 @@ def _bucket_rates(scope: Scope, names: tuple[str, ...], *extra_by: str) -> str:
         agg(
             "sum",
             scope,
-            f"rate({selector(n + '_bucket', scope.matchers)}[{scope.window}])",
+            _rate(scope, selector(n + "_bucket", scope.matchers)),
             "le",
             *extra_by,
         )
@@ -335,8 +345,8 @@ def hist_mean(*names: str) -> Expr:
     def build(scope: Scope) -> str:
         alts = []
         for n in names:
-            s = agg("sum", scope, f"rate({selector(n + '_sum', scope.matchers)}[{scope.window}])")
-            c = agg("sum", scope, f"rate({selector(n + '_count', scope.matchers)}[{scope.window}])")
+            s = agg("sum", scope, _rate(scope, selector(n + "_sum", scope.matchers)))
+            c = agg("sum", scope, _rate(scope, selector(n + "_count", scope.matchers)))
             alts.append(f"{s} / ({c} > 0)")
         return " or ".join(f"({a})" for a in alts) if len(alts) > 1 else alts[0]
 
@@ -347,9 +357,7 @@ def hist_rate(name: str) -> Expr:
     """Observations per second of a histogram (e.g. engine steps per second)."""
 
     def build(scope: Scope) -> str:
-        return agg(
-            "sum", scope, f"rate({selector(name + '_count', scope.matchers)}[{scope.window}])"
-        )
+        return agg("sum", scope, _rate(scope, selector(name + "_count", scope.matchers)))
 
     return build
 

@@ -43,6 +43,12 @@ class EngineConfig:
     # decode side. Each prompt's KV comes from a prefill instance (not simulated): the request
     # waits for the transfer, then computes only the prompt's last token.
     kv_consumer: bool = False
+    # The prefill side of the same deployment (kv_role kv_producer): its connector registers
+    # NIXL's families (at zero: the decode side pulls, so no transfer is counted here), and
+    # the proxy sends it every request with max_tokens=1, so each ends with "length" after
+    # one token (give the model entry ``max_tokens: 1``). Its instances are named
+    # ``<model>-prefill-<i>``, so a decode entry of the same model can sit beside it.
+    kv_producer: bool = False
     # Whether a step that prefills also decodes every running sequence (vLLM's chunked
     # prefill; SGLang's --enable-mixed-chunk). SGLang's default is off: a prefill batch runs
     # alone, before the decode step, chunk after chunk for a prompt longer than the chunk, so

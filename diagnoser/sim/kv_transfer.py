@@ -1,12 +1,13 @@
-"""What a KV consumer's NixlConnector exposes (``nixl/stats.py``, vLLM 0.12 and later), and
-the scheduler's count of waiting requests by stage of their KV load (0.33).
+"""What a NixlConnector exposes (``nixl/stats.py``, vLLM 0.12 and later), and a KV consumer's
+count of waiting requests by stage of their KV load (0.33).
 
 The decode side of a disaggregated pair pulls each prompt's KV from a prefill instance. Each
 completed transfer is one observation of its duration, post time, bytes and descriptors
 (one per KV block); a failed one counts in ``nixl_num_failed_transfers`` and, under vLLM's
 default ``kv_load_failure_policy`` ("fail"), ends its request with ``finished_reason=
-"error"``. KV expiry is counted on the prefill side, which the simulator does not run, so
-its counters stay at 0 here.
+"error"``. The connector registers the same families on the prefill side (a KV producer),
+where no transfer is pulled: they stay at 0 there (KV expiry, counted on that side, is not
+simulated).
 """
 
 from __future__ import annotations

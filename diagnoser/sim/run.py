@@ -24,6 +24,8 @@ class ModelRun:
 
     def __init__(self, m: ModelScenario, start: float, rng: np.random.Generator):
         self.m, self.rng = m, rng
+        # A disaggregated model's prefill entry names its servers apart from its decode one's
+        slug = _slug(m.name) + ("-prefill" if m.engine.kv_producer else "")
         self.servers = [
             Server(
                 ServerSpec(
@@ -37,13 +39,13 @@ class ModelRun:
                     runtime=m.runtime,
                     job=m.runtime,
                     instance=(
-                        f"{_slug(m.name)}-{i}:{engines.get(m.runtime).port}"
+                        f"{slug}-{i}:{engines.get(m.runtime).port}"
                         if m.platform == "kubernetes"
-                        else f"gpu-node-{_slug(m.name)}-{i}:{engines.get(m.runtime).port}"
+                        else f"gpu-node-{slug}-{i}:{engines.get(m.runtime).port}"
                     ),
                     ordinal=i,
-                    pod=f"{_slug(m.name)}-{i}",
-                    node=f"gpu-node-{_slug(m.name)}-{i}",
+                    pod=f"{slug}-{i}",
+                    node=f"gpu-node-{slug}-{i}",
                     dcgm=m.dcgm,
                     kubernetes=m.platform == "kubernetes",
                     rollout=m.rollout,

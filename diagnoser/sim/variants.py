@@ -31,9 +31,10 @@ def variant(sc: Scenario, k: int) -> Scenario:
     out.seed = sc.seed + 7919 * k
     shift, scale = SHIFTS[(k - 1) % len(SHIFTS)], SCALES[(k - 1) % len(SCALES)]
     for m in out.models:
-        # A decode server of a disaggregated pair keeps its profile: NIXL's series (0.12) and
-        # the prompt tokens it received (0.16) do not exist before, nor does the feature.
-        if k % 2 == 1 and m.runtime == "vllm" and not m.engine.kv_consumer:
+        # A server of a disaggregated pair keeps its profile: NIXL's series (0.12) and the
+        # prompt tokens it received (0.16) do not exist before, nor does the feature.
+        kv_connector = m.engine.kv_consumer or m.engine.kv_producer
+        if k % 2 == 1 and m.runtime == "vllm" and not kv_connector:
             m.version = "0.8"
         before = copy.deepcopy(m)  # each knob's value before the timeline
         for change in m.timeline:

@@ -96,7 +96,7 @@ class EngineMetrics:
         # --speculative-config: vllm/v1/spec_decode/metrics.py's counters (none without it).
         self.spec = dict.fromkeys((F.SPEC_DRAFTS, F.SPEC_DRAFT_TOKENS, F.SPEC_ACCEPTED), 0.0)
         self.accepted_per_pos = np.zeros(0)
-        self.nixl = NixlMetrics()  # exported only by a KV consumer
+        self.nixl = NixlMetrics()  # exported only by a KV connector's instances
 
     def absorb(
         self, st: EngineStats, block_size: int, kv_bytes_per_token: float = 0.0
@@ -304,8 +304,10 @@ def record_engine(
                 rec.sample(fam.name, fam.type, fam.help, labels, t, values.get(value, 0.0))
         else:  # counters; the ones the simulator does not drive stay at 0
             rec.sample(fam.name, fam.type, fam.help, lb, t, counters.get(fam, 0.0))
-    if engine.cfg.kv_consumer and _at_least(profile, "0.12"):  # NixlConnector's families
-        em.nixl.record(rec, t, lb, float(loading) if _at_least(profile, "0.33") else None)
+    if (engine.cfg.kv_consumer or engine.cfg.kv_producer) and _at_least(profile, "0.12"):
+        # NixlConnector's families, on either side; the fetch-stage gauge on a consumer only
+        stages = engine.cfg.kv_consumer and _at_least(profile, "0.33")
+        em.nixl.record(rec, t, lb, float(loading) if stages else None)
     k = engine.cfg.num_speculative_tokens
     if k:  # SpecDecodingProm: created at start-up with the config, positions 0..k-1
         for spec_fam, count in em.spec.items():

@@ -72,6 +72,7 @@ class Site:
             window=window,
             targets=tuple(self.config.targets(e) for e in engines.names()),
             buckets=self.buckets or self.config.bucket_sets(),
+            roles=self.config.roles,
         )
 
     def with_buckets(self, found: tuple[tuple[str, tuple[tuple[float, ...], ...]], ...]) -> Site:

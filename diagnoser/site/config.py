@@ -39,6 +39,8 @@ INTERVAL = re.compile(r"[1-9][0-9]*(ms|s|m|h)")
 # Labels the rules aggregate by themselves: a group label of that name would repeat it in the
 # same ``by`` or ``on`` clause, which Prometheus refuses (or sums the buckets it must keep).
 RESERVED_GROUP_LABELS = ("model_name", "le", "__name__")
+# The sides of a disaggregated deployment a site may name its servers of (``<side>_targets``).
+ROLES = ("prefill", "decode")
 # Longer than any scrape interval: the dashboards' step would skip whole hours of data.
 LONGEST_SCRAPE = 3600.0
 
@@ -65,6 +67,11 @@ class SiteConfig:
     vllm_targets: str = 'job=~".*vllm.*"'
     # The same for SGLang servers.
     sglang_targets: str = 'job=~".*sglang.*"'
+    # Disaggregated prefill and decode: the servers of each side, where their series cannot
+    # tell (a KV connector other than NIXL, a proxy that does not send max_tokens=1 to the
+    # prefill side), e.g. 'pod=~"chat-prefill-.*"'. Empty: each side is read from the series.
+    prefill_targets: str = ""
+    decode_targets: str = ""
     # Stamped on every alert as annotations.runbook_url; {id} is the playbook id.
     runbook_url: str = DEFAULT_RUNBOOK_URL
     # An alert needs at least this many finished requests per second: idle models never alert.
@@ -93,6 +100,11 @@ class SiteConfig:
                 d, ttft_seconds=self.ttft_slo_seconds, itl_seconds=self.itl_slo_seconds
             )
             object.__setattr__(self, "slo", replace(self.slo, default=default))
+
+    @property
+    def roles(self) -> tuple[str, str]:
+        """The matchers of the site's prefill and decode servers (empty: read from series)."""
+        return (self.prefill_targets, self.decode_targets)
 
     @property
     def by(self) -> tuple[str, ...]:
@@ -204,7 +216,7 @@ def load_config(path: Path | None) -> SiteConfig:
         else:
             if not isinstance(value, str):
                 raise ConfigError(f"{path}: {key}: must be a string")
-            targets = key in {f"{e}_targets" for e in engines.names()}
+            targets = key in {f"{e}_targets" for e in (*engines.names(), *ROLES)}
             if targets and not MATCHERS.fullmatch(value.strip()):
                 raise ConfigError(f'{path}: {key}: {value!r} is not label matchers like job="vllm"')
             if key == "runbook_url":

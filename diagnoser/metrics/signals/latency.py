@@ -7,6 +7,7 @@ from diagnoser.metrics import families as F
 from diagnoser.metrics import families_sglang as SG
 from diagnoser.metrics import promql as q
 from diagnoser.metrics import promql_sglang as sg
+from diagnoser.metrics import sides as sd
 from diagnoser.metrics.engines import Gap
 from diagnoser.metrics.signals import traffic
 from diagnoser.metrics.signals.base import SGLANG_ITL_STALL, Signal, latency, on
@@ -14,6 +15,12 @@ from diagnoser.metrics.signals.base import SGLANG_ITL_STALL, Signal, latency, on
 # SGLang times the prefill from a request's first forward to its last prompt chunk.
 PREFILL_STAGE = ('stage="prefill_forward"',)
 SGLANG_PREFILL_MEAN = sg.hist_mean(SG.STAGE, PREFILL_STAGE)
+# The prompt's compute is the prefill side's where prefill and decode are disaggregated: the
+# decode side computes only the tokens the transferred KV did not cover.
+PREFILL_SIDE = (
+    "Disaggregated (vLLM): over the prefill servers, not the decode ones, which compute "
+    "only what the transferred KV did not cover."
+)
 
 
 def signals() -> list[Signal]:
@@ -107,16 +114,16 @@ def signals() -> list[Signal]:
         s(
             "prefill_time_mean",
             "s",
-            "Time from scheduling to the first token (prefill), mean.",
-            on(vllm=q.hist_mean(F.PREFILL.name), sglang=SGLANG_PREFILL_MEAN),
+            "Time from scheduling to the first token (prefill), mean. " + PREFILL_SIDE,
+            on(vllm=sd.on_side("prefill", q.hist_mean(F.PREFILL.name)), sglang=SGLANG_PREFILL_MEAN),
             ("vllm_request_prefill_time_seconds", "mean"),
         ),
         s(
             "prefill_time_p95",
             "s",
-            "Prefill time, 95th percentile.",
+            "Prefill time, 95th percentile. " + PREFILL_SIDE,
             on(
-                vllm=q.quantile(0.95, F.PREFILL.name),
+                vllm=sd.on_side("prefill", q.quantile(0.95, F.PREFILL.name)),
                 sglang=sg.quantile(0.95, SG.STAGE, PREFILL_STAGE),
             ),
             ("vllm_request_prefill_time_seconds", "p95"),

@@ -7,6 +7,7 @@ from diagnoser.metrics import families_sglang as SG
 from diagnoser.metrics import promql as q
 from diagnoser.metrics import promql_series as rs
 from diagnoser.metrics import promql_sglang as sg
+from diagnoser.metrics import sides as sd
 from diagnoser.metrics.engines import Gap
 from diagnoser.metrics.signals.base import Signal, StandIn, on
 
@@ -43,6 +44,13 @@ MEDIAN_FROM_PREFILL = StandIn(
     "the median prompt estimated from the median prefill time, not counted: the server "
     "exports no prompt histogram (SGLang without --collect-tokens-histogram)",
 )
+# Finish reasons and answers are the decode side's where prefill and decode are disaggregated:
+# the prefill side ends every request with "length" after the one token it is asked for.
+# (Errors and aborts are counted on both sides: either fails the user's request.)
+DECODE_SIDE = (
+    "Disaggregated (vLLM): over the decode servers, not the prefill ones, which end "
+    'every request with "length" after one token.'
+)
 
 
 def signals() -> list[Signal]:
@@ -60,7 +68,7 @@ def signals() -> list[Signal]:
             "req/s",
             "Finished requests per second by finished_reason.",
             on(
-                vllm=q.counter_rate_by(F.SUCCESS.name, "finished_reason"),
+                vllm=sd.on_side("decode", q.counter_rate_by(F.SUCCESS.name, "finished_reason")),
                 sglang=Gap(NO_FINISH_REASON),
             ),
             ("vllm_request_success_by_reason", "rate"),
@@ -69,15 +77,22 @@ def signals() -> list[Signal]:
             "finished_share_by_reason",
             "ratio",
             "Share of finished requests by finished_reason.",
-            on(vllm=q.share_by(F.SUCCESS.name, "finished_reason"), sglang=Gap(NO_FINISH_REASON)),
+            on(
+                vllm=sd.on_side("decode", q.share_by(F.SUCCESS.name, "finished_reason")),
+                sglang=Gap(NO_FINISH_REASON),
+            ),
             ("vllm_request_success_by_reason", "share"),
         ),
         s(
             "finished_length_share",
             "ratio",
-            'Share of requests that stopped at max_tokens (finished_reason="length").',
+            'Share of requests that stopped at max_tokens (finished_reason="length"). '
+            + DECODE_SIDE,
             on(
-                vllm=q.share_of(F.SUCCESS.name, ('finished_reason="length"',), zero_if_absent=True),
+                vllm=sd.on_side(
+                    "decode",
+                    q.share_of(F.SUCCESS.name, ('finished_reason="length"',), zero_if_absent=True),
+                ),
                 sglang=Gap(NO_FINISH_REASON + ", so answers cut at max_tokens are not told apart"),
             ),
             ("vllm_request_success_length", "share"),
@@ -116,9 +131,10 @@ def signals() -> list[Signal]:
         s(
             "generation_tokens_rate",
             "tokens/s",
-            "Generated tokens per second (SGLang counts them as each request finishes).",
+            "Generated tokens per second (SGLang counts them as each request finishes). "
+            + DECODE_SIDE,
             on(
-                vllm=q.counter_rate(F.GENERATION_TOKENS.name),
+                vllm=sd.on_side("decode", q.counter_rate(F.GENERATION_TOKENS.name)),
                 sglang=sg.counter_rate(SG.GENERATION_TOKENS),
             ),
             ("vllm_generation_tokens", "rate"),
@@ -179,8 +195,12 @@ def signals() -> list[Signal]:
             "generation_tokens_per_request",
             "tokens",
             "Output tokens per finished request, mean (SGLang: its generation histogram's, "
-            "else its generation tokens over its requests, both counted at the finish).",
-            on(vllm=q.hist_mean(F.GENERATION.name), sglang=SGLANG_GENERATION_MEAN),
+            "else its generation tokens over its requests, both counted at the finish). "
+            + DECODE_SIDE,
+            on(
+                vllm=sd.on_side("decode", q.hist_mean(F.GENERATION.name)),
+                sglang=SGLANG_GENERATION_MEAN,
+            ),
             ("vllm_request_generation_tokens", "mean"),
         ),
         *(
@@ -189,7 +209,7 @@ def signals() -> list[Signal]:
                 "tokens",
                 f"Output tokens per finished request, {_NTH[p]}.",
                 on(
-                    vllm=q.quantile(p / 100, F.GENERATION.name),
+                    vllm=sd.on_side("decode", q.quantile(p / 100, F.GENERATION.name)),
                     sglang=sg.quantile(p / 100, SG.GENERATION),
                 ),
                 ("vllm_request_generation_tokens", f"p{p}"),
@@ -216,9 +236,9 @@ def signals() -> list[Signal]:
         s(
             "max_tokens_per_request",
             "tokens",
-            "The max_tokens requests asked for, mean.",
+            "The max_tokens requests asked for, mean. " + DECODE_SIDE,
             on(
-                vllm=q.hist_mean(F.MAX_TOKENS.name),
+                vllm=sd.on_side("decode", q.hist_mean(F.MAX_TOKENS.name)),
                 sglang=Gap("SGLang exports no histogram of the max_tokens requests ask for"),
             ),
             ("vllm_request_params_max_tokens", "mean"),

@@ -6,8 +6,16 @@ from __future__ import annotations
 from grafanalib.core import Dashboard
 
 from diagnoser.metrics import families as F
+from diagnoser.metrics.sides import SIDES
 from diagnoser.outputs.dashboards.frame import dashboard
-from diagnoser.outputs.dashboards.style import Board, series, stat, table, table_target
+from diagnoser.outputs.dashboards.style import (
+    Board,
+    series,
+    stat,
+    table,
+    table_target,
+    timeseries,
+)
 from diagnoser.site import Site
 
 UID = "servediag-kv-batching"
@@ -76,8 +84,61 @@ def kv_offload(g: Board) -> list[object]:
     ]
 
 
+# Panels with a line for each side of a disaggregated deployment: (title, signal, legend,
+# description). Each signal is read on its own side elsewhere; here both sides are drawn.
+BY_SIDE = (
+    (
+        "Finished requests by side / s",
+        "finished_rate_by_reason",
+        "{{finished_reason}}",
+        "Finished requests per second by finished_reason, on each side. The prefill side "
+        'ends every request with "length" after the one token it is asked for: by design, '
+        "so the finish reasons, answers and their alerts are read on the decode side.",
+    ),
+    (
+        "Output tokens per request by side",
+        "generation_tokens_per_request",
+        "",
+        "Output tokens per finished request, mean, on each side: 1 on the prefill side, the "
+        "answers' length on the decode side.",
+    ),
+    (
+        "Prefill time p95 by side",
+        "prefill_time_p95",
+        "",
+        "Prefill time, 95th percentile, on each side: the prompt's compute on the prefill "
+        "side; on the decode side only what the transferred KV did not cover.",
+    ),
+)
+
+
+def by_side(g: Board) -> list[object]:
+    """The two sides of a disaggregated deployment apart (a server on neither side, not
+    disaggregated, is drawn on both)."""
+    panels: list[object] = []
+    for title, signal, legend, description in BY_SIDE:
+        targets = [
+            g.target(
+                signal, f"{side} {legend} {{{{model_name}}}}".replace("  ", " "), ref, side=side
+            )
+            for ref, side in zip("AB", SIDES, strict=True)
+        ]
+        panels.append(
+            timeseries(
+                g,
+                title,
+                targets,
+                unit=g.unit(signal),
+                description=g.describe(description, g.families(signal)),
+                w=8,
+            )
+        )
+    return panels
+
+
 def kv_transfer(g: Board) -> list[object]:
     return [
+        *by_side(g),
         series(
             g,
             "Prompt tokens from other instances / s",

@@ -13,6 +13,7 @@ series' last and largest value, a tooltip that lists every series, ratios on a 0
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from typing import Any
 
 from grafanalib.core import GridPos, Heatmap, RowPanel, Stat, Table, Target, TimeSeries
@@ -128,10 +129,14 @@ class Board:
     def families(self, *signals: str) -> list[str]:
         return [f for s in signals for f in self.site.vocabulary[s].families]
 
-    def expr(self, signal: str, *, per_instance: bool = False, window: str = RATE) -> str:
+    def expr(
+        self, signal: str, *, per_instance: bool = False, window: str = RATE, side: str = ""
+    ) -> str:
+        """A signal's expression on the dashboard; over one ``side`` of a disaggregated
+        deployment where given (else the side the signal is about)."""
         sig = self.site.vocabulary[signal]
         scope = self.site.scope(sig, instance=per_instance, window=window, matchers=FLEET)
-        return sig.render(scope)
+        return sig.render(replace(scope, side=side))
 
     def legend(self, text: str) -> str:
         """A legend naming the model also names the site's group labels (e.g. the cluster)."""
@@ -147,8 +152,9 @@ class Board:
         per_instance: bool = False,
         window: str = RATE,
         instant: bool = False,
+        side: str = "",
     ) -> Target:
-        expr = self.expr(signal, per_instance=per_instance, window=window)
+        expr = self.expr(signal, per_instance=per_instance, window=window, side=side)
         return query(expr, self.legend(legend), ref, instant=instant)
 
 
