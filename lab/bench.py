@@ -371,6 +371,13 @@ def bench_sglang() -> None:
         )
 
 
+def bench_alerts() -> None:
+    """Alerts on healthy services and incidents (``lab.alertbench``)."""
+    from lab import alertbench
+
+    alertbench.main()
+
+
 def bench_real() -> None:
     """AC@1 over the incidents recorded on a real vLLM server (``tests/data/real``), replayed;
     ``make bench-real`` runs them live."""
@@ -381,7 +388,8 @@ def bench_real() -> None:
 
 
 # Each benchmark ``python -m lab.bench NAME`` runs alone (none: every one, for hours).
-PARTS = ("sglang", "fleet", "watch", "serving-stack", "recoveries", "what-if", "what-if-real")
+PARTS = ("alerts", "sglang", "fleet", "watch", "serving-stack", "recoveries", "what-if",
+         "what-if-real")  # fmt: skip
 
 
 def main() -> None:
@@ -391,6 +399,9 @@ def main() -> None:
     one_of(prog, "benchmark", sys.argv[1:2], PARTS)
     if len(sys.argv) > 2 and sys.argv[1] not in ("fleet", "watch"):
         refuse(prog, f"{sys.argv[1]} takes no arguments (given: {' '.join(sys.argv[2:])})")
+    if sys.argv[1:] == ["alerts"]:  # the alerts' precision and recall only
+        bench_alerts()
+        return
     if sys.argv[1:] == ["sglang"]:  # python -m lab.bench sglang: that part only
         bench_sglang()
         return
@@ -442,6 +453,7 @@ def main() -> None:
     bench_accuracy(scenarios=loops((5, 6)))
     bench_sglang()
     bench_real()
+    bench_alerts()
     bench_fleet()
     bench_watch()
     catalog = load_catalog()
