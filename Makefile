@@ -6,7 +6,7 @@ DEMO_ARGS ?=
 DOCS_PORT ?= 8000
 export VENV
 
-.PHONY: help setup test test-fast lint generate check-generated goldens bench bench-fleet bench-sglang bench-real demo real real-record real-what-if docs docs-build clean
+.PHONY: help setup test test-fast lint generate check-generated goldens bench bench-alerts bench-fleet bench-sglang bench-real demo real real-record real-what-if docs docs-build clean
 
 help:
 	@echo "make demo      simulate an incident, load it into a local Prometheus, diagnose it"
@@ -17,6 +17,7 @@ help:
 	@echo "make generate  write rules/, runbooks/, dashboards/, the playbook schema and the engine support page"
 	@echo "make lint      ruff, mypy and promtool check rules"
 	@echo "make bench     benchmarks, printing figures"
+	@echo "make bench-alerts   the alerts on healthy services (pages per day) and incidents"
 	@echo "make bench-fleet    diagnose on a fleet of 512 targets, Prometheus and VictoriaMetrics"
 	@echo "make bench-sglang   the accuracy on the SGLang scenarios and their variants only"
 	@echo "make goldens   rewrite the golden reports and recorded answers (review the diff)"
@@ -67,6 +68,9 @@ goldens: setup
 
 bench: setup
 	$(PY) -m lab.bench
+
+bench-alerts: setup
+	$(PY) -m lab.bench alerts
 
 bench-fleet: setup
 	$(PY) -m lab.bench fleet

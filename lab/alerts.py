@@ -8,6 +8,7 @@ at the first evaluation at which its expression has held, without a gap, for its
 
 from __future__ import annotations
 
+import math
 import re
 import shutil
 import tempfile
@@ -139,32 +140,58 @@ def _value(v: str) -> str:
     return {"Inf": "+Inf", "+Inf": "+Inf", "-Inf": "-Inf", "NaN": "NaN"}.get(v, v)
 
 
+@dataclass(frozen=True)
+class Episode:
+    """One stretch over which an alert fired: its expression held from ``pending`` (the
+    first evaluation of the run), the alert fired from ``at`` until ``until`` (the last
+    evaluation at which the expression held)."""
+
+    alert: str
+    labels: dict[str, str]
+    pending: float
+    at: float
+    until: float
+
+
 def firing(
     prom: Prometheus, alerts_file: Path, start: float, end: float, step: float = 30.0
 ) -> list[Fired]:
-    """Every alert of ``alerts_file`` that fires within ``[start, end]``, with when."""
-    out: list[Fired] = []
+    """Every alert of ``alerts_file`` that fires within ``[start, end]``, with when (its
+    first firing, per series)."""
+    first: dict[tuple[str, tuple[tuple[str, str], ...]], Fired] = {}
+    for e in episodes(prom, alerts_file, start, end, step):
+        key = (e.alert, tuple(sorted(e.labels.items())))
+        if key not in first:
+            first[key] = Fired(e.alert, e.labels, e.at)
+    return sorted(first.values(), key=lambda f: (f.at, f.alert))
+
+
+def episodes(
+    prom: Prometheus, alerts_file: Path, start: float, end: float, step: float = 30.0
+) -> list[Episode]:
+    """Every stretch over which an alert of ``alerts_file`` fired within ``[start, end]``:
+    one per run of the expression that held for the rule's ``for`` without a gap."""
+    out: list[Episode] = []
     for rule in _rules(alerts_file):
         if "alert" not in rule:
             continue
         hold = parse_duration(rule.get("for", "0s"))
         for series in prom.query_range(rule["expr"], start, end, step):
             times = [float(t) for t, _ in series["values"]]
-            at = _first_fire(times, hold, step)
-            if at is not None:
-                labels = {**series["metric"], **rule.get("labels", {})}
-                out.append(Fired(rule["alert"], labels, at))
-    return sorted(out, key=lambda f: (f.at, f.alert))
+            labels = {**series["metric"], **rule.get("labels", {})}
+            for pending, until in _runs(times, step):
+                if until - pending >= hold:
+                    at = pending + math.ceil(hold / step - 1e-9) * step
+                    out.append(Episode(rule["alert"], labels, pending, at, until))
+    return sorted(out, key=lambda e: (e.at, e.alert))
 
 
-def _first_fire(times: list[float], hold: float, step: float) -> float | None:
-    """The first time the expression has held for ``hold`` without a gap."""
-    run_start = None
-    previous = None
+def _runs(times: list[float], step: float) -> list[tuple[float, float]]:
+    """The runs of evaluations without a gap in ``times``: (first, last) of each."""
+    runs: list[tuple[float, float]] = []
     for t in times:
-        if previous is None or t - previous > step * 1.5:
-            run_start = t
-        previous = t
-        if run_start is not None and t - run_start >= hold:
-            return t
-    return None
+        if runs and t - runs[-1][1] <= step * 1.5:
+            runs[-1] = (runs[-1][0], t)
+        else:
+            runs.append((t, t))
+    return runs

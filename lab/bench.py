@@ -7,102 +7,19 @@ servediag watch's cycles (``python -m lab.bench watch`` alone), and start-up tim
 
 from __future__ import annotations
 
-import statistics
-import subprocess
+import importlib
 import sys
 import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from diagnoser.catalog import load_catalog
-from diagnoser.outputs import rules
 from diagnoser.site import Site
+from lab import speedbench
 from lab.sglangbench import Score
 
 if TYPE_CHECKING:
     from diagnoser.sim.scenario import Scenario
-
-
-def timed(fn: Callable[[], object], runs: int = 5) -> float:
-    samples = []
-    for _ in range(runs):
-        t0 = time.perf_counter()
-        fn()
-        samples.append(time.perf_counter() - t0)
-    return statistics.median(samples)
-
-
-SIM_SCENARIO = """\
-description: Benchmark load.
-duration: {duration}
-scrape_interval: 15s
-seed: 1
-labels: {{window: 1h}}
-models:
-  - name: bench
-    preset: llama-3.1-8b
-    gpu: H100-80GB
-    instances: {instances}
-    workload:
-      rate: {{mean: {rate}}}
-      prompt: {{median: 600, sigma: 0.6}}
-      output: {{median: 180, sigma: 0.7}}
-"""
-
-
-def bench_step_costs() -> None:
-    """Each measured GPU step (tests/data/gpu-step-costs.json) against the engine's price."""
-    from lab import calibration
-
-    if not calibration.TABLE.is_file():
-        print(f"step costs: no measurements at {calibration.TABLE} (a checkout has them)")
-        return
-    priced = calibration.price(calibration.load())
-    out = sum(not p.within for p in priced)
-    print(
-        f"step costs, simulated vs measured ({calibration.MODEL} on one {calibration.GPU}, "
-        f"{len(priced)} steps, {out} out of bounds):"
-    )
-    for line in calibration.table(priced):
-        print(f"  {line}")
-    from lab.real import stepcosts
-
-    if stepcosts.OUT.is_file():
-        cpu = stepcosts.price()
-        worst = max(max(r.ratio, 1 / r.ratio) for r in cpu)
-        print(
-            f"step costs on the CPU device, simulated vs measured on vLLM's CPU build "
-            f"({len(cpu)} steps of two models, worst {worst:.2f}x off):"
-        )
-        print("\n".join(stepcosts.table(cpu)))
-
-
-def bench_simulator() -> None:
-    import tempfile
-    from pathlib import Path
-
-    from diagnoser.sim.run import simulate
-    from diagnoser.sim.scenario import load_scenario
-
-    print("simulator (llama-3.1-8b on H100, 600-token prompts, 180-token answers, 15 s scrapes):")
-    with tempfile.TemporaryDirectory() as tmp:
-        for instances, rate_per_instance in ((1, 5), (1, 20), (1, 50), (8, 20)):
-            path = Path(tmp) / "b.yaml"
-            path.write_text(
-                SIM_SCENARIO.format(
-                    duration="1h", instances=instances, rate=rate_per_instance * instances
-                )
-            )
-            sc = load_scenario(path)
-            t0 = time.perf_counter()
-            rec = simulate(sc, end=1_800_000_000.0)
-            wall = time.perf_counter() - t0
-            print(
-                f"  {instances} instance(s) x {rate_per_instance:>2} req/s, 1 h: "
-                f"{wall:6.2f} s wall, {3600 / wall:6.0f}x real time, "
-                f"{3600 * instances / wall:6.0f} instance-seconds/s, "
-                f"{rec.sample_count() / 1e6:.2f} M samples"
-            )
 
 
 def bench_what_if() -> None:
@@ -378,6 +295,13 @@ def _in(part: str, group: str) -> bool:
     return group == "all runs" or part == group or held
 
 
+def bench_alerts() -> None:
+    """Alerts on healthy services and incidents (``lab.alertbench``)."""
+    from lab import alertbench
+
+    alertbench.main()
+
+
 def bench_real() -> None:
     """AC@1 over the incidents recorded on a real vLLM server (``tests/data/real``), replayed;
     ``make bench-real`` runs them live."""
@@ -388,8 +312,40 @@ def bench_real() -> None:
 
 
 # Each benchmark ``python -m lab.bench NAME`` runs alone (none: every one, for hours).
-PARTS: tuple[str, ...] = ("sglang", "fleet", "watch", "serving-stack", "recoveries")
-PARTS += ("disaggregated", "what-if", "what-if-held-out", "what-if-real")
+
+
+def _alone(run: Callable[[], object]) -> Callable[[list[str]], None]:
+    def part(_: list[str]) -> None:
+        run()
+
+    return part
+
+
+def _with_options(module: str) -> Callable[[list[str]], None]:
+    return lambda argv: importlib.import_module(f"lab.{module}").main(argv)
+
+
+# What ``python -m lab.bench NAME`` runs (fleet and watch take options: --help).
+ALONE: dict[str, Callable[[list[str]], None]] = {
+    "alerts": _alone(bench_alerts),  # the alerts' precision and recall
+    "sglang": _alone(bench_sglang),
+    "fleet": _with_options("fleetbench"),
+    "watch": _with_options("watchbench"),  # servediag watch's cycles
+    "serving-stack": _alone(  # the serving-stack playbooks' variants
+        lambda: bench_accuracy(variants=tuple(range(1, 11)), scenarios=serving_stack())
+    ),
+    "recoveries": _alone(  # incidents that end, and their variants 1-10
+        lambda: (
+            bench_accuracy(scenarios=recoveries()),
+            bench_accuracy(variants=tuple(range(1, 11)), scenarios=recoveries()),
+        )
+    ),
+    "disaggregated": _alone(bench_disaggregated),  # prefill and decode apart, and variants
+    "what-if": _alone(bench_what_if),
+    "what-if-held-out": _alone(bench_what_if_held_out),
+    "what-if-real": _alone(bench_what_if_real),  # what-if against the real runs
+}
+PARTS = tuple(ALONE)
 
 
 def main() -> None:
@@ -399,40 +355,11 @@ def main() -> None:
     one_of(prog, "benchmark", sys.argv[1:2], PARTS)
     if len(sys.argv) > 2 and sys.argv[1] not in ("fleet", "watch"):
         refuse(prog, f"{sys.argv[1]} takes no arguments (given: {' '.join(sys.argv[2:])})")
-    if sys.argv[1:] == ["sglang"]:  # python -m lab.bench sglang: that part only
-        bench_sglang()
+    if len(sys.argv) > 1:  # one part alone
+        ALONE[sys.argv[1]](sys.argv[2:])
         return
-    if sys.argv[1:2] == ["fleet"]:  # the fleet benchmark only (its options: --help)
-        from lab import fleetbench
-
-        fleetbench.main(sys.argv[2:])
-        return
-    if sys.argv[1:2] == ["watch"]:  # servediag watch's cycles only (its options: --help)
-        from lab import watchbench
-
-        watchbench.main(sys.argv[2:])
-        return
-    if sys.argv[1:] == ["serving-stack"]:  # the serving-stack playbooks' variants only
-        bench_accuracy(variants=tuple(range(1, 11)), scenarios=serving_stack())
-        return
-    if sys.argv[1:] == ["recoveries"]:  # incidents that end, and their variants 1-10
-        bench_accuracy(scenarios=recoveries())
-        bench_accuracy(variants=tuple(range(1, 11)), scenarios=recoveries())
-        return
-    if sys.argv[1:] == ["disaggregated"]:  # prefill and decode apart, and their variants
-        bench_disaggregated()
-        return
-    if sys.argv[1:] == ["what-if"]:  # the what-if figures only
-        bench_what_if()
-        return
-    if sys.argv[1:] == ["what-if-held-out"]:  # what-if on the held-out workloads only
-        bench_what_if_held_out()
-        return
-    if sys.argv[1:] == ["what-if-real"]:  # what-if against the real runs only
-        bench_what_if_real()
-        return
-    bench_step_costs()
-    bench_simulator()
+    speedbench.bench_step_costs()
+    speedbench.bench_simulator()
     bench_what_if()
     bench_library()
     print("accuracy on the scenario library (what the signatures were tuned on):")
@@ -457,44 +384,10 @@ def main() -> None:
     bench_disaggregated()
     bench_sglang()
     bench_real()
+    bench_alerts()
     bench_fleet()
     bench_watch()
-    catalog = load_catalog()
-    load_s = timed(load_catalog)
-    site = Site.default()
-    render_s = timed(lambda: rules.render_files(site))
-
-    def cli(*args: str) -> None:
-        subprocess.run([sys.executable, "-m", "diagnoser", *args], check=True, capture_output=True)
-
-    help_s = timed(lambda: cli("--help"))
-    diag_help_s = timed(lambda: cli("diagnose", "--help"), runs=3)
-    list_s = timed(lambda: cli("catalog", "list"))
-    files = rules.render_files(site)
-    n_rec = files[rules.RECORDING_FILE].count("- record:")
-    n_alert = files[rules.ALERTS_FILE].count("- alert:")
-    print(f"catalog load ({len(catalog)} playbooks, schema-validated): {load_s * 1000:.0f} ms")
-    print(f"rules render ({n_rec} recording, {n_alert} alerting): {render_s * 1000:.0f} ms")
-    print(f"servediag --help (process start to exit): {help_s * 1000:.0f} ms")
-    print(f"servediag diagnose --help: {diag_help_s * 1000:.0f} ms")
-    print(f"servediag catalog list: {list_s * 1000:.0f} ms")
-    bench_imports()
-
-
-def bench_imports() -> None:
-    """What importing the package costs, and what pandas would add if it were imported
-    (it is not: only ``Diagnosis.to_frame()`` and ``findings_frame()`` import it)."""
-
-    def python(code: str) -> None:
-        subprocess.run([sys.executable, "-c", code], check=True, capture_output=True)
-
-    bare_s = timed(lambda: python("pass"))
-    pkg_s = timed(lambda: python("import diagnoser, diagnoser.api"))
-    frames_s = timed(lambda: python("import diagnoser, diagnoser.api, pandas"))
-    print(
-        f"import diagnoser: {(pkg_s - bare_s) * 1000:.0f} ms over Python's own start "
-        f"({bare_s * 1000:.0f} ms); with pandas it would be {(frames_s - bare_s) * 1000:.0f} ms"
-    )
+    speedbench.bench_startup()
 
 
 if __name__ == "__main__":

@@ -109,3 +109,18 @@ def test_only_the_recording_rules_the_alerts_read_are_backfilled(tmp_path):
     assert needed(rec, alerts) == {"m:y:ratio", "m:x:rate5m"}
     generated = RECORDING.read_text().count("- record: ")
     assert 0 < len(READ) < generated
+
+
+def test_a_page_on_a_healthy_stretch_is_one_that_began_there():
+    from lab.alertbench import Case
+    from lab.alerts import Episode, _runs
+
+    # Evaluations every 30 s with a gap after 90: two runs.
+    assert _runs([0.0, 30.0, 60.0, 90.0, 300.0, 330.0], 30.0) == [(0.0, 90.0), (300.0, 330.0)]
+    began_inside = Episode("A", {}, pending=1200.0, at=1320.0, until=1500.0)
+    carried_over = Episode("B", {}, pending=900.0, at=1020.0, until=1300.0)
+    before = Episode("C", {}, pending=0.0, at=120.0, until=600.0)
+    case = Case("c", "healthy", ((1000.0, 2000.0),), (began_inside, carried_over, before))
+    assert case.pages() == [began_inside]
+    assert case.carried() == [carried_over]
+    assert case.hours == 1000.0 / 3600.0
