@@ -108,6 +108,7 @@ def _set(path: str, value):
         ),
         (_set("alert.for", "30 minutes"), "alert.for", "does not match"),
         (_set("evidence", ["ttft_p95", "nope"]), "evidence[1]", "unknown signal"),
+        (_set("signature.requires", ["dcgm_nope"]), "signature.requires", "unknown signal"),
         (_set("id", "other-id"), "id", "must equal the file name"),
     ],
 )

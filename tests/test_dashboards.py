@@ -11,14 +11,15 @@ import pytest
 from clitest import run
 from conftest import grafana_substitute as _substitute
 
-from diagnoser.metrics import families
+from diagnoser.metrics import families, platform
 
 ROOT = Path(__file__).resolve().parent.parent
 BOARDS = sorted((ROOT / "dashboards").glob("*.json"))
 DS = {"type": "prometheus", "uid": "${datasource}"}
-# A metric family in a query: vLLM's, DCGM's, the API server's, the probe's.
+# A metric family in a query: vLLM's, DCGM's, the API server's, the probe's, the platform's.
 FAMILY = re.compile(
-    r"(?<![\w:])(vllm:[a-z0-9_]+|DCGM_FI_[A-Z_]+|http_[a-z_]+|llm_probe_[a-z0-9_]+)"
+    r"(?<![\w:])(vllm:[a-z0-9_]+|DCGM_FI_[A-Z_]+|http_[a-z_]+|llm_probe_[a-z0-9_]+"
+    r"|kube_[a-z_]+|container_[a-z_]+|node_[a-zA-Z_]+)(?![\w:])(?!\s*\()"
 )
 HEATMAP = re.compile(r"^sum by \(le\) \(rate\(([\w:]+)_bucket\{[^}]*\}\[\$__rate_interval\]\)\)$")
 
@@ -192,10 +193,21 @@ def _scenario_for(expr: str) -> str:
     return "fast-server-slow-users" if "llm_probe_" in expr else "healthy-steady"
 
 
+# Families the simulator does not write: the platform's exporters (kube-state-metrics,
+# cAdvisor, node-exporter) and DCGM's uncorrectable-error counters.
+UNSIMULATED = ("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS")
+
+
 def _optional(expr: str) -> bool:
     """The query reads a family that exists only with an optional feature on (speculative
-    decoding, LoRA, a KV connector), which no library scenario runs."""
-    return any(families.family(f).requires for f in _families(expr))
+    decoding, LoRA, a KV connector), which no library scenario runs, or one of an exporter
+    the simulator does not run."""
+    return any(
+        families.family(f).requires
+        or families.family(f).provider in platform.PLATFORM_SOURCES
+        or f in UNSIMULATED
+        for f in _families(expr)
+    )
 
 
 @pytest.mark.parametrize("path", BOARDS, ids=[p.stem for p in BOARDS])

@@ -134,8 +134,11 @@ def test_a_server_that_died_is_reported_for_its_model(served, site):
     result = run(served, site, "crash")
     (health,) = result.health
     assert health.verdict == "unhealthy" and health.targets_down == 1
-    (reason,) = health.reasons
+    # Down, and its downtime is unavailable: it counted no failed request, yet served nothing.
+    reason, availability = health.reasons
     assert reason.startswith("1 of 1 target(s) down since ") and "after serving" in reason
+    assert "would name it" in reason  # which exporter would say why, none being scraped
+    assert availability.startswith("availability ") and health.slis[0].good < 0.9
     assert health.down_since is not None and health.down_since > result.window.start
     # It served before: not a server that never started (the metrics cannot say why it stays
     # down), so no playbook is named and none is offered as near.
@@ -241,11 +244,15 @@ def test_a_restart_down_longer_than_a_model_load_or_with_slos_broken_is_unhealth
     # Four minutes down, back up in the window's last minutes: the state at its end decides.
     long_down = _assess(site, _deployed((1620.0,), (1260.0, 1620.0)))
     assert long_down.verdict == "unhealthy" and long_down.notes == []
-    assert long_down.reasons == ["a target was down 39% of the window"]
+    # Its one target down is unavailable time: the availability SLI says so.
+    down, availability = long_down.reasons
+    assert down == "a target was down 39% of the window"
+    assert availability.startswith("availability 81.25% at the window's end")
     # Down as long, but nine minutes before the window's end: what it went through.
     recovered = _assess(site, _deployed((1260.0,), (1020.0, 1260.0)))
     assert recovered.verdict == "healthy" and recovered.reasons == []
-    assert recovered.notes == ["a target was down 26% of the window, none at its end"]
+    assert recovered.notes[0] == "a target was down 26% of the window, none at its end"
+    assert all(n.endswith("recovered") for n in recovered.notes[1:])
     slow = _assess(site, _deployed((1080.0,), (1020.0, 1080.0), ttft_good=0.9))
     assert slow.verdict == "unhealthy"
     assert slow.reasons[0] == "a target was down 7% of the window"
@@ -255,7 +262,10 @@ def test_a_restart_down_longer_than_a_model_load_or_with_slos_broken_is_unhealth
 def test_two_restarts_in_a_short_window_are_unhealthy(site):
     h = _assess(site, _deployed((1080.0, 1500.0), (1020.0, 1080.0)))
     assert h.restarts == 2 and h.verdict == "unhealthy"
-    assert "2 restarts in the window" in h.reasons and h.notes == []
+    assert "2 restarts in the window" in h.reasons
+    assert h.notes == [
+        "availability 93.44% over the window, availability 100.00% at its end: recovered"
+    ]
 
 
 def test_a_target_that_never_served_goes_to_the_one_model_whose_targets_left_its_job():

@@ -13,7 +13,7 @@ from diagnoser.metrics.promql import Scope
 from diagnoser.metrics.signals import SIGNALS, Vocabulary
 from diagnoser.metrics.signals.base import _family_re
 
-TYPED = ("counter", "gauge", "histogram", "renamed")
+TYPED = ("counter", "gauge", "histogram", "renamed", "untyped")
 
 
 @pytest.fixture(scope="module")
@@ -30,6 +30,8 @@ def reference() -> dict[str, str]:
             types[name] = fam["type"]
     sglang = data_json("sglang-0.5.23.json")["families"]
     types.update({name: fam["type"] for name, fam in sglang.items()})
+    for exporter in data_json("platform-metrics.json")["exporters"].values():
+        types.update({name: fam["type"] for name, fam in exporter["families"].items()})
     return types
 
 
@@ -59,7 +61,9 @@ def test_every_metric_name_used_is_a_real_exposed_name(reference):
                     f"{raw}: {fam} is not a histogram"
                 )
         kind = reference.get(fam)
-        assert kind in TYPED, f"{raw} is not a metric vLLM, SGLang, DCGM or the probe exposes"
+        assert kind in TYPED, (
+            f"{raw} is not a metric vLLM, SGLang, DCGM, the probe or the platform exposes"
+        )
         if kind != "renamed":
             assert metrics.family(fam).type == kind, f"{fam}: the reference says {kind}"
         if fam == raw:
@@ -71,8 +75,10 @@ def test_every_counter_is_queried_with_total_and_through_rate():
         text = sig.render()
         for fam in sig.families:
             f = metrics.family(fam)
-            if f.type == "counter":
-                assert fam.endswith("_total"), fam
+            if f.type in ("counter", "untyped"):
+                # dcgm-exporter's counters and node-exporter's vmstat fields carry no _total
+                if f.provider not in ("dcgm-exporter", "node-exporter"):
+                    assert fam.endswith("_total"), fam
                 for m in re.finditer(r"(?<![\w:])" + re.escape(fam) + r"\b", text):
                     before = text[: m.start()]
                     assert re.search(r"(rate|resets|increase)\($", before), (sig.name, fam)
@@ -208,3 +214,23 @@ def test_a_subquery_over_a_long_window_runs_at_a_resolution_fitted_to_it():
     for sig in subqueries:
         text = sig.render(Scope(window="3d"))
         assert "[3d:]" not in text and text.count("[3d:1080s]") >= 2, sig.name  # vLLM, SGLang
+
+
+def test_the_platform_families_are_their_exporters_own():
+    """Each platform family's type and labels are those its exporter's source declares
+    (tests/data/platform-metrics.json names the source and version)."""
+    for exporter in data_json("platform-metrics.json")["exporters"].values():
+        for name, ref in exporter["families"].items():
+            fam = metrics.family(name)
+            assert fam.type == ref["type"], name
+            assert set(fam.labels) <= set(ref["labels"]), (name, fam.labels)
+
+
+def test_platform_series_are_joined_to_models_through_their_pod_or_host():
+    text = SIGNALS["container_oom_killed"].render(Scope(matchers=('model_name="m"',)))
+    assert 'reason="OOMKilled"' in text
+    assert "* on (namespace, pod) group_left (model_name)" in text
+    # the pod is remembered while its server is down (a crash loop, an eviction)
+    assert 'last_over_time(vllm:num_requests_running{model_name="m", pod!=""}[1h])' in text
+    hosts = SIGNALS["node_oom_kills"].render()
+    assert '"host", "$1", "host_ip"' in hosts and '"host", "$1", "instance"' in hosts

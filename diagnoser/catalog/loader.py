@@ -183,12 +183,16 @@ def _signature(path: Path, raw: dict[str, Any]) -> Signature:
     onset = raw.get("onset")
     if onset is not None and onset not in SIGNALS:
         raise CatalogError(path, "signature.onset", f"unknown signal {onset!r}")
+    for name in raw.get("requires", []):
+        if name not in SIGNALS:
+            raise CatalogError(path, "signature.requires", f"unknown signal {name!r}")
     return Signature(
         all=groups["all"],
         any=groups["any"],
         none=groups["none"],
         supporting=groups["supporting"],
         onset=onset,
+        requires=tuple(raw.get("requires", [])),
         explains=tuple(raw.get("explains", [])),
         max_confidence=float(raw.get("max_confidence", 1.0)),
         absolute=groups["absolute"],

@@ -65,6 +65,10 @@ class Signature:
     # A state abnormal on its own (no baseline needed): reported, at lower confidence, when no
     # change point tells when the pattern began.
     absolute: tuple[Condition, ...] = ()
+    # Signals whose series must exist on a scope for the pattern to be judged there: what
+    # measures the cause itself (a GPU's memory for a GPU-memory cause). Without them the
+    # pattern is undecided, whatever its symptoms' conditions say.
+    requires: tuple[str, ...] = ()
 
     def groups(self) -> Iterator[tuple[str, tuple[Condition, ...]]]:
         """The groups a change is judged by (``absolute`` apart)."""

@@ -71,6 +71,7 @@ def needed_signals(site: Site, catalog: Catalog | None = None) -> list[Signal]:
         names |= set(pb.evidence)
         if pb.signature.onset:
             names.add(pb.signature.onset)
+        names.update(pb.signature.requires)
         for c in pb.signature.conditions():
             names.update(c.needs())
     names |= {site.vocabulary[n].ceiling for n in names} - {""}

@@ -23,6 +23,7 @@ import numpy as np
 
 from diagnoser.catalog.shapes.base import episodes, events, whole
 from diagnoser.diagnosis.match import ScopeData
+from diagnoser.diagnosis.platform import UNREAD
 from diagnoser.site import Site
 
 IDLE_RPS = 0.01  # finished requests per second below which a model counts as idle
@@ -100,6 +101,12 @@ class Health:
     down_seconds: float = 0.0  # how long any target was down in the window
     down_episodes: int = 0  # separate stretches of it
     restarts: int = 0  # distinct restarts (separate rises of the restart count)
+    # Of the window, the share with every target of the model down: no request could be
+    # served, which the availability SLI counts as unavailable time.
+    all_down_share: float | None = None
+    # Why its servers went down, as the platform says it (``diagnosis.platform``); None where
+    # nothing went down or nothing of the platform is scraped.
+    platform: str | None = None
     stopped_at: float | None = None  # traffic stopped (it served before, not in the window)
     present: tuple[float, float] | None = None  # the window's last minutes, the state now
     present_rate: float | None = None  # requests per second over them
@@ -181,11 +188,44 @@ def _step(data: ScopeData, name: str) -> float:
     return float(np.median(np.diff(s.t)))
 
 
+def went_down(data: ScopeData, window: tuple[float, float]) -> bool:
+    """Whether a target of the scope was down or restarted in ``window``: the platform is
+    asked why only then."""
+    for name in ("targets_down", "engine_restarts"):
+        v = _inside(data, name, window)
+        if v is not None and np.nan_to_num(v).any():
+            return True
+    return _gone(data, window) is not None if "targets_total" in data.series else False
+
+
+def _all_down(data: ScopeData, span: tuple[float, float]) -> float | None:
+    """The share of ``span``'s samples with every target of the scope down (None: no target
+    series)."""
+    total, down = _inside(data, "targets_total", span), _inside(data, "targets_down", span)
+    if total is None or down is None or not total.size or total.size != down.size:
+        return None
+    t, d = np.nan_to_num(total), np.nan_to_num(down)
+    return float(np.mean((t > 0) & (d >= t)))
+
+
+def _available(error_share: float | None, all_down: float | None) -> float | None:
+    """The availability SLI: the requests served without an error, over the time anything
+    could be served (time with every target down is unavailable, whatever was counted)."""
+    if error_share is None and not all_down:
+        return None
+    return (1 - (error_share or 0.0)) * (1 - (all_down or 0.0))
+
+
 def assess(
-    site: Site, data: ScopeData, window: tuple[float, float], before: tuple[float, float]
+    site: Site,
+    data: ScopeData,
+    window: tuple[float, float],
+    before: tuple[float, float],
+    platform: str | None = None,
 ) -> Health:
-    """The scope's state over ``window``; ``before`` is a period it may have served in."""
-    h = Health(dict(data.scope))
+    """The scope's state over ``window``; ``before`` is a period it may have served in;
+    ``platform`` the platform's reason its servers went down, where it says one."""
+    h = Health(dict(data.scope), platform=platform)
     objectives = site.config.slo.for_labels(data.scope)
     rate = _inside(data, "request_rate", window)
     h.request_rate = _mean(rate)
@@ -239,6 +279,13 @@ def assess(
             h.down_seconds = float(np.sum(np.nan_to_num(down) > 0)) * _step(data, "targets_down")
     restarts = _inside(data, "engine_restarts", window)
     h.restarts = events(restarts) if restarts is not None else 0
+    # Time with every target down is unavailable; a single restart's load is not (the note
+    # below says it), as long as it stays one short stretch.
+    h.all_down_share = 0.0 if h.single_restart else _all_down(data, window)
+    h.slis[0].good = _available(h.error_share, h.all_down_share)
+    all_down_now = 0.0 if h.single_restart else _all_down(data, now)
+    errors_now = None if h.slis[0].now is None else 1 - h.slis[0].now
+    h.slis[0].now = _available(errors_now, all_down_now)
     # Calm at the end: no target down and no restart counted over the present (a restart
     # stays counted five minutes): downtime and restarts earlier in the window are then what
     # the window went through, said beside a verdict on the state at its end.
@@ -288,10 +335,12 @@ def _verdict(h: Health, seconds: float) -> None:
             if h.down_since is not None
             else " all through the window"
         )
-        reasons.append(
-            f"{h.targets_down} of {h.targets_total} target(s) down{since}, after serving: "
+        why = h.platform or (
             "a crash or kill with no restart, or a restart that fails to start (the server's "
-            "log and exit status tell which)"
+            f"log and exit status tell which; {UNREAD})"
+        )
+        reasons.append(
+            f"{h.targets_down} of {h.targets_total} target(s) down{since}, after serving: {why}"
         )
     elif h.down_share is not None and h.down_share >= DOWN_SHARE:
         downtime = f"a target was down {h.down_share:.0%} of the window"
@@ -301,6 +350,8 @@ def _verdict(h: Health, seconds: float) -> None:
             reasons.append(downtime)
     if h.restarts >= 2:
         said = f"{h.restarts} restarts in the window"
+        if h.platform and not h.targets_down:
+            said += f": {h.platform}"
         if h.calm_now:
             h.notes.append(f"{said}, none at its end")
         else:

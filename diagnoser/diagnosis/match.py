@@ -177,6 +177,8 @@ def evaluate(
         match.missing = sorted(gaps)
         match.reason = "; ".join(sorted(set(gaps.values())))
         return match
+    if unmeasured(pb, data, match):
+        return match
     for group, conds in sig.groups():
         for cond in conds:
             verdict, missing = evaluate_condition(cond, data, p)
@@ -210,6 +212,22 @@ def evaluate(
     return match
 
 
+def unmeasured(pb: Playbook, data: ScopeData, match: Match) -> bool:
+    """Whether a signal the playbook requires (what measures its cause) has no sample on the
+    scope; if so ``match`` is made undecided, naming it."""
+    assert pb.signature is not None
+    absent = [
+        name
+        for name in pb.signature.requires
+        if (s := data.series.get(name)) is None or not np.isfinite(s.v).any()
+    ]
+    if absent:
+        match.status = "undecided"
+        match.missing = absent
+        match.reason = f"no series of {', '.join(absent)}: what would show its cause is not scraped"
+    return bool(absent)
+
+
 def engine_gaps(pb: Playbook, data: ScopeData) -> dict[str, str]:
     """The signals the playbook needs that the scope's engine does not export, with why."""
     assert pb.signature is not None
@@ -230,6 +248,8 @@ def evaluate_absolute(
     match = Match(pb, data.scope, "not_matched", periods=p, basis="absolute")
     if not sig.absolute:
         match.reason = "no absolute state to judge"
+        return match
+    if unmeasured(pb, data, match):
         return match
     for cond in sig.absolute:
         verdict, missing = evaluate_condition(cond, data, p)

@@ -13,7 +13,7 @@ from functools import partial
 import numpy as np
 
 from diagnoser.catalog import Playbook
-from diagnoser.diagnosis import recorded
+from diagnoser.diagnosis import platform, recorded
 from diagnoser.diagnosis.ends import judge, unended
 from diagnoser.diagnosis.fetch import (
     Fetched,
@@ -22,7 +22,7 @@ from diagnoser.diagnosis.fetch import (
     scrape_interval,
     server_buckets,
 )
-from diagnoser.diagnosis.health import Health, assess, flag, met_since
+from diagnoser.diagnosis.health import Health, assess, flag, met_since, went_down
 from diagnoser.diagnosis.lookback import fetch_lookback, reassess
 from diagnoser.diagnosis.match import Match, ScopeData, evaluate_absolute
 from diagnoser.diagnosis.model import ByScope, Diagnosis, ScopeKey, scope_key
@@ -98,9 +98,13 @@ def _diagnose(
     span, base = window.span, window.baseline
     matches: list[Match] = []
     judged: dict[tuple[tuple[str, str], ...], tuple[ScopeData, Health]] = {}
-    for _, data in sorted(fetched.models.items()):
+    down = [key for key, data in fetched.models.items() if went_down(data, span)]
+    said = platform.read(source, site, window, down, matchers, workers) if down else {}
+    result.queries += len(platform.SIGNALS) if down else 0
+    for key, data in sorted(fetched.models.items()):
         in_time(source)
-        health = assess(site, data, span, base)
+        why = platform.reason(said[key], span) if key in said else None
+        health = assess(site, data, span, base, why)
         result.scopes.append(data.scope)
         result.health.append(health)
         result.data[data.key] = data

@@ -16,9 +16,11 @@ from diagnoser.metrics.family import Family, register
 __all__ = [
     "DCGM_LABELS",
     "DCGM_POD_LABELS",
+    "GPU_ECC_DBE",
     "GPU_FB_FREE",
     "GPU_FB_USED",
     "GPU_POWER",
+    "GPU_REMAPPED_UNCORRECTABLE",
     "GPU_SM_CLOCK",
     "GPU_TEMP",
     "GPU_UTIL",
@@ -106,6 +108,17 @@ GPU_POWER = _o("DCGM_FI_DEV_POWER_USAGE", _G, _DCGM, "Power draw (in W).")
 GPU_TEMP = _o("DCGM_FI_DEV_GPU_TEMP", _G, _DCGM, "GPU temperature (in C).")
 GPU_SM_CLOCK = _o("DCGM_FI_DEV_SM_CLOCK", _G, _DCGM, "SM clock frequency (in MHz).")
 GPU_XID = _o("DCGM_FI_DEV_XID_ERRORS", _G, _DCGM, "Value of the last XID error encountered.")
+# ECC: the volatile double-bit count is commented out of default-counters.csv (a site enables it
+# in its counters file); the rows remapped for uncorrectable errors are on by default.
+GPU_ECC_DBE = _o(
+    "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", _C, _DCGM, "Total number of double-bit volatile ECC errors."
+)
+GPU_REMAPPED_UNCORRECTABLE = _o(
+    "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS",
+    _C,
+    _DCGM,
+    "Number of remapped rows for uncorrectable errors",
+)
 # The labels dcgm-exporter puts on every GPU series; namespace, pod and container only in its
 # Kubernetes pod-mapping mode.
 DCGM_LABELS = ("gpu", "UUID", "Hostname", "modelName")

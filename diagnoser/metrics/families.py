@@ -11,13 +11,17 @@ and the simulator emits from it, so a rename is one edit here. ``tests/data/vllm
 holds it to.
 
 The families of what is scraped beside vLLM (its API server, dcgm-exporter, the probe) are
-rows of the same table, declared in :mod:`diagnoser.metrics.exporters` (read from there).
+rows of the same table, declared in :mod:`diagnoser.metrics.exporters` (read from there); the
+platform's (kube-state-metrics, cAdvisor, node-exporter) in :mod:`diagnoser.metrics.platform`.
 Default histogram buckets are in :mod:`diagnoser.metrics.buckets`.
 """
 
 from __future__ import annotations
 
-from diagnoser.metrics import exporters  # noqa: F401  (enters the API server's, DCGM's, the probe's)
+from diagnoser.metrics import (
+    exporters,  # noqa: F401  (enters the API server's, DCGM's, the probe's)
+    platform,  # noqa: F401  (kube-state-metrics', cAdvisor's, node-exporter's)
+)
 from diagnoser.metrics.buckets import (
     ITERATION_TOKENS_BUCKETS,
     ITL_BUCKETS,

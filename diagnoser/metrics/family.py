@@ -13,8 +13,9 @@ from diagnoser.metrics.buckets import REQUEST_TOKENS, request_token_buckets, ver
 @dataclass(frozen=True)
 class Family:
     name: str
-    type: str  # counter | gauge | histogram | summary
-    # an engine's (vllm, sglang), vllm-api-server, dcgm-exporter, servediag-probe, prometheus
+    type: str  # counter | gauge | histogram | summary | untyped
+    # an engine's (vllm, sglang), vllm-api-server, dcgm-exporter, servediag-probe, prometheus,
+    # kube-state-metrics, cadvisor, node-exporter
     provider: str
     help: str = ""
     since: str = ""  # first version that exposes it

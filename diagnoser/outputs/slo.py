@@ -94,9 +94,31 @@ def _restrict(site: Site, expr: str, group: Group, metric: str | None = None) ->
     return expr
 
 
+def all_down_name(site: Site) -> str:
+    """The recorded 1/0 of each model: every one of its targets down (nothing can answer)."""
+    return f"{'_'.join(site.config.by)}:slo_availability:all_down"
+
+
+def _all_down(site: Site) -> str:
+    """1 where every target that served the model (within the targets' memory) is down, 0
+    where one is up; no series for a model with no target."""
+    scope = site.scope()
+    down, total = (site.vocabulary[n].render(scope) for n in ("targets_down", "targets_total"))
+    return f"({down}) == bool (({total}) > 0)"
+
+
+def _with_downtime(site: Site, ratio: str, window: str) -> str:
+    """The availability error ratio counting the time every target was down as unavailable:
+    a dead server counts no failed request, yet nothing was served. Where no target series is
+    recorded the requests' ratio stands alone; where no request was counted, the downtime."""
+    down = f"avg_over_time({all_down_name(site)}[{window}])"
+    return f"(1 - (1 - (({ratio}) or {down} * 0)) * (1 - {down})) or ({ratio})"
+
+
 def recording_group(site: Site) -> dict[str, Any]:
-    """Each SLI's error ratio over each window; latency SLIs once per threshold in use."""
-    rules: list[dict[str, Any]] = []
+    """Each SLI's error ratio over each window; latency SLIs once per threshold in use; the
+    availability's counts the time every target of a model was down."""
+    rules: list[dict[str, Any]] = [{"record": all_down_name(site), "expr": _all_down(site)}]
     by_threshold: dict[tuple[float, float], Group] = {}
     for g in groups(site):
         by_threshold.setdefault((g.objectives.ttft_seconds, g.objectives.itl_seconds), g)
@@ -113,7 +135,9 @@ def recording_group(site: Site) -> dict[str, Any]:
                 seen.append(pair)
                 scope = site.scope(window=window, matchers=tuple(str(m) for m in g.match))
                 expr = error_ratio(sli, *pair)(scope)
-                if sli != "availability":
+                if sli == "availability":
+                    expr = _with_downtime(site, expr, window)
+                else:
                     others = [
                         x.match
                         for x in groups(site)

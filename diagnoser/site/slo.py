@@ -3,7 +3,8 @@
 Three SLIs, each with an objective over ``period`` (30 days by default):
 
 - **availability**: the share of inference requests that neither fail with an HTTP 5xx nor end
-  with ``finished_reason="error"``;
+  with ``finished_reason="error"``, times the share of the time some target of the model was
+  up (time with every target down is unavailable: a dead server counts no failed request);
 - **ttft**: the share of requests whose time to first token is at most ``ttft_seconds``;
 - **itl**: the share of output tokens that come at most ``itl_seconds`` after the previous one.
 

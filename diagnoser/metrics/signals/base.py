@@ -20,8 +20,12 @@ ITL_STALL = 0.3  # seconds: a gap a reader notices, many times any healthy decod
 # SGLang's ITL histogram has no 0.3 s bound (0.2, then 0.4): its stalls are gaps over 0.4 s.
 SGLANG_ITL_STALL = 0.4
 
-# Families outside the engines': the API server's, DCGM's, the probe's, scrape health.
-_OTHER_FAMILIES = r"llm_probe_[a-z0-9_]+|DCGM_FI_[A-Z_]+|http_[a-z_]+|process_[a-z_]+|up"
+# Families outside the engines': the API server's, DCGM's, the probe's, scrape health, and the
+# platform's (kube-state-metrics, cAdvisor, node-exporter).
+_OTHER_FAMILIES = (
+    r"llm_probe_[a-z0-9_]+|DCGM_FI_[A-Z_]+|http_[a-z_]+|process_[a-z_]+|up"
+    r"|kube_[a-z_]+|container_[a-z_]+|node_[a-zA-Z_]+"
+)
 # A model-level signal is aggregated by the site's model grouping (model_name and the site's
 # group labels); a target-level one by scrape target.
 MODEL = ("model_name",)

@@ -1,5 +1,5 @@
-"""LLM serving / GPU and frontend: DCGM utilisation, memory, power, heat, clocks and XID errors;
-API-server CPU and HTTP traffic by handler and outcome."""
+"""LLM serving / GPU and frontend: DCGM utilisation, memory, power, heat, clocks, XID errors and
+the node and GPU faults; API-server CPU and HTTP traffic by handler and outcome."""
 
 from __future__ import annotations
 
@@ -65,6 +65,22 @@ def gpus(g: Board) -> list[object]:
             "model's GPUs; 0 is none. 13, 31, 43: a kernel or memory fault in the process; "
             "48, 63, 64, 92, 94, 95: ECC errors; 74: NVLink; 79: the GPU fell off the bus. "
             "Any other than 0 deserves the node's kernel log." + GPU_JOIN,
+        ),
+        series(
+            g,
+            "Node and GPU faults",
+            [
+                ("gpu_uncorrectable_errors", "uncorrectable GPU memory errors {{model_name}}"),
+                ("node_not_ready", "pods on a node not Ready {{model_name}}"),
+                ("node_memory_pressure", "pods on a node under memory pressure {{model_name}}"),
+                ("node_oom_kills", "host OOM kills {{model_name}}"),
+            ],
+            w=16,
+            description="What the model's nodes and GPUs went through: uncorrectable memory "
+            "errors on its GPUs (DCGM: double-bit ECC where enabled, rows remapped), the "
+            "model's pods on a node that is not Ready (lost, reclaimed) or under memory "
+            "pressure (kube-state-metrics), and the kernel's OOM kills on its hosts "
+            "(node-exporter). A GPU with uncorrectable errors needs its node drained.",
         ),
     ]
 

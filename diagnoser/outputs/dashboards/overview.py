@@ -92,6 +92,24 @@ def service_level(g: Board) -> list[object]:
         stat(g, "Preemptions / s", "preemptions_rate", [("orange", 0.001), ("red", 1.0)]),
         stat(g, "Waiting", "requests_waiting", [("orange", 1.0), ("red", 50.0)]),
         stat(g, "Engine errors", "finished_error_share", [("orange", 0.001), ("red", 0.01)]),
+        series(
+            g,
+            "Restarts and why",
+            [
+                ("engine_restarts", "restarts (server) {{model_name}}"),
+                ("container_restarts", "restarts (container) {{model_name}}"),
+                ("container_oom_killed", "OOMKilled {{model_name}}"),
+                ("container_crash_looping", "CrashLoopBackOff {{model_name}}"),
+                ("container_start_failing", "cannot start {{model_name}}"),
+                ("pods_evicted", "evicted {{model_name}}"),
+            ],
+            w=24,
+            description="Restarts per model over five minutes, the server's own (its process "
+            "start time changed) and the container's, beside the reasons Kubernetes gives: "
+            "containers last ended OOMKilled (at their memory limit), waiting in "
+            "CrashLoopBackOff, unable to start (image or configuration), pods evicted. The "
+            "reasons need kube-state-metrics, scraped with honor_labels (docs/platform.md).",
+        ),
     ]
 
 

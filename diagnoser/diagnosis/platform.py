@@ -1,0 +1,156 @@
+"""Why a model's servers went down, as the platform says it: read for the models that had a
+target down or a restart, from kube-state-metrics, cAdvisor, node-exporter and DCGM where they
+are scraped (``metrics.signals.platform``), and said in one phrase (``OOMKilled at the 64 GiB
+limit at 03:12, 3 restarts``) that the health's reason carries.
+
+Only models that went down pay for these queries; where none of the exporters is scraped the
+phrase is None and the reason says which exporter would have named the cause."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+
+from diagnoser.catalog.shapes.base import events
+from diagnoser.diagnosis.fetch import query
+from diagnoser.diagnosis.window import Window
+from diagnoser.plumbing.source import MetricSource, OverLimit, Series
+from diagnoser.site import Site
+
+# What is read, in the order a reason is looked for.
+SIGNALS = (
+    "pods_evicted",
+    "node_memory_pressure",
+    "container_oom_killed",
+    "container_oom_events",
+    "container_memory_limit_bytes",
+    "container_restarts",
+    "node_not_ready",
+    "gpu_xid_last",
+    "gpu_uncorrectable_errors",
+    "container_start_failing",
+    "container_crash_looping",
+    "container_error_exit",
+    "container_exit_code",
+    "node_oom_kills",
+)
+# Said where nothing of the platform is scraped: which exporter would name the cause.
+UNREAD = (
+    "where scraped, kube-state-metrics' last terminated reason and exit code, or "
+    "node-exporter's OOM kills off Kubernetes, would name it"
+)
+Key = tuple[str, ...]
+
+
+def read(
+    source: MetricSource,
+    site: Site,
+    window: Window,
+    keys: Iterable[Key],
+    matchers: Sequence[str] = (),
+    workers: int = 8,
+) -> dict[Key, dict[str, Series]]:
+    """Each model of ``keys``' platform series over the window (a model with none absent)."""
+    wanted, by = set(keys), site.config.by
+
+    def one(name: str) -> tuple[str, list[Series]]:
+        expr = query(site, site.vocabulary[name], window, matchers)
+        try:
+            return name, source.query_range(expr, window.first, window.end, window.step)
+        except OverLimit as exc:
+            raise exc.about(name) from None
+
+    out: dict[Key, dict[str, Series]] = {}
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        for name, series in pool.map(one, SIGNALS):
+            for s in series:
+                key = tuple(s.labels.get(k, "") for k in by)
+                if key in wanted:
+                    out.setdefault(key, {})[name] = s
+    return out
+
+
+def _inside(s: Series | None, span: tuple[float, float]) -> tuple[np.ndarray, np.ndarray]:
+    if s is None:
+        return np.empty(0), np.empty(0)
+    keep = (s.t >= span[0]) & (s.t <= span[1]) & np.isfinite(s.v)
+    return s.t[keep], s.v[keep]
+
+
+def _peak(series: dict[str, Series], name: str, span: tuple[float, float]) -> float:
+    _, v = _inside(series.get(name), span)
+    return float(v.max()) if v.size else 0.0
+
+
+def _first_rise(series: dict[str, Series], name: str, span: tuple[float, float]) -> float | None:
+    """When ``name`` last turned from zero to above it in the span (its first sample, if it
+    was up all along)."""
+    t, v = _inside(series.get(name), span)
+    on = v > 0
+    if not on.any():
+        return None
+    rises = np.flatnonzero(on[1:] & ~on[:-1]) + 1
+    return float(t[rises[-1]] if rises.size else t[np.argmax(on)])
+
+
+def _gib(n: float) -> str:
+    gib = n / 2**30
+    return f"{gib:.0f} GiB" if gib >= 10 else f"{gib:.3g} GiB"
+
+
+def _at(t: float | None) -> str:
+    return f" at {time.strftime('%H:%M', time.gmtime(t))}" if t is not None else ""
+
+
+def reason(series: dict[str, Series], span: tuple[float, float]) -> str | None:
+    """The platform's reason the model's servers went down over ``span``, in one phrase; None
+    where nothing read names one."""
+
+    def peak(name: str) -> float:
+        return _peak(series, name, span)
+
+    restarts = events(_inside(series.get("container_restarts"), span)[1])
+    counted = f", {restarts} restart{'s' if restarts != 1 else ''}" if restarts else ""
+    if peak("pods_evicted"):
+        pressure = " under memory pressure" if peak("node_memory_pressure") else ""
+        when = _first_rise(series, "pods_evicted", span)
+        return f"evicted by its node{pressure}{_at(when)} (kube-state-metrics)"
+    if peak("container_oom_killed") or peak("container_oom_events"):
+        limit = peak("container_memory_limit_bytes")
+        at_limit = f" at the {_gib(limit)} limit" if limit else ""
+        when = _first_rise(series, "container_restarts", span) or _first_rise(
+            series, "container_oom_killed", span
+        )
+        return f"OOMKilled{at_limit}{_at(when)}{counted} (kube-state-metrics)"
+    if peak("node_not_ready"):
+        when = _first_rise(series, "node_not_ready", span)
+        return f"its node stopped being Ready{_at(when)}: lost or reclaimed (kube-state-metrics)"
+    xid, ecc = peak("gpu_xid_last"), peak("gpu_uncorrectable_errors")
+    if xid or ecc:
+        fault = f"XID {xid:.0f}" if xid else "uncorrectable ECC errors"
+        when = _first_rise(series, "gpu_xid_last" if xid else "gpu_uncorrectable_errors", span)
+        return f"its GPU raised {fault}{_at(when)}{counted} (DCGM): drain the node"
+    if peak("container_start_failing"):
+        return (
+            "its container cannot start: the image cannot be pulled or its configuration is "
+            "wrong (kube-state-metrics' waiting reason)"
+        )
+    code = peak("container_exit_code")
+    if peak("container_crash_looping") or peak("container_error_exit") or code:
+        how = " in CrashLoopBackOff" if peak("container_crash_looping") else ""
+        exit_ = f", exit code {code:.0f}" + (" (SIGKILL)" if code == 137 else "") if code else ""
+        when = _first_rise(series, "container_restarts", span)
+        return f"its container died{how}{exit_}{_at(when)}{counted} (kube-state-metrics)"
+    kills = events(_inside(series.get("node_oom_kills"), span)[1])
+    if kills:
+        when = _first_rise(series, "node_oom_kills", span)
+        return (
+            f"the kernel's OOM killer killed {kills} process{'es' if kills != 1 else ''} on "
+            f"its host{_at(when)} (node-exporter)"
+        )
+    if restarts:
+        return f"{restarts} container restart{'s' if restarts != 1 else ''} (kube-state-metrics)"
+    return None

@@ -1,0 +1,198 @@
+"""What the platform says about the servers: kube-state-metrics (restarts, why a container last
+ended, why it waits, evictions, nodes' conditions, memory limits), cAdvisor (memory against
+the limit, OOM events), node-exporter (the host's memory and OOM kills) and DCGM's
+uncorrectable errors, each joined to the models through the pod it describes or its host
+(``promql_platform``; DCGM's through ``promql.on_gpus``).
+
+Each is read where its exporter is scraped; where it is not, the signal has no series and
+reads as no data, never as zero."""
+
+from __future__ import annotations
+
+from diagnoser.metrics import exporters
+from diagnoser.metrics import platform as P
+from diagnoser.metrics import promql as q
+from diagnoser.metrics import promql_platform as pq
+from diagnoser.metrics.signals.base import Signal, everywhere
+
+# A count of events (restarts, OOM kills) is read over five minutes at least, as the servers'
+# own restart count is, so that one event stays counted for as long as an alert counts it.
+EVENT_WINDOW = 300.0
+_MEMORY = 'resource="memory"'
+
+
+def _ksm(family: str, *matchers: str) -> pq.PlatformExpr:
+    return lambda sel: q.selector(family, (*sel, *matchers))
+
+
+def _reason(family: str, reasons: tuple[str, ...]) -> pq.PlatformExpr:
+    pick = f'reason="{reasons[0]}"' if len(reasons) == 1 else f'reason=~"{"|".join(reasons)}"'
+    return _ksm(family, pick)
+
+
+def _increase(fn: str, family: str, host: bool = False) -> q.Expr:
+    """The increase of a platform counter over the scope's window, joined to the models
+    through its pod (or, ``host``, its host)."""
+
+    def build(scope: q.Scope) -> str:
+        def inner(sel: tuple[str, ...]) -> str:
+            return f"increase({q.selector(family, sel)}[{scope.window}])"
+
+        join = pq.on_hosts(inner, fn) if host else pq.on_pods(inner, fn)
+        return join(scope)
+
+    return build
+
+
+def _limit_share(sel: tuple[str, ...]) -> str:
+    keys = "namespace, pod, container"
+    used = q.selector(P.CONTAINER_WORKING_SET.name, (*sel, 'container!=""'))
+    limit = q.selector(P.CONTAINER_LIMITS.name, (*sel, _MEMORY))
+    return f"{used} / on ({keys}) group_left () (max by ({keys}) ({limit}) > 0)"
+
+
+def _available_share(sel: tuple[str, ...]) -> str:
+    avail, total = (q.selector(f.name, sel) for f in (P.NODE_MEM_AVAILABLE, P.NODE_MEM_TOTAL))
+    return f"{avail} / ({total} > 0)"
+
+
+def _condition(condition: str, bad: str) -> pq.PlatformExpr:
+    """1 for a node whose ``condition`` reads ``bad`` (``true`` or ``false``), 0 otherwise."""
+    picked = (f'condition="{condition}"', 'status="true"')
+    flag = 1 if bad == "true" else 0
+    return lambda sel: f"{q.selector(P.NODE_CONDITION.name, (*sel, *picked))} == bool {flag}"
+
+
+def _gpu_uncorrectable(sel: str) -> str:
+    either = " or ".join(
+        f"increase({f.name}{sel}[5m])"
+        for f in (exporters.GPU_ECC_DBE, exporters.GPU_REMAPPED_UNCORRECTABLE)
+    )
+    return f"({either})"
+
+
+def signals() -> list[Signal]:
+    s = Signal
+    return [
+        s(
+            "container_restarts",
+            "restarts",
+            "Restarts of the model's most restarted container (kube-state-metrics) over the "
+            "rate window, five minutes at least.",
+            everywhere(_increase("max", P.RESTARTS.name)),
+            ("kube_container_restarts", "max"),
+            least_window=EVENT_WINDOW,
+        ),
+        s(
+            "container_oom_killed",
+            "containers",
+            "The model's containers whose last termination was OOMKilled (kube-state-metrics): "
+            "the kernel killed them at their memory limit.",
+            everywhere(pq.on_pods(_reason(P.LAST_TERMINATED_REASON.name, ("OOMKilled",)), "sum")),
+            ("kube_container_oom_killed", "sum"),
+        ),
+        s(
+            "container_error_exit",
+            "containers",
+            "The model's containers whose last termination was an error exit "
+            "(kube-state-metrics' reason Error: the process exited non-zero or was killed).",
+            everywhere(pq.on_pods(_reason(P.LAST_TERMINATED_REASON.name, ("Error",)), "sum")),
+            ("kube_container_error_exit", "sum"),
+        ),
+        s(
+            "container_exit_code",
+            "code",
+            "The last exit code of the model's containers (kube-state-metrics), the highest: "
+            "137 is a SIGKILL (the OOM killer, or a liveness probe's kill after its grace).",
+            everywhere(pq.on_pods(_ksm(P.LAST_TERMINATED_EXITCODE.name), "max")),
+            ("kube_container_exit_code", "max"),
+        ),
+        s(
+            "container_crash_looping",
+            "containers",
+            "The model's containers waiting in CrashLoopBackOff (kube-state-metrics): they "
+            "start and die, and the kubelet waits longer before each start.",
+            everywhere(pq.on_pods(_reason(P.WAITING_REASON.name, ("CrashLoopBackOff",)), "sum")),
+            ("kube_container_crash_looping", "sum"),
+        ),
+        s(
+            "container_start_failing",
+            "containers",
+            "The model's containers that cannot start at all (kube-state-metrics' waiting "
+            "reason: the image cannot be pulled, or the container's configuration is wrong).",
+            everywhere(pq.on_pods(_reason(P.WAITING_REASON.name, P.START_FAILURES), "sum")),
+            ("kube_container_start_failing", "sum"),
+        ),
+        s(
+            "pods_evicted",
+            "pods",
+            "The model's pods evicted by their node (kube-state-metrics' pod reason Evicted: "
+            "the node ran short of memory or disk).",
+            everywhere(pq.on_pods(_reason(P.POD_REASON.name, ("Evicted",)), "sum")),
+            ("kube_pods_evicted", "sum"),
+        ),
+        s(
+            "container_memory_limit_bytes",
+            "bytes",
+            "The memory limit of the model's containers (kube-state-metrics), the largest.",
+            everywhere(pq.on_pods(_ksm(P.CONTAINER_LIMITS.name, _MEMORY), "max")),
+            ("kube_container_memory_limit_bytes", "max"),
+        ),
+        s(
+            "container_memory_limit_share",
+            "ratio",
+            "Working set over the memory limit (cAdvisor over kube-state-metrics), the fullest "
+            "of the model's containers: at 1 the kernel kills the container.",
+            everywhere(pq.on_pods(_limit_share, "max")),
+            ("cadvisor_memory_limit", "share"),
+        ),
+        s(
+            "container_oom_events",
+            "events",
+            "Out-of-memory events in the model's containers (cAdvisor) over the rate window, "
+            "five minutes at least.",
+            everywhere(_increase("sum", P.CONTAINER_OOM_EVENTS.name)),
+            ("cadvisor_oom_events", "sum"),
+            least_window=EVENT_WINDOW,
+        ),
+        s(
+            "node_memory_available_share",
+            "ratio",
+            "Memory available on the hosts of the model's servers over their total "
+            "(node-exporter), the lowest.",
+            everywhere(pq.on_hosts(_available_share, "min")),
+            ("node_memory_available", "share"),
+        ),
+        s(
+            "node_oom_kills",
+            "kills",
+            "Processes the kernel's OOM killer killed on the hosts of the model's servers "
+            "(node-exporter) over the rate window, five minutes at least.",
+            everywhere(_increase("sum", P.NODE_OOM_KILLS.name, host=True)),
+            ("node_oom_kills", "sum"),
+            least_window=EVENT_WINDOW,
+        ),
+        s(
+            "node_not_ready",
+            "pods",
+            "The model's pods on a node that is not Ready (kube-state-metrics' node condition).",
+            everywhere(pq.on_nodes(_condition("Ready", "false"), "sum")),
+            ("kube_node_not_ready", "sum"),
+        ),
+        s(
+            "node_memory_pressure",
+            "pods",
+            "The model's pods on a node under memory pressure (kube-state-metrics' node "
+            "condition MemoryPressure): the kubelet evicts pods to relieve it.",
+            everywhere(pq.on_nodes(_condition("MemoryPressure", "true"), "sum")),
+            ("kube_node_memory_pressure", "sum"),
+        ),
+        s(
+            "gpu_uncorrectable_errors",
+            "errors",
+            "Uncorrectable memory errors on the model's GPUs (DCGM: volatile double-bit ECC "
+            "errors where enabled, rows remapped for uncorrectable errors) over five minutes.",
+            everywhere(q.on_gpus(_gpu_uncorrectable, fn="sum")),
+            ("dcgm_uncorrectable_errors", "sum"),
+        ),
+    ]

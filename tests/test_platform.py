@@ -1,0 +1,99 @@
+"""The platform's reason a model's servers went down, from kube-state-metrics', cAdvisor's,
+node-exporter's and DCGM's series as diagnose reads them (``diagnosis.platform``)."""
+
+from __future__ import annotations
+
+import gzip
+import time
+
+import numpy as np
+import pytest
+
+from diagnoser.diagnosis import Window, diagnose
+from diagnoser.diagnosis.platform import reason
+from diagnoser.plumbing.source import PrometheusSource, Series
+from lab.promserver import Prometheus, backfill
+from lab.real.record import DATA
+from lab.replay import Replay
+
+T0 = 1_800_000_000.0  # 2027-01-15T08:00:00Z
+T = T0 + 60.0 * np.arange(30)
+SPAN = (T0, T0 + 29 * 60)
+
+
+def _s(values: list[float]) -> Series:
+    return Series({"model_name": "m"}, T, np.array(values, dtype=np.float64))
+
+
+def _from(minute: int, value: float, before: float = 0.0) -> Series:
+    return _s([before] * minute + [value] * (30 - minute))
+
+
+def test_an_oom_kill_is_named_with_its_limit_time_and_restarts():
+    # the restart count over 5m rises three times: at minutes 12, 18 and 24
+    restarts = [0.0] * 12 + [1.0] * 6 + [2.0] * 6 + [3.0] * 6
+    said = reason(
+        {
+            "container_oom_killed": _from(12, 1.0),
+            "container_memory_limit_bytes": _from(0, 64 * 2**30),
+            "container_restarts": _s(restarts),
+        },
+        SPAN,
+    )
+    assert said == "OOMKilled at the 64 GiB limit at 08:12, 3 restarts (kube-state-metrics)"
+
+
+def test_an_eviction_under_memory_pressure_comes_before_what_its_container_did():
+    said = reason(
+        {
+            "pods_evicted": _from(20, 1.0),
+            "node_memory_pressure": _from(15, 1.0),
+            "container_error_exit": _from(20, 1.0),
+        },
+        SPAN,
+    )
+    assert said == "evicted by its node under memory pressure at 08:20 (kube-state-metrics)"
+
+
+def test_off_kubernetes_the_kernels_oom_kill_is_named_from_node_exporter():
+    kills = [0.0] * 7 + [1.0] * 5 + [0.0] * 18  # one kill, counted over five minutes
+    assert reason({"node_oom_kills": _s(kills)}, SPAN) == (
+        "the kernel's OOM killer killed 1 process on its host at 08:07 (node-exporter)"
+    )
+
+
+def test_series_that_say_nothing_name_nothing():
+    assert reason({}, SPAN) is None
+    assert (
+        reason({"container_oom_killed": _from(0, 0.0), "node_oom_kills": _from(0, 0.0)}, SPAN)
+        is None
+    )
+
+
+@pytest.mark.prometheus
+def test_a_real_crash_is_named_from_node_exporters_oom_kills(tmp_path, site):
+    """The real crash recording (a vLLM CPU server killed, on 127.0.0.1) with node-exporter's
+    series beside it, as Debian's prometheus-node-exporter exposes them on the same host: the
+    kernel's OOM kill at the crash names why the server is down, and the availability SLI
+    counts its downtime."""
+    directory = DATA / "crash"
+    raw = gzip.decompress((directory / "raw.om.gz").read_bytes()).decode()
+    ups = [line.split() for line in raw.splitlines() if line.startswith("up{")]
+    killed = next(float(t) for _, v, t in ups if v == "0")
+    times = sorted({float(t) for _, _, t in ups})
+    node = ['instance="127.0.0.1:9100",job="node"']
+    lines = ["# TYPE node_vmstat_oom_kill unknown"]
+    lines += [f"node_vmstat_oom_kill{{{node[0]}}} {int(t >= killed)} {t:.3f}" for t in times]
+    om = tmp_path / "raw.om"
+    om.write_text(raw.replace("# EOF", "\n".join(lines) + "\n# EOF"))
+    backfill(om, tmp_path / "tsdb")
+    meta = Replay(directory / "incident.json.gz").meta
+    with Prometheus(tmp_path / "tsdb") as prom:
+        result = diagnose(PrometheusSource(prom.url), site, Window.plan(meta["since"], meta["end"]))
+    (health,) = result.health
+    when = time.strftime("%H:%M", time.gmtime(killed))
+    assert health.platform == (
+        f"the kernel's OOM killer killed 1 process on its host at {when} (node-exporter)"
+    )
+    assert any(r.endswith(f"after serving: {health.platform}") for r in health.reasons)
+    assert health.slis[0].good is not None and health.slis[0].good < 0.1
