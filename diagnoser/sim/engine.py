@@ -331,30 +331,46 @@ class Engine:
         """Every running sequence gets one token per step; finishing ones stop early.
 
         Returns the tokens each of the ``steps`` output."""
-        run, n = self.running, len(self.running)
-        if not self.cfg.num_speculative_tokens and int((run.target - run.generated).min()) > steps:
-            # Nobody finishes within the steps (the common case): every step outputs n.
-            self.stats.itl.append((step_time, n * steps))
-            self.stats.generation_tokens += n * steps
-            run.grow_each(steps)
-            run.last[:] = self.clock + steps * step_time
+        n = len(self.running)
+        if self._decode_uniformly(steps, step_time):
             return np.full(steps, float(n))
+        return self._emit_unevenly(steps, step_time)
+
+    def _decode_uniformly(self, steps: int, step_time: float) -> bool:
+        """The common case: nobody finishes within the steps, so every step outputs a token
+        for every sequence. False, and nothing done, otherwise."""
+        run = self.running
+        if self.cfg.num_speculative_tokens or run.min_left() <= steps:
+            return False
+        n = len(run)
+        self.stats.itl.append((step_time, n * steps))
+        self.stats.generation_tokens += n * steps
+        run.grow_each(steps)
+        run.last[:] = self.clock + steps * step_time
+        return True
+
+    def _emit_unevenly(self, steps: int, step_time: float) -> np.ndarray:
+        """``_emit_decode_tokens`` when a sequence finishes within the steps, or with
+        speculative decoding (each step may give a sequence several tokens)."""
+        run = self.running
         if self.cfg.num_speculative_tokens:
             got, finished_at, per_step = speculate(
                 self.rng, run, self.cfg.num_speculative_tokens, steps, self.stats
             )
+            tokens = int(got.sum())
+            observed = int(finished_at.sum())
         else:
             got = np.minimum(run.target - run.generated, steps)
             finished_at = got
+            tokens = observed = int(got.sum())
             # Step j (1-based) outputs a token for every sequence with at least j left.
-            if int(got.sum()) == len(got) * steps:  # nobody finishes within the steps
+            if tokens == len(got) * steps:  # nobody finishes within the steps
                 per_step = np.full(steps, len(got))
             else:
                 per_step = len(got) - np.searchsorted(np.sort(got), np.arange(1, steps + 1))
-        tokens = int(got.sum())
         # One ITL observation per sequence and step, however many tokens the step gave it;
         # the first step after a prefill run alone carries the prefill's time for every stream.
-        observed, stalled = int(finished_at.sum()), min(self.stalled, len(got))
+        stalled = min(self.stalled, len(got))
         if self.stall and stalled:
             self.stats.itl.append((step_time + self.stall, stalled))
             observed -= stalled
@@ -362,14 +378,15 @@ class Engine:
         if observed:
             self.stats.itl.append((step_time, observed))
         self.stats.generation_tokens += tokens
-        run.grow(got)
+        run.grow(got, tokens)
         done = run.generated >= run.target
         if done.any():
             start = self.clock
-            for i in np.flatnonzero(done):
+            generated, at = run.generated.tolist(), finished_at.tolist()
+            for i in np.flatnonzero(done).tolist():
                 req = run.reqs[i]
-                req.generated = int(run.generated[i])
-                self._finish(req, start + int(finished_at[i]) * step_time)
+                req.generated = generated[i]
+                self._finish(req, start + at[i] * step_time)
             run.keep(~done)
         # Sequences still running saw their last token at the end of the steps.
         run.last[:] = self.clock + steps * step_time
@@ -394,8 +411,11 @@ class Engine:
             return
         if step is None:
             step = self.decode_step_time(len(self.running), self.running.context())
-        per_step = self._emit_decode_tokens(steps, step)
-        observed = _counted(per_step)
+        n = len(self.running)
+        if self._decode_uniformly(steps, step):  # what _counted makes of n at every step
+            observed = (np.array([float(n)]), np.array([float(steps)]))
+        else:
+            observed = _counted(self._emit_unevenly(steps, step))
         self.stats.batches.append(observed)
         self.stats.batches_full_prompt.append(observed)
         self.clock += steps * step
