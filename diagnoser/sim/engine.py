@@ -279,13 +279,14 @@ class Engine:
         done_at_step = [max(1, math.ceil(c / budget)) for c in itertools.accumulate(todo)]
         decoded: list[float] = []
         if n_dec and steps > 1:
-            decoded = self._emit_decode_tokens(steps - 1, full_time).tolist()
+            decoded = self._decoded_list(steps - 1, full_time)
             self.clock = ends[-2]
         if n_dec and len(self.running):  # everyone may have finished in the full steps
-            decoded += self._emit_decode_tokens(1, last_time).tolist()
+            decoded += self._decoded_list(1, last_time)
         decoded += [0.0] * (steps - len(decoded))
         self.clock = ends[-1]
-        self.stats.busy_seconds += ends[-1] - start
+        st = self.stats
+        st.busy_seconds += ends[-1] - start
         if not self.cfg.mixed_chunk and len(self.running):
             self.stall += ends[-1] - start
             self.stalled = len(self.running)
@@ -300,19 +301,19 @@ class Engine:
             if req.generated == 0:
                 req.first_token = t
                 req.generated = 1
-                self.stats.generation_tokens += 1
+                st.generation_tokens += 1
                 # IterationStats.update_from_output, is_prefilling: TTFT and the prompt.
-                self.stats.ttft.append(t - req.arrival)
-                self.stats.prompt_tokens += req.prompt
-                self.stats.cached_tokens += req.first_cached
-                self.stats.external_tokens += req.external
-                self.stats.prefills.append((t - req.scheduled, int(k)))
+                st.ttft.append(t - req.arrival)
+                st.prompt_tokens += req.prompt
+                st.cached_tokens += req.first_cached
+                st.external_tokens += req.external
+                st.prefills.append((t - req.scheduled, int(k)))
                 computed[k - 1] += req.prompt - req.first_cached
                 full[k - 1] += req.prompt
             else:  # resumed after preemption: the stall shows as one long token gap
-                self.stats.itl.append((t - req.last_token, 1))
+                st.itl.append((t - req.last_token, 1))
                 # PREEMPTED events travel with the request's next output.
-                self.stats.preemptions += req.unreported_preemptions
+                st.preemptions += req.unreported_preemptions
                 req.unreported_preemptions = 0
             req.last_token = t
             if req.generated >= req.target_out:
@@ -322,19 +323,17 @@ class Engine:
         self.running.add_all(joined)
         self.prefilling = []
         out = [i for i, o in enumerate(outputs) if o > 0]
-        self.stats.batches.append(_counted(np.array([outputs[i] + computed[i] for i in out])))
-        self.stats.batches_full_prompt.append(
-            _counted(np.array([outputs[i] + full[i] for i in out]))
-        )
+        st.batches.append(_counted_list([outputs[i] + computed[i] for i in out]))
+        st.batches_full_prompt.append(_counted_list([outputs[i] + full[i] for i in out]))
 
-    def _emit_decode_tokens(self, steps: int, step_time: float) -> np.ndarray:
+    def _decoded_list(self, steps: int, step_time: float) -> list[float]:
         """Every running sequence gets one token per step; finishing ones stop early.
 
         Returns the tokens each of the ``steps`` output."""
         n = len(self.running)
         if self._decode_uniformly(steps, step_time):
-            return np.full(steps, float(n))
-        return self._emit_unevenly(steps, step_time)
+            return [float(n)] * steps
+        return self._emit_unevenly(steps, step_time).tolist()
 
     def _decode_uniformly(self, steps: int, step_time: float) -> bool:
         """The common case: nobody finishes within the steps, so every step outputs a token
@@ -350,8 +349,8 @@ class Engine:
         return True
 
     def _emit_unevenly(self, steps: int, step_time: float) -> np.ndarray:
-        """``_emit_decode_tokens`` when a sequence finishes within the steps, or with
-        speculative decoding (each step may give a sequence several tokens)."""
+        """The steps when a sequence finishes within them, or with speculative decoding (a
+        step may give a sequence several tokens): the tokens each step output."""
         run = self.running
         if self.cfg.num_speculative_tokens:
             got, finished_at, per_step = speculate(
@@ -442,6 +441,13 @@ class Engine:
         self.waiting.clear()
         self.prefilling, self.running = [], Batch()
         return lost
+
+
+def _counted_list(values: list[float]) -> tuple[np.ndarray, np.ndarray]:
+    """``_counted`` of a list of floats, deciding before making the arrays."""
+    if values and values.count(values[0]) == len(values):
+        return np.array(values[:1]), np.array([float(len(values))])
+    return np.array(values, dtype=np.float64), np.ones(len(values))
 
 
 def _counted(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
