@@ -131,9 +131,12 @@ class Batch:
             self._min_left -= tokens
 
     def blocks(self, block_size: int, extra: int = 0) -> int:
-        return int((-(-(self.prompt + self.generated + extra) // block_size)).sum())
+        """KV blocks the sequences hold once each has ``extra`` more tokens (whole numbers:
+        the ceiling of each division, as positive token counts round up)."""
+        return int(((self.prompt + self.generated + (extra + block_size - 1)) // block_size).sum())
 
-    def keep(self, mask: np.ndarray) -> None:
+    def keep(self, mask: np.ndarray, context: int | None = None) -> None:
+        """Keep the sequences ``mask`` selects (holding ``context`` tokens, when known)."""
         self.reqs = list(itertools.compress(self.reqs, mask.tolist()))
         self.prompt, self.generated, self.target, self.last, self.accept = (
             self.prompt[mask],
@@ -142,9 +145,14 @@ class Batch:
             self.last[mask],
             self.accept[mask],
         )
-        self._context = int(self.prompt.sum() + self.generated.sum())
+        if context is None:
+            context = int(self.prompt.sum() + self.generated.sum())
+        self._context = context
         self._min_left = None
 
 
 def _joined(a: np.ndarray, more: list[int] | list[float]) -> np.ndarray:
-    return np.concatenate((a, np.asarray(more, dtype=a.dtype)))
+    joined = np.empty(len(a) + len(more), dtype=a.dtype)
+    joined[: len(a)] = a
+    joined[len(a) :] = more
+    return joined

@@ -133,7 +133,9 @@ class Engine:
         cfg = self.cfg
         if not self.waiting or self.waiting[0].ready > self.clock:
             return
-        free = self.num_blocks - self.used_blocks() - self._reserved_blocks()
+        # Free KV blocks, counted when a request first asks for them (a full batch or step
+        # budget often stops the scheduler first; nothing changes the count before then).
+        free: int | None = None
         budget = self.prefill_budget()
         budget -= sum(r.to_prefill - r.prefilled for r in self.prefilling)
         # As vLLM: a request whose adapter would exceed --max-loras is skipped (it keeps its
@@ -154,6 +156,8 @@ class Engine:
                 skipped.append(self.waiting.popleft())
                 continue
             need = self.blocks_for(req.prompt + req.generated + 1 + self._reserve(req))
+            if free is None:
+                free = self.num_blocks - self.used_blocks() - self._reserved_blocks()
             if need > free:
                 break
             self.waiting.popleft()
@@ -345,7 +349,7 @@ class Engine:
         self.stats.itl.append((step_time, n * steps))
         self.stats.generation_tokens += n * steps
         run.grow_each(steps)
-        run.last[:] = self.clock + steps * step_time
+        run.last.fill(self.clock + steps * step_time)
         return True
 
     def _emit_unevenly(self, steps: int, step_time: float) -> np.ndarray:
@@ -379,16 +383,19 @@ class Engine:
         self.stats.generation_tokens += tokens
         run.grow(got, tokens)
         done = run.generated >= run.target
-        if done.any():
+        finished = done.nonzero()[0]
+        if finished.size:
             start = self.clock
             generated, at = run.generated.tolist(), finished_at.tolist()
-            for i in np.flatnonzero(done).tolist():
+            context = run.context()
+            for i in finished.tolist():
                 req = run.reqs[i]
                 req.generated = generated[i]
+                context -= req.prompt + req.generated
                 self._finish(req, start + at[i] * step_time)
-            run.keep(~done)
+            run.keep(~done, context)
         # Sequences still running saw their last token at the end of the steps.
-        run.last[:] = self.clock + steps * step_time
+        run.last.fill(self.clock + steps * step_time)
         return per_step.astype(np.float64)
 
     def _decode_phase(self, t_end: float) -> None:
