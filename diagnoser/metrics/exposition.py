@@ -35,8 +35,12 @@ class Histogram:
         v = np.asarray(values, dtype=np.float64)
         if v.size == 0:
             return
-        w = np.ones_like(v) if weights is None else np.asarray(weights, dtype=np.float64)
         idx = np.searchsorted(self.bounds, v, side="left")
+        if weights is None:  # each once: whole counts, and a sum of the values as they are
+            self.counts += np.bincount(idx, minlength=len(self.counts))
+            self.sum += float(v.sum())
+            return
+        w = np.asarray(weights, dtype=np.float64)
         self.counts += np.bincount(idx, weights=w, minlength=len(self.counts))
         self.sum += float((v * w).sum())
 
