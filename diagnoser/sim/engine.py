@@ -219,7 +219,7 @@ class Engine:
     def _preempt_for(self, extra_tokens: int) -> None:
         """Preempt the newest running sequences until each can grow by ``extra_tokens``."""
         bs = self.cfg.block_size
-        reserved = self._prefill_blocks()
+        reserved = self._prefill_blocks() if self.prefilling else 0
         n = len(self.running)
         # An upper bound on the blocks every sequence needs after growing: if even that fits,
         # nobody is preempted (and the exact count is not needed).
