@@ -193,22 +193,24 @@ def _openmetrics_blocks(rec: Recorder) -> Iterator[list[str]]:
             for bound in sorted(set().union(*keys)):
                 head = f"{fam.name}_bucket{labelstr(labels, (('le', le_label(bound)),))} "
                 if len(keys) == 1:
-                    n = index[keys[0]][bound]
-                    yield [f"{head}{numbers[cum[n]]} {t}\n" for t, cum in zip(at, cums)]
+                    i = index[keys[0]][bound]
+                    yield [
+                        f"{head}{numbers[cum[i]]} {t}\n" for t, cum in zip(at, cums, strict=True)
+                    ]
                     continue
                 lines = []
-                for p, t, cum in zip(hpoints, at, cums):
+                for p, t, cum in zip(hpoints, at, cums, strict=True):
                     n = index[p[1]].get(bound)
                     if n is not None:
                         lines.append(f"{head}{numbers[cum[n]]} {t}\n")
                 yield lines
             head = f"{fam.name}_bucket{labelstr(labels, (('le', '+Inf'),))} "
             counts = [numbers[cum[-1]] for cum in cums]
-            yield [f"{head}{c} {t}\n" for c, t in zip(counts, at)]
+            yield [f"{head}{c} {t}\n" for c, t in zip(counts, at, strict=True)]
             head = f"{fam.name}_count{labelstr(labels)} "
-            yield [f"{head}{c} {t}\n" for c, t in zip(counts, at)]
+            yield [f"{head}{c} {t}\n" for c, t in zip(counts, at, strict=True)]
             head = f"{fam.name}_sum{labelstr(labels)} "
-            yield [f"{head}{numbers[p[3]]} {t}\n" for p, t in zip(hpoints, at)]
+            yield [f"{head}{numbers[p[3]]} {t}\n" for p, t in zip(hpoints, at, strict=True)]
         for labels, spoints in fam.spoints.items():
             lbl = labelstr(labels)
             yield [f"{fam.name}_count{lbl} {numbers[c]} {stamps[t]}\n" for t, c, _ in spoints]

@@ -337,7 +337,8 @@ class Engine:
         n = len(self.running)
         if self._decode_uniformly(steps, step_time):
             return [float(n)] * steps
-        return self._emit_unevenly(steps, step_time).tolist()
+        per_step: list[float] = self._emit_unevenly(steps, step_time).tolist()
+        return per_step
 
     def _decode_uniformly(self, steps: int, step_time: float) -> bool:
         """The common case: nobody finishes within the steps, so every step outputs a token
