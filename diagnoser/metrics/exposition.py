@@ -7,7 +7,7 @@ Names are exposed names: counters end in ``_total`` and histograms expose ``_buc
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import TextIO
 
@@ -35,8 +35,12 @@ class Histogram:
         v = np.asarray(values, dtype=np.float64)
         if v.size == 0:
             return
-        w = np.ones_like(v) if weights is None else np.asarray(weights, dtype=np.float64)
         idx = np.searchsorted(self.bounds, v, side="left")
+        if weights is None:  # each once: whole counts, and a sum of the values as they are
+            self.counts += np.bincount(idx, minlength=len(self.counts))
+            self.sum += float(v.sum())
+            return
+        w = np.asarray(weights, dtype=np.float64)
         self.counts += np.bincount(idx, weights=w, minlength=len(self.counts))
         self.sum += float((v * w).sum())
 
@@ -130,13 +134,32 @@ def escape(value: str) -> str:
 
 def number(value: float) -> str:
     """A sample value as the text formats write it (whole numbers without a point)."""
-    if value != value:
-        return "NaN"
-    if value in (float("inf"), float("-inf")):
+    try:
+        whole = int(value)
+    except (OverflowError, ValueError):  # infinite, or NaN
+        if value != value:
+            return "NaN"
         return "+Inf" if value > 0 else "-Inf"
-    if value == int(value) and abs(value) < 1e15:
-        return str(int(value))
+    if value == whole and -1e15 < value < 1e15:
+        return str(whole)
     return repr(float(value))
+
+
+class _Formatted(dict[float, str]):
+    """Each value's text, formatted once (``number`` or a timestamp's): a series repeats its
+    timestamps and a histogram's buckets their counts."""
+
+    def __init__(self, fmt: Callable[[float], str]):
+        super().__init__()
+        self.fmt = fmt
+
+    def __missing__(self, value: float) -> str:
+        text = self[value] = self.fmt(value)
+        return text
+
+
+def _timestamp(t: float) -> str:
+    return f"{t:.3f}"
 
 
 def _openmetrics_family_name(fam: Family) -> str:
@@ -147,45 +170,61 @@ def _openmetrics_family_name(fam: Family) -> str:
 
 
 def iter_openmetrics(rec: Recorder) -> Iterator[str]:
-    """OpenMetrics text with timestamps, every family's samples contiguous, ``# EOF`` last."""
+    """OpenMetrics text with timestamps, every family's samples contiguous, ``# EOF`` last
+    (a line at a time)."""
+    for lines in _openmetrics_blocks(rec):
+        yield from lines
+
+
+def _openmetrics_blocks(rec: Recorder) -> Iterator[list[str]]:
+    """The lines of ``iter_openmetrics``, a family's header or one series' samples at a time."""
+    stamps = _Formatted(_timestamp)
     for fam in rec.families.values():
         base = _openmetrics_family_name(fam)
-        yield f"# TYPE {base} {fam.type}\n"
-        yield f"# HELP {base} {fam.help}\n"
+        yield [f"# TYPE {base} {fam.type}\n", f"# HELP {base} {fam.help}\n"]
+        # Counts and sums repeat within a family; NaN, never equal to itself, is formatted
+        # each time.
+        numbers = _Formatted(number)
         for labels, hpoints in fam.hpoints.items():
             keys = list(dict.fromkeys(p[1] for p in hpoints))
             index = {k: {b: n for n, b in enumerate(k)} for k in keys}
+            at = [stamps[p[0]] for p in hpoints]
+            cums = [p[2].tolist() for p in hpoints]
             for bound in sorted(set().union(*keys)):
-                lbl = labelstr(labels, (("le", le_label(bound)),))
-                for t, key, cum, _s in hpoints:
-                    n = index[key].get(bound)
+                head = f"{fam.name}_bucket{labelstr(labels, (('le', le_label(bound)),))} "
+                if len(keys) == 1:
+                    i = index[keys[0]][bound]
+                    yield [
+                        f"{head}{numbers[cum[i]]} {t}\n" for t, cum in zip(at, cums, strict=True)
+                    ]
+                    continue
+                lines = []
+                for p, t, cum in zip(hpoints, at, cums, strict=True):
+                    n = index[p[1]].get(bound)
                     if n is not None:
-                        yield f"{fam.name}_bucket{lbl} {number(float(cum[n]))} {t:.3f}\n"
-            lbl = labelstr(labels, (("le", "+Inf"),))
-            for t, _k, cum, _s in hpoints:
-                yield f"{fam.name}_bucket{lbl} {number(float(cum[-1]))} {t:.3f}\n"
-            lbl = labelstr(labels)
-            for t, _k, cum, _s in hpoints:
-                yield f"{fam.name}_count{lbl} {number(float(cum[-1]))} {t:.3f}\n"
-            for t, _k, _c, s in hpoints:
-                yield f"{fam.name}_sum{lbl} {number(s)} {t:.3f}\n"
+                        lines.append(f"{head}{numbers[cum[n]]} {t}\n")
+                yield lines
+            head = f"{fam.name}_bucket{labelstr(labels, (('le', '+Inf'),))} "
+            counts = [numbers[cum[-1]] for cum in cums]
+            yield [f"{head}{c} {t}\n" for c, t in zip(counts, at, strict=True)]
+            head = f"{fam.name}_count{labelstr(labels)} "
+            yield [f"{head}{c} {t}\n" for c, t in zip(counts, at, strict=True)]
+            head = f"{fam.name}_sum{labelstr(labels)} "
+            yield [f"{head}{numbers[p[3]]} {t}\n" for p, t in zip(hpoints, at, strict=True)]
         for labels, spoints in fam.spoints.items():
             lbl = labelstr(labels)
-            for t, count, _total in spoints:
-                yield f"{fam.name}_count{lbl} {number(count)} {t:.3f}\n"
-            for t, _count, total in spoints:
-                yield f"{fam.name}_sum{lbl} {number(total)} {t:.3f}\n"
+            yield [f"{fam.name}_count{lbl} {numbers[c]} {stamps[t]}\n" for t, c, _ in spoints]
+            yield [f"{fam.name}_sum{lbl} {numbers[s]} {stamps[t]}\n" for t, _, s in spoints]
         for labels, points in fam.points.items():
-            lbl = labelstr(labels)
-            for t, v in points:
-                yield f"{fam.name}{lbl} {number(v)} {t:.3f}\n"
-    yield "# EOF\n"
+            head = f"{fam.name}{labelstr(labels)} "
+            yield [f"{head}{numbers[v]} {stamps[t]}\n" for t, v in points]
+    yield ["# EOF\n"]
 
 
 def write_openmetrics(rec: Recorder, out: TextIO) -> None:
     buf: list[str] = []
-    for line in iter_openmetrics(rec):
-        buf.append(line)
+    for lines in _openmetrics_blocks(rec):
+        buf += lines
         if len(buf) >= 4096:
             out.write("".join(buf))
             buf.clear()

@@ -3,6 +3,7 @@ vectorised over them."""
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 
 import numpy as np
@@ -59,6 +60,8 @@ class Batch:
         self.last = np.zeros(0, dtype=np.float64)  # time of each sequence's latest token
         self.accept = np.zeros(0, dtype=np.float64)
         self._context = 0  # tokens held by the batch, kept up to date (a hot path)
+        # The fewest tokens any sequence has left to generate, while known (None: recount).
+        self._min_left: int | None = None
 
     def __len__(self) -> int:
         return len(self.reqs)
@@ -70,6 +73,11 @@ class Batch:
         """Append ``reqs`` in order (one concatenation per array, however many they are)."""
         if not reqs:
             return
+        least = min(r.target_out - r.generated for r in reqs)
+        if not self.reqs:
+            self._min_left = least
+        elif self._min_left is not None:
+            self._min_left = min(self._min_left, least)
         self.reqs += reqs
         self.prompt = _joined(self.prompt, [r.prompt for r in reqs])
         self.generated = _joined(self.generated, [r.generated for r in reqs])
@@ -83,6 +91,7 @@ class Batch:
         req.generated = int(self.generated[-1])
         req.last_token = float(self.last[-1])
         self._context -= req.prompt + req.generated
+        self._min_left = None
         self.prompt, self.generated, self.target, self.last, self.accept = (
             self.prompt[:-1],
             self.generated[:-1],
@@ -95,6 +104,12 @@ class Batch:
     def context(self) -> int:
         return self._context
 
+    def min_left(self) -> int:
+        """The fewest tokens any sequence has left to generate (the batch is not empty)."""
+        if self._min_left is None:
+            self._min_left = int((self.target - self.generated).min())
+        return self._min_left
+
     def progress(self, req: Request) -> tuple[int, float] | None:
         """A running sequence's tokens so far and its latest token's time (None: not here)."""
         for i, r in enumerate(self.reqs):
@@ -102,21 +117,27 @@ class Batch:
                 return int(self.generated[i]), float(self.last[i])
         return None
 
-    def grow(self, tokens: np.ndarray) -> None:
-        """Each sequence generated ``tokens[i]`` more."""
+    def grow(self, tokens: np.ndarray, total: int | None = None) -> None:
+        """Each sequence generated ``tokens[i]`` more (``total`` of them, when known)."""
         self.generated = self.generated + tokens
-        self._context += int(tokens.sum())
+        self._context += int(tokens.sum()) if total is None else total
+        self._min_left = None
 
     def grow_each(self, tokens: int) -> None:
         """Every sequence generated ``tokens`` more."""
         self.generated = self.generated + tokens
         self._context += tokens * len(self.reqs)
+        if self._min_left is not None:
+            self._min_left -= tokens
 
     def blocks(self, block_size: int, extra: int = 0) -> int:
-        return int((-(-(self.prompt + self.generated + extra) // block_size)).sum())
+        """KV blocks the sequences hold once each has ``extra`` more tokens (whole numbers:
+        the ceiling of each division, as positive token counts round up)."""
+        return int(((self.prompt + self.generated + (extra + block_size - 1)) // block_size).sum())
 
-    def keep(self, mask: np.ndarray) -> None:
-        self.reqs = [r for r, k in zip(self.reqs, mask, strict=True) if k]
+    def keep(self, mask: np.ndarray, context: int | None = None) -> None:
+        """Keep the sequences ``mask`` selects (holding ``context`` tokens, when known)."""
+        self.reqs = list(itertools.compress(self.reqs, mask.tolist()))
         self.prompt, self.generated, self.target, self.last, self.accept = (
             self.prompt[mask],
             self.generated[mask],
@@ -124,8 +145,14 @@ class Batch:
             self.last[mask],
             self.accept[mask],
         )
-        self._context = int(self.prompt.sum() + self.generated.sum())
+        if context is None:
+            context = int(self.prompt.sum() + self.generated.sum())
+        self._context = context
+        self._min_left = None
 
 
 def _joined(a: np.ndarray, more: list[int] | list[float]) -> np.ndarray:
-    return np.concatenate((a, np.asarray(more, dtype=a.dtype)))
+    joined = np.empty(len(a) + len(more), dtype=a.dtype)
+    joined[: len(a)] = a
+    joined[len(a) :] = more
+    return joined

@@ -133,7 +133,9 @@ class Engine:
         cfg = self.cfg
         if not self.waiting or self.waiting[0].ready > self.clock:
             return
-        free = self.num_blocks - self.used_blocks() - self._reserved_blocks()
+        # Free KV blocks, counted when a request first asks for them (a full batch or step
+        # budget often stops the scheduler first; nothing changes the count before then).
+        free: int | None = None
         budget = self.prefill_budget()
         budget -= sum(r.to_prefill - r.prefilled for r in self.prefilling)
         # As vLLM: a request whose adapter would exceed --max-loras is skipped (it keeps its
@@ -154,6 +156,8 @@ class Engine:
                 skipped.append(self.waiting.popleft())
                 continue
             need = self.blocks_for(req.prompt + req.generated + 1 + self._reserve(req))
+            if free is None:
+                free = self.num_blocks - self.used_blocks() - self._reserved_blocks()
             if need > free:
                 break
             self.waiting.popleft()
@@ -215,7 +219,7 @@ class Engine:
     def _preempt_for(self, extra_tokens: int) -> None:
         """Preempt the newest running sequences until each can grow by ``extra_tokens``."""
         bs = self.cfg.block_size
-        reserved = self._prefill_blocks()
+        reserved = self._prefill_blocks() if self.prefilling else 0
         n = len(self.running)
         # An upper bound on the blocks every sequence needs after growing: if even that fits,
         # nobody is preempted (and the exact count is not needed).
@@ -279,13 +283,14 @@ class Engine:
         done_at_step = [max(1, math.ceil(c / budget)) for c in itertools.accumulate(todo)]
         decoded: list[float] = []
         if n_dec and steps > 1:
-            decoded = self._emit_decode_tokens(steps - 1, full_time).tolist()
+            decoded = self._decoded_list(steps - 1, full_time)
             self.clock = ends[-2]
         if n_dec and len(self.running):  # everyone may have finished in the full steps
-            decoded += self._emit_decode_tokens(1, last_time).tolist()
+            decoded += self._decoded_list(1, last_time)
         decoded += [0.0] * (steps - len(decoded))
         self.clock = ends[-1]
-        self.stats.busy_seconds += ends[-1] - start
+        st = self.stats
+        st.busy_seconds += ends[-1] - start
         if not self.cfg.mixed_chunk and len(self.running):
             self.stall += ends[-1] - start
             self.stalled = len(self.running)
@@ -300,19 +305,19 @@ class Engine:
             if req.generated == 0:
                 req.first_token = t
                 req.generated = 1
-                self.stats.generation_tokens += 1
+                st.generation_tokens += 1
                 # IterationStats.update_from_output, is_prefilling: TTFT and the prompt.
-                self.stats.ttft.append(t - req.arrival)
-                self.stats.prompt_tokens += req.prompt
-                self.stats.cached_tokens += req.first_cached
-                self.stats.external_tokens += req.external
-                self.stats.prefills.append((t - req.scheduled, int(k)))
+                st.ttft.append(t - req.arrival)
+                st.prompt_tokens += req.prompt
+                st.cached_tokens += req.first_cached
+                st.external_tokens += req.external
+                st.prefills.append((t - req.scheduled, int(k)))
                 computed[k - 1] += req.prompt - req.first_cached
                 full[k - 1] += req.prompt
             else:  # resumed after preemption: the stall shows as one long token gap
-                self.stats.itl.append((t - req.last_token, 1))
+                st.itl.append((t - req.last_token, 1))
                 # PREEMPTED events travel with the request's next output.
-                self.stats.preemptions += req.unreported_preemptions
+                st.preemptions += req.unreported_preemptions
                 req.unreported_preemptions = 0
             req.last_token = t
             if req.generated >= req.target_out:
@@ -322,39 +327,54 @@ class Engine:
         self.running.add_all(joined)
         self.prefilling = []
         out = [i for i, o in enumerate(outputs) if o > 0]
-        self.stats.batches.append(_counted(np.array([outputs[i] + computed[i] for i in out])))
-        self.stats.batches_full_prompt.append(
-            _counted(np.array([outputs[i] + full[i] for i in out]))
-        )
+        st.batches.append(_counted_list([outputs[i] + computed[i] for i in out]))
+        st.batches_full_prompt.append(_counted_list([outputs[i] + full[i] for i in out]))
 
-    def _emit_decode_tokens(self, steps: int, step_time: float) -> np.ndarray:
+    def _decoded_list(self, steps: int, step_time: float) -> list[float]:
         """Every running sequence gets one token per step; finishing ones stop early.
 
         Returns the tokens each of the ``steps`` output."""
-        run, n = self.running, len(self.running)
-        if not self.cfg.num_speculative_tokens and int((run.target - run.generated).min()) > steps:
-            # Nobody finishes within the steps (the common case): every step outputs n.
-            self.stats.itl.append((step_time, n * steps))
-            self.stats.generation_tokens += n * steps
-            run.grow_each(steps)
-            run.last[:] = self.clock + steps * step_time
-            return np.full(steps, float(n))
+        n = len(self.running)
+        if self._decode_uniformly(steps, step_time):
+            return [float(n)] * steps
+        per_step: list[float] = self._emit_unevenly(steps, step_time).tolist()
+        return per_step
+
+    def _decode_uniformly(self, steps: int, step_time: float) -> bool:
+        """The common case: nobody finishes within the steps, so every step outputs a token
+        for every sequence. False, and nothing done, otherwise."""
+        run = self.running
+        if self.cfg.num_speculative_tokens or run.min_left() <= steps:
+            return False
+        n = len(run)
+        self.stats.itl.append((step_time, n * steps))
+        self.stats.generation_tokens += n * steps
+        run.grow_each(steps)
+        run.last.fill(self.clock + steps * step_time)
+        return True
+
+    def _emit_unevenly(self, steps: int, step_time: float) -> np.ndarray:
+        """The steps when a sequence finishes within them, or with speculative decoding (a
+        step may give a sequence several tokens): the tokens each step output."""
+        run = self.running
         if self.cfg.num_speculative_tokens:
             got, finished_at, per_step = speculate(
                 self.rng, run, self.cfg.num_speculative_tokens, steps, self.stats
             )
+            tokens = int(got.sum())
+            observed = int(finished_at.sum())
         else:
             got = np.minimum(run.target - run.generated, steps)
             finished_at = got
+            tokens = observed = int(got.sum())
             # Step j (1-based) outputs a token for every sequence with at least j left.
-            if int(got.sum()) == len(got) * steps:  # nobody finishes within the steps
+            if tokens == len(got) * steps:  # nobody finishes within the steps
                 per_step = np.full(steps, len(got))
             else:
                 per_step = len(got) - np.searchsorted(np.sort(got), np.arange(1, steps + 1))
-        tokens = int(got.sum())
         # One ITL observation per sequence and step, however many tokens the step gave it;
         # the first step after a prefill run alone carries the prefill's time for every stream.
-        observed, stalled = int(finished_at.sum()), min(self.stalled, len(got))
+        stalled = min(self.stalled, len(got))
         if self.stall and stalled:
             self.stats.itl.append((step_time + self.stall, stalled))
             observed -= stalled
@@ -362,17 +382,21 @@ class Engine:
         if observed:
             self.stats.itl.append((step_time, observed))
         self.stats.generation_tokens += tokens
-        run.grow(got)
+        run.grow(got, tokens)
         done = run.generated >= run.target
-        if done.any():
+        finished = done.nonzero()[0]
+        if finished.size:
             start = self.clock
-            for i in np.flatnonzero(done):
+            generated, at = run.generated.tolist(), finished_at.tolist()
+            context = run.context()
+            for i in finished.tolist():
                 req = run.reqs[i]
-                req.generated = int(run.generated[i])
-                self._finish(req, start + int(finished_at[i]) * step_time)
-            run.keep(~done)
+                req.generated = generated[i]
+                context -= req.prompt + req.generated
+                self._finish(req, start + at[i] * step_time)
+            run.keep(~done, context)
         # Sequences still running saw their last token at the end of the steps.
-        run.last[:] = self.clock + steps * step_time
+        run.last.fill(self.clock + steps * step_time)
         return per_step.astype(np.float64)
 
     def _decode_phase(self, t_end: float) -> None:
@@ -394,8 +418,11 @@ class Engine:
             return
         if step is None:
             step = self.decode_step_time(len(self.running), self.running.context())
-        per_step = self._emit_decode_tokens(steps, step)
-        observed = _counted(per_step)
+        n = len(self.running)
+        if self._decode_uniformly(steps, step):  # what _counted makes of n at every step
+            observed = (np.array([float(n)]), np.array([float(steps)]))
+        else:
+            observed = _counted(self._emit_unevenly(steps, step))
         self.stats.batches.append(observed)
         self.stats.batches_full_prompt.append(observed)
         self.clock += steps * step
@@ -422,6 +449,13 @@ class Engine:
         self.waiting.clear()
         self.prefilling, self.running = [], Batch()
         return lost
+
+
+def _counted_list(values: list[float]) -> tuple[np.ndarray, np.ndarray]:
+    """``_counted`` of a list of floats, deciding before making the arrays."""
+    if values and values.count(values[0]) == len(values):
+        return np.array(values[:1]), np.array([float(len(values))])
+    return np.array(values, dtype=np.float64), np.ones(len(values))
 
 
 def _counted(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -116,21 +116,29 @@ class ModelRun:
         limit = self.m.engine.max_model_len
         prompts = np.where(overlong, limit + 1 + (prompts % max(1, limit // 10)), prompts)
         out = []
-        for i in range(n):
-            target = w.max_tokens if broken[i] else int(min(outs[i], w.max_tokens))
+        # As Python numbers: one conversion per array, not per element.
+        for arrival, prompt, drawn, stops_not, adapter in zip(
+            times.tolist(),
+            prompts.tolist(),
+            outs.tolist(),
+            broken.tolist(),
+            adapters.tolist(),
+            strict=True,
+        ):
+            target = w.max_tokens if stops_not else int(min(drawn, w.max_tokens))
             # The server also refuses prompts that leave no room for one output token.
-            too_long = bool(prompts[i] >= limit)
-            target = max(1, min(target, limit - int(prompts[i]))) if not too_long else target
+            too_long = prompt >= limit
+            target = max(1, min(target, limit - prompt)) if not too_long else target
             req = Request(
                 self.next_id,
-                float(times[i]),
-                int(prompts[i]),
+                arrival,
+                prompt,
                 target,
                 w.max_tokens,
-                length_stop=target >= w.max_tokens or target >= limit - prompts[i],
+                length_stop=target >= w.max_tokens or target >= limit - prompt,
                 shared=w.prefix_share,
                 accept=w.draft_acceptance,
-                adapter=int(adapters[i]),
+                adapter=adapter,
             )
             self.next_id += 1
             out.append((req, too_long))

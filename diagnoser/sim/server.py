@@ -239,6 +239,8 @@ class Server:
 
     def _least_busy(self) -> Engine:
         """The data-parallel engine a new request goes to: the fewest running and waiting."""
+        if len(self.engines) == 1:
+            return self.engines[0]
         return min(self.engines, key=lambda e: e.num_running() + len(e.waiting))
 
     def _http(self, req: Request, status: str, seconds: float) -> None:

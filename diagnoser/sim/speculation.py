@@ -26,7 +26,13 @@ def speculate(
     left = run.target - run.generated
     # Accepted draft tokens: leading successes of k Bernoulli trials, per sequence and step.
     hits = rng.random((n, steps, k)) < run.accept[:, None, None]
-    accepted = np.cumprod(hits, axis=2).sum(axis=2)
+    # A position counts while every draft token up to it was accepted (k passes over the
+    # sequences and steps, cheaper than a cumulative product over the whole array).
+    leading = hits[..., 0].copy()
+    accepted = leading.astype(np.int64)
+    for pos in range(1, k):
+        leading &= hits[..., pos]
+        accepted += leading
     made = np.cumsum(accepted + 1, axis=1)
     # The step in which each sequence reaches its last token (steps if it does not).
     active = np.ones((n, steps), dtype=bool)
@@ -37,10 +43,13 @@ def speculate(
     last = np.arange(n), taken - 1
     out[last] -= made[last] - np.minimum(made[last], left)  # past the answer's end: discarded
     drafted = accepted[active]
-    st.drafts += int(active.sum())
-    st.draft_tokens += int(active.sum()) * k
+    drafts = int(active.sum())
+    st.drafts += drafts
+    st.draft_tokens += drafts * k
     st.accepted += int(drafted.sum())
     if st.accepted_per_pos.size != k:
         st.accepted_per_pos = np.zeros(k)
-    st.accepted_per_pos += (drafted[:, None] > np.arange(k)).sum(axis=0)
+    # Drafts that accepted more than i tokens, for each position i: all but those that
+    # accepted i or fewer.
+    st.accepted_per_pos += drafted.size - np.cumsum(np.bincount(drafted, minlength=k + 1))[:k]
     return got, taken, out.sum(axis=0).astype(np.float64)

@@ -17,6 +17,8 @@ that version's wheel (``tests/data/vllm-VERSION.json``). Observations follow
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from diagnoser.metrics import families as F
@@ -35,8 +37,20 @@ def release(profile: str) -> str:
     return PROFILES[profile]
 
 
+@functools.cache
 def _at_least(profile: str, version: str) -> bool:
     return version_key(release(profile)) >= version_key(version)
+
+
+def _exposed(profile: str) -> list[Family]:
+    """``vllm_families`` of the profile's release, listed once per state of the registry
+    (asked at every scrape of every engine)."""
+    return _listed(release(profile), len(F.FAMILIES))
+
+
+@functools.cache
+def _listed(release: str, registered: int) -> list[Family]:
+    return F.vllm_families(release)
 
 
 class EngineMetrics:
@@ -285,7 +299,7 @@ def record_engine(
         F.SUCCESS: em.finished,
     }
     reasons = F.FINISHED_REASONS if _at_least(profile, "0.14") else F.FINISHED_REASONS_OLD
-    for fam in F.vllm_families(release(profile)):
+    for fam in _exposed(profile):
         if fam is F.CACHE_CONFIG:
             info = cache_config(engine.cfg, engine.num_blocks, engines, profile)
             target = {k: v for k, v in base if k != "model_name"}  # vLLM gives it no model
