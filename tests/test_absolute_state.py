@@ -117,6 +117,8 @@ def served(*at: float) -> ScopeData:
         http_5xx_share=zero,
         finished_error_share=zero,
         api_server_cpu=series(0.05, 0.05),
+        # DCGM is scraped: the playbook requires the GPU's memory to be read at all.
+        gpu_memory_used_share=series(0.5, 0.5),
     )
 
 

@@ -84,6 +84,7 @@ def kv_offload(g: Board) -> list[object]:
     ]
 
 
+VLLM_SIDES = "vLLM only: the sides are told from vLLM's KV-connector series (or the site's config)."
 # Panels with a line for each side of a disaggregated deployment: (title, signal, legend,
 # description). Each signal is read on its own side elsewhere; here both sides are drawn.
 BY_SIDE = (
@@ -93,21 +94,22 @@ BY_SIDE = (
         "{{finished_reason}}",
         "Finished requests per second by finished_reason, on each side. The prefill side "
         'ends every request with "length" after the one token it is asked for: by design, '
-        "so the finish reasons, answers and their alerts are read on the decode side.",
+        "so the finish reasons, answers and their alerts are read on the decode side. "
+        + VLLM_SIDES,
     ),
     (
         "Output tokens per request by side",
         "generation_tokens_per_request",
         "",
         "Output tokens per finished request, mean, on each side: 1 on the prefill side, the "
-        "answers' length on the decode side.",
+        "answers' length on the decode side. " + VLLM_SIDES,
     ),
     (
         "Prefill time p95 by side",
         "prefill_time_p95",
         "",
         "Prefill time, 95th percentile, on each side: the prompt's compute on the prefill "
-        "side; on the decode side only what the transferred KV did not cover.",
+        "side; on the decode side only what the transferred KV did not cover. " + VLLM_SIDES,
     ),
 )
 
