@@ -92,6 +92,7 @@ _SIMULATION_CODE = (
     "metrics/families.py",
     "metrics/families_sglang.py",
     "metrics/family.py",
+    "metrics/platform.py",
     "plumbing/http.py",
     "plumbing/redact.py",
     "plumbing/source.py",

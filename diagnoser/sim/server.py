@@ -24,8 +24,10 @@ from diagnoser.metrics import exporters as X
 from diagnoser.metrics import families as F
 from diagnoser.metrics.exposition import Histogram, Recorder, labels_of
 from diagnoser.sim import sglang_metrics as sgm
+from diagnoser.sim.dcgm import BOARDS, DEFAULT_BOARD
 from diagnoser.sim.engine import Engine, EngineConfig, Request
 from diagnoser.sim.kv_transfer import POST_SECONDS
+from diagnoser.sim.platform import Container, record_pod
 from diagnoser.sim.profiles import RenamingRecorder, Runtimes, profile
 from diagnoser.sim.vllm_metrics import PROFILES, EngineMetrics, record_api_server, record_engine
 
@@ -60,6 +62,12 @@ class Fault:
     # restarted, a link down, a lease that expired).
     kv_transfer_gbps: float = 25.0
     kv_transfer_failure: float = 0.0
+    # Host memory (kube_exporters only, :mod:`diagnoser.sim.platform`): the container's memory
+    # limit (0: none), its working set at start and how fast it climbs while it serves; at the
+    # limit the kernel kills it (OOMKilled) and the kubelet restarts it.
+    memory_limit_gb: float = 0.0
+    host_memory_gb: float = 16.0
+    host_memory_growth_gb_per_min: float = 0.0
 
 
 @dataclass
@@ -88,6 +96,8 @@ class ServerSpec:
     # and a new scrape target, and the old pod's target leaves service discovery).
     rollout: str = "in-place"
     revision: int = 0
+    # kube-state-metrics and cAdvisor are scraped too (kubernetes only).
+    kube_exporters: bool = False
 
 
 @dataclass
@@ -112,6 +122,7 @@ class Server:
         self.pod_root = self.s.pod
         self.kv_rng = np.random.default_rng(7919 + self.s.ordinal)  # KV transfers only
         self.profile = profile(self.s.runtime)
+        self.container = Container(started=self.start)
         self._boot(self.start)
 
     # --- lifecycle ------------------------------------------------------------------------
@@ -126,6 +137,7 @@ class Server:
             return
         self.up = True
         self.started_at = t
+        self.container.started = t
         self.engines = [
             Engine(self.s.spec, self.s.gpu, self.s.engine, start=t, seed=self._seed(t, i))
             for i in range(self.s.engines)
@@ -191,6 +203,10 @@ class Server:
             return lost
         if self.up and self._oom():
             return self.crash(t)
+        if self.up and self._over_memory_limit(t):
+            lost = self.crash(t)
+            self.container.oom_killed(t)
+            return lost
         if not self.up and t >= self.down_until:
             self._boot(t)
         return []
@@ -202,6 +218,19 @@ class Server:
         port = s.instance.rsplit(":", 1)[1]
         s.pod = f"{self.pod_root}-r{s.revision}"
         s.instance = f"{s.pod}:{port}"
+        self.container = Container(started=float("inf"))  # a new pod: no restarts, no past
+
+    def _working_set(self, t: float) -> float | None:
+        """The container's host memory at ``t`` (cAdvisor), None while none runs."""
+        if not self.up:
+            return None
+        f = self.fault
+        return self.container.working_set(t, f.host_memory_gb, f.host_memory_growth_gb_per_min)
+
+    def _over_memory_limit(self, t: float) -> bool:
+        limit = self.fault.memory_limit_gb * GB
+        used = self._working_set(t)
+        return self.s.kube_exporters and limit > 0 and used is not None and used >= limit
 
     # --- traffic --------------------------------------------------------------------------
 
@@ -320,7 +349,17 @@ class Server:
         rec.sample(X.UP.name, X.UP.type, X.UP.help, labels_of(**target), t, float(self.up))
         if self.s.dcgm:
             self.record_dcgm(rec, t, interval)
+        if self.s.kube_exporters and self.s.kubernetes:
+            self.record_platform(rec, t)
         self.record_metrics(rec, t, target)
+
+    def record_platform(self, rec: Recorder, t: float) -> None:
+        """kube-state-metrics' and cAdvisor's series about the server's pod."""
+        s, c = self.s, self.container
+        pod = {"namespace": s.namespace, "pod": s.pod, "container": s.runtime}
+        waiting = "CrashLoopBackOff" if not self.up and c.backing_off(t) else ""
+        limit = self.fault.memory_limit_gb
+        record_pod(rec, t, c, pod, s.node, limit, self._working_set(t), waiting)
 
     def record_metrics(self, rec: Recorder, t: float, target: dict[str, str]) -> None:
         """The server's ``/metrics`` at ``t`` (nothing while it is down), each series with
@@ -455,38 +494,3 @@ class Server:
             ):
                 rec.sample(fam.name, fam.type, fam.help, lb, t, round(value))
         self.busy = [0.0] * len(self.busy)
-
-
-@dataclass(frozen=True)
-class Board:
-    """What dcgm-exporter reads from a GPU board besides utilisation and memory: power from
-    idle to the power limit with the share of time kernels run, temperature rising with it,
-    the SM clock at boost while a model is loaded and at its idle clock otherwise; no XID."""
-
-    idle_watts: float
-    limit_watts: float
-    boost_mhz: float
-    idle_mhz: float = 345.0
-    idle_celsius: float = 32.0
-    hot_celsius: float = 72.0
-
-    def readings(self, busy: float, loaded: bool) -> tuple[tuple[F.Family, float], ...]:
-        return (
-            (
-                X.GPU_POWER,
-                self.idle_watts + (self.limit_watts - self.idle_watts) * 0.6 * busy,
-            ),
-            (X.GPU_TEMP, self.idle_celsius + (self.hot_celsius - self.idle_celsius) * busy),
-            (X.GPU_SM_CLOCK, self.boost_mhz if loaded and busy > 0 else self.idle_mhz),
-            (X.GPU_XID, 0.0),
-        )
-
-
-# Published board power limits and maximum SM clocks.
-BOARDS = {
-    "H100-80GB": Board(idle_watts=70, limit_watts=700, boost_mhz=1980),
-    "H200": Board(idle_watts=75, limit_watts=700, boost_mhz=1980),
-    "A100-80GB": Board(idle_watts=55, limit_watts=400, boost_mhz=1410),
-    "L40S": Board(idle_watts=35, limit_watts=350, boost_mhz=2520, idle_mhz=210),
-}
-DEFAULT_BOARD = BOARDS["H100-80GB"]
