@@ -23,8 +23,8 @@ from diagnoser.hardware.presets import GB, GpuSpec, ModelSpec
 from diagnoser.metrics import exporters as X
 from diagnoser.metrics import families as F
 from diagnoser.metrics.exposition import Histogram, Recorder, labels_of
+from diagnoser.sim import dcgm
 from diagnoser.sim import sglang_metrics as sgm
-from diagnoser.sim.dcgm import BOARDS, DEFAULT_BOARD
 from diagnoser.sim.engine import Engine, EngineConfig, Request
 from diagnoser.sim.kv_transfer import POST_SECONDS
 from diagnoser.sim.platform import Container, record_pod
@@ -37,6 +37,7 @@ RUNTIMES = Runtimes()
 DETOKENIZE_CPU = 1e-5  # SGLang's detokenizer process, seconds per output token
 REQUEST_BYTES = 200  # JSON around the prompt: model, parameters, message framing
 BYTES_PER_TOKEN = 4
+GPU_FAULT_AFTER = 180.0  # seconds a server on a failing GPU runs before it dies again
 
 
 @dataclass
@@ -62,6 +63,9 @@ class Fault:
     # restarted, a link down, a lease that expired).
     kv_transfer_gbps: float = 25.0
     kv_transfer_failure: float = 0.0
+    # The model's first N servers whose first GPU is failing (an uncorrectable ECC error, XID
+    # 48): a few minutes after each start the engine touches the bad memory again and dies.
+    gpu_faulty_instances: int = 0
     # Host memory (kube_exporters only, :mod:`diagnoser.sim.platform`): the container's memory
     # limit (0: none), its working set at start and how fast it climbs while it serves; at the
     # limit the kernel kills it (OOMKilled) and the kubelet restarts it.
@@ -123,6 +127,7 @@ class Server:
         self.kv_rng = np.random.default_rng(7919 + self.s.ordinal)  # KV transfers only
         self.profile = profile(self.s.runtime)
         self.container = Container(started=self.start)
+        self.gpu_errors = 0  # uncorrectable errors on its first GPU
         self._boot(self.start)
 
     # --- lifecycle ------------------------------------------------------------------------
@@ -174,6 +179,13 @@ class Server:
         slack = self.s.gpu.memory_bytes * (1 - self.s.engine.gpu_memory_utilization)
         return self.fault.other_process_gb * GB > slack
 
+    def _gpu_fails(self, t: float) -> bool:
+        """Its GPU raises one more uncorrectable error at ``t``, ``GPU_FAULT_AFTER`` into a run."""
+        failed = self.s.ordinal < self.fault.gpu_faulty_instances
+        failed = failed and t - self.started_at >= GPU_FAULT_AFTER
+        self.gpu_errors += failed
+        return failed
+
     @property
     def hung(self) -> bool:
         return self.up and self.s.ordinal < self.fault.hung_instances
@@ -201,7 +213,7 @@ class Server:
             if self.s.rollout == "new-pods":
                 self._new_pod()
             return lost
-        if self.up and self._oom():
+        if self.up and (self._oom() or self._gpu_fails(t)):
             return self.crash(t)
         if self.up and self._over_memory_limit(t):
             lost = self.crash(t)
@@ -464,33 +476,16 @@ class Server:
         """dcgm-exporter on the server's node, with its Kubernetes pod mapping where there is
         one (its own labels); ``target`` adds the scrape's ``job`` and ``instance``."""
         s = self.s
-        total_mib = s.gpu.memory_bytes / 2**20
         vllm_mib = (s.gpu.memory_bytes * s.engine.gpu_memory_utilization / 2**20) if self.up else 0
-        other_mib = self.fault.other_process_gb * GB / 2**20
-        board = BOARDS.get(s.gpu.name, DEFAULT_BOARD)
-        gpus = max(1, s.engines) * s.engine.tensor_parallel
-        pods = (
-            {"namespace": s.namespace, "pod": s.pod, "container": s.runtime} if s.kubernetes else {}
-        )
-        for i in range(gpus):
+        used_mib = vllm_mib + self.fault.other_process_gb * GB / 2**20
+        util = []
+        for i in range(max(1, s.engines) * s.engine.tensor_parallel):
             engine_idx = min(i // s.engine.tensor_parallel, len(self.busy) - 1)
-            util = 0.0
-            if self.up and self.busy:
-                util = min(100.0, 100.0 * self.busy[engine_idx] / interval)
-            used = min(total_mib, vllm_mib + other_mib)
-            lb = labels_of(
-                gpu=str(i),
-                UUID=f"GPU-{s.pod}-{i}",
-                Hostname=s.node,
-                modelName=s.gpu.name,
-                **pods,
-                **(self.dcgm_target() if target else {}),
-            )
-            for fam, value in (
-                (X.GPU_UTIL, util),
-                (X.GPU_FB_USED, used),
-                (X.GPU_FB_FREE, total_mib - used),
-                *board.readings(util / 100, loaded=used > 0),
-            ):
-                rec.sample(fam.name, fam.type, fam.help, lb, t, round(value))
+            up = self.up and self.busy
+            util.append(min(100.0, 100.0 * self.busy[engine_idx] / interval) if up else 0.0)
+        pods = {"namespace": s.namespace, "pod": s.pod, "container": s.runtime}
+        labels = {"Hostname": s.node, **(pods if s.kubernetes else {})}
+        labels |= self.dcgm_target() if target else {}
+        errors = self.gpu_errors if self.fault.gpu_faulty_instances > 0 else None
+        dcgm.record(rec, t, s.gpu, util, used_mib, s.pod, labels, errors)
         self.busy = [0.0] * len(self.busy)
