@@ -49,6 +49,7 @@ class ModelRun:
                     dcgm=m.dcgm,
                     kubernetes=m.platform == "kubernetes",
                     rollout=m.rollout,
+                    kube_exporters=m.kube_exporters,
                 ),
                 start=start,
                 fault=m.fault,

@@ -83,6 +83,7 @@ class ModelScenario:
     # in-place (a StatefulSet, a systemd unit: the same target restarts) or new-pods (a
     # Deployment: each server comes back as a new pod, a new target); kubernetes only
     rollout: str = "in-place"
+    kube_exporters: bool = False  # kube-state-metrics and cAdvisor scraped (kubernetes only)
     timeline: list[Change] = field(default_factory=list)
 
 
@@ -270,6 +271,7 @@ def _model(raw: Any, path: Path, where: str) -> ModelScenario:
         "dcgm",
         "platform",
         "rollout",
+        "kube_exporters",
         "timeline",
     }
     for key in raw:
@@ -320,6 +322,8 @@ def _model(raw: Any, path: Path, where: str) -> ModelScenario:
         raise ScenarioError(path, f"{where}.rollout", f"must be one of {', '.join(ROLLOUTS)}")
     if rollout == "new-pods" and platform != "kubernetes":
         raise ScenarioError(path, f"{where}.rollout", "new-pods needs platform kubernetes")
+    if raw.get("kube_exporters") and platform != "kubernetes":
+        raise ScenarioError(path, f"{where}.kube_exporters", "needs platform kubernetes")
     runtime = str(raw.get("runtime", "vllm"))
     if runtime not in RUNTIMES:
         raise ScenarioError(path, f"{where}.runtime", f"must be one of {', '.join(RUNTIMES)}")
@@ -348,6 +352,7 @@ def _model(raw: Any, path: Path, where: str) -> ModelScenario:
         dcgm=bool(raw.get("dcgm", True)),
         platform=platform,
         rollout=rollout,
+        kube_exporters=bool(raw.get("kube_exporters", False)),
     )
     timeline = raw.get("timeline") or []
     if not isinstance(timeline, list):

@@ -23,9 +23,11 @@ from diagnoser.hardware.presets import GB, GpuSpec, ModelSpec
 from diagnoser.metrics import exporters as X
 from diagnoser.metrics import families as F
 from diagnoser.metrics.exposition import Histogram, Recorder, labels_of
+from diagnoser.sim import dcgm
 from diagnoser.sim import sglang_metrics as sgm
 from diagnoser.sim.engine import Engine, EngineConfig, Request
 from diagnoser.sim.kv_transfer import POST_SECONDS
+from diagnoser.sim.platform import Container, record_pod
 from diagnoser.sim.profiles import RenamingRecorder, Runtimes, profile
 from diagnoser.sim.vllm_metrics import PROFILES, EngineMetrics, record_api_server, record_engine
 
@@ -35,6 +37,7 @@ RUNTIMES = Runtimes()
 DETOKENIZE_CPU = 1e-5  # SGLang's detokenizer process, seconds per output token
 REQUEST_BYTES = 200  # JSON around the prompt: model, parameters, message framing
 BYTES_PER_TOKEN = 4
+GPU_FAULT_AFTER = 180.0  # seconds a server on a failing GPU runs before it dies again
 
 
 @dataclass
@@ -60,6 +63,15 @@ class Fault:
     # restarted, a link down, a lease that expired).
     kv_transfer_gbps: float = 25.0
     kv_transfer_failure: float = 0.0
+    # The model's first N servers whose first GPU is failing (an uncorrectable ECC error, XID
+    # 48): a few minutes after each start the engine touches the bad memory again and dies.
+    gpu_faulty_instances: int = 0
+    # Host memory (kube_exporters only, :mod:`diagnoser.sim.platform`): the container's memory
+    # limit (0: none), its working set at start and how fast it climbs while it serves; at the
+    # limit the kernel kills it (OOMKilled) and the kubelet restarts it.
+    memory_limit_gb: float = 0.0
+    host_memory_gb: float = 16.0
+    host_memory_growth_gb_per_min: float = 0.0
 
 
 @dataclass
@@ -88,6 +100,8 @@ class ServerSpec:
     # and a new scrape target, and the old pod's target leaves service discovery).
     rollout: str = "in-place"
     revision: int = 0
+    # kube-state-metrics and cAdvisor are scraped too (kubernetes only).
+    kube_exporters: bool = False
 
 
 @dataclass
@@ -112,6 +126,8 @@ class Server:
         self.pod_root = self.s.pod
         self.kv_rng = np.random.default_rng(7919 + self.s.ordinal)  # KV transfers only
         self.profile = profile(self.s.runtime)
+        self.container = Container(started=self.start)
+        self.gpu_errors = 0  # uncorrectable errors on its first GPU
         self._boot(self.start)
 
     # --- lifecycle ------------------------------------------------------------------------
@@ -126,6 +142,7 @@ class Server:
             return
         self.up = True
         self.started_at = t
+        self.container.started = t
         self.engines = [
             Engine(self.s.spec, self.s.gpu, self.s.engine, start=t, seed=self._seed(t, i))
             for i in range(self.s.engines)
@@ -162,6 +179,13 @@ class Server:
         slack = self.s.gpu.memory_bytes * (1 - self.s.engine.gpu_memory_utilization)
         return self.fault.other_process_gb * GB > slack
 
+    def _gpu_fails(self, t: float) -> bool:
+        """Its GPU raises one more uncorrectable error at ``t``, ``GPU_FAULT_AFTER`` into a run."""
+        failed = self.s.ordinal < self.fault.gpu_faulty_instances
+        failed = failed and t - self.started_at >= GPU_FAULT_AFTER
+        self.gpu_errors += failed
+        return failed
+
     @property
     def hung(self) -> bool:
         return self.up and self.s.ordinal < self.fault.hung_instances
@@ -189,8 +213,12 @@ class Server:
             if self.s.rollout == "new-pods":
                 self._new_pod()
             return lost
-        if self.up and self._oom():
+        if self.up and (self._oom() or self._gpu_fails(t)):
             return self.crash(t)
+        if self.up and self._over_memory_limit(t):
+            lost = self.crash(t)
+            self.container.oom_killed(t)
+            return lost
         if not self.up and t >= self.down_until:
             self._boot(t)
         return []
@@ -202,6 +230,19 @@ class Server:
         port = s.instance.rsplit(":", 1)[1]
         s.pod = f"{self.pod_root}-r{s.revision}"
         s.instance = f"{s.pod}:{port}"
+        self.container = Container(started=float("inf"))  # a new pod: no restarts, no past
+
+    def _working_set(self, t: float) -> float | None:
+        """The container's host memory at ``t`` (cAdvisor), None while none runs."""
+        if not self.up:
+            return None
+        f = self.fault
+        return self.container.working_set(t, f.host_memory_gb, f.host_memory_growth_gb_per_min)
+
+    def _over_memory_limit(self, t: float) -> bool:
+        limit = self.fault.memory_limit_gb * GB
+        used = self._working_set(t)
+        return self.s.kube_exporters and limit > 0 and used is not None and used >= limit
 
     # --- traffic --------------------------------------------------------------------------
 
@@ -320,7 +361,17 @@ class Server:
         rec.sample(X.UP.name, X.UP.type, X.UP.help, labels_of(**target), t, float(self.up))
         if self.s.dcgm:
             self.record_dcgm(rec, t, interval)
+        if self.s.kube_exporters and self.s.kubernetes:
+            self.record_platform(rec, t)
         self.record_metrics(rec, t, target)
+
+    def record_platform(self, rec: Recorder, t: float) -> None:
+        """kube-state-metrics' and cAdvisor's series about the server's pod."""
+        s, c = self.s, self.container
+        pod = {"namespace": s.namespace, "pod": s.pod, "container": s.runtime}
+        waiting = "CrashLoopBackOff" if not self.up and c.backing_off(t) else ""
+        limit = self.fault.memory_limit_gb
+        record_pod(rec, t, c, pod, s.node, limit, self._working_set(t), waiting)
 
     def record_metrics(self, rec: Recorder, t: float, target: dict[str, str]) -> None:
         """The server's ``/metrics`` at ``t`` (nothing while it is down), each series with
@@ -425,68 +476,16 @@ class Server:
         """dcgm-exporter on the server's node, with its Kubernetes pod mapping where there is
         one (its own labels); ``target`` adds the scrape's ``job`` and ``instance``."""
         s = self.s
-        total_mib = s.gpu.memory_bytes / 2**20
         vllm_mib = (s.gpu.memory_bytes * s.engine.gpu_memory_utilization / 2**20) if self.up else 0
-        other_mib = self.fault.other_process_gb * GB / 2**20
-        board = BOARDS.get(s.gpu.name, DEFAULT_BOARD)
-        gpus = max(1, s.engines) * s.engine.tensor_parallel
-        pods = (
-            {"namespace": s.namespace, "pod": s.pod, "container": s.runtime} if s.kubernetes else {}
-        )
-        for i in range(gpus):
+        used_mib = vllm_mib + self.fault.other_process_gb * GB / 2**20
+        util = []
+        for i in range(max(1, s.engines) * s.engine.tensor_parallel):
             engine_idx = min(i // s.engine.tensor_parallel, len(self.busy) - 1)
-            util = 0.0
-            if self.up and self.busy:
-                util = min(100.0, 100.0 * self.busy[engine_idx] / interval)
-            used = min(total_mib, vllm_mib + other_mib)
-            lb = labels_of(
-                gpu=str(i),
-                UUID=f"GPU-{s.pod}-{i}",
-                Hostname=s.node,
-                modelName=s.gpu.name,
-                **pods,
-                **(self.dcgm_target() if target else {}),
-            )
-            for fam, value in (
-                (X.GPU_UTIL, util),
-                (X.GPU_FB_USED, used),
-                (X.GPU_FB_FREE, total_mib - used),
-                *board.readings(util / 100, loaded=used > 0),
-            ):
-                rec.sample(fam.name, fam.type, fam.help, lb, t, round(value))
+            up = self.up and self.busy
+            util.append(min(100.0, 100.0 * self.busy[engine_idx] / interval) if up else 0.0)
+        pods = {"namespace": s.namespace, "pod": s.pod, "container": s.runtime}
+        labels = {"Hostname": s.node, **(pods if s.kubernetes else {})}
+        labels |= self.dcgm_target() if target else {}
+        errors = self.gpu_errors if self.fault.gpu_faulty_instances > 0 else None
+        dcgm.record(rec, t, s.gpu, util, used_mib, s.pod, labels, errors)
         self.busy = [0.0] * len(self.busy)
-
-
-@dataclass(frozen=True)
-class Board:
-    """What dcgm-exporter reads from a GPU board besides utilisation and memory: power from
-    idle to the power limit with the share of time kernels run, temperature rising with it,
-    the SM clock at boost while a model is loaded and at its idle clock otherwise; no XID."""
-
-    idle_watts: float
-    limit_watts: float
-    boost_mhz: float
-    idle_mhz: float = 345.0
-    idle_celsius: float = 32.0
-    hot_celsius: float = 72.0
-
-    def readings(self, busy: float, loaded: bool) -> tuple[tuple[F.Family, float], ...]:
-        return (
-            (
-                X.GPU_POWER,
-                self.idle_watts + (self.limit_watts - self.idle_watts) * 0.6 * busy,
-            ),
-            (X.GPU_TEMP, self.idle_celsius + (self.hot_celsius - self.idle_celsius) * busy),
-            (X.GPU_SM_CLOCK, self.boost_mhz if loaded and busy > 0 else self.idle_mhz),
-            (X.GPU_XID, 0.0),
-        )
-
-
-# Published board power limits and maximum SM clocks.
-BOARDS = {
-    "H100-80GB": Board(idle_watts=70, limit_watts=700, boost_mhz=1980),
-    "H200": Board(idle_watts=75, limit_watts=700, boost_mhz=1980),
-    "A100-80GB": Board(idle_watts=55, limit_watts=400, boost_mhz=1410),
-    "L40S": Board(idle_watts=35, limit_watts=350, boost_mhz=2520, idle_mhz=210),
-}
-DEFAULT_BOARD = BOARDS["H100-80GB"]

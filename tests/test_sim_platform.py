@@ -1,0 +1,95 @@
+"""The simulator's platform series as the exporters write them: kube-state-metrics' and
+cAdvisor's about a pod (an OOM kill at the container's limit, the back-off after it, a new pod
+born without a past) and DCGM's uncorrectable errors on a failing GPU."""
+
+from __future__ import annotations
+
+from diagnoser.hardware.presets import gpu, model
+from diagnoser.metrics import exporters as X
+from diagnoser.metrics import platform as P
+from diagnoser.metrics.exposition import Recorder
+from diagnoser.sim.engine import EngineConfig
+from diagnoser.sim.server import ApiServerConfig, Fault, Server, ServerSpec
+
+
+def _server(fault: Fault, **spec: object) -> Server:
+    s = ServerSpec(
+        "m",
+        model("llama-3.1-8b"),
+        gpu("H100-80GB"),
+        EngineConfig(),
+        ApiServerConfig(),
+        pod="m-0",
+        instance="m-0:8000",
+    )
+    for key, value in spec.items():
+        setattr(s, key, value)
+    return Server(s, start=0.0, fault=fault)
+
+
+def _latest(rec: Recorder, family: str, by: str = "reason") -> dict[str, float]:
+    """Each series of ``family`` at its last sample, by its label ``by`` ("" without one)."""
+    points = rec.families[family].points if family in rec.families else {}
+    return {dict(lb).get(by, ""): pts[-1][1] for lb, pts in points.items()}
+
+
+def _run(server: Server, until: int, rec: Recorder) -> None:
+    for t in range(1, until):
+        server.maintain(float(t))
+        if t % 30 == 0:
+            server.record(rec, float(t), 30.0)
+
+
+def test_a_container_killed_at_its_limit_restarts_oomkilled_and_backs_off():
+    fault = Fault(memory_limit_gb=40, host_memory_gb=20, host_memory_growth_gb_per_min=2.0)
+    server = _server(fault, kube_exporters=True)
+    rec = Recorder()
+    _run(server, 600, rec)  # 20 GB to 40 GB in 10 minutes: killed at 600 s
+    assert _latest(rec, P.RESTARTS.name) == {"": 0.0}
+    assert P.LAST_TERMINATED_REASON.name not in rec.families  # born with the first end
+    ws = _latest(rec, P.CONTAINER_WORKING_SET.name)[""]
+    assert 0.9 < ws / _latest(rec, P.CONTAINER_LIMITS.name)[""] < 1.0
+    server.maintain(600.0)
+    assert not server.up
+    server.record(rec, 605.0, 30.0)
+    assert _latest(rec, P.RESTARTS.name) == {"": 1.0}
+    assert _latest(rec, P.LAST_TERMINATED_REASON.name) == {"OOMKilled": 1.0}
+    assert _latest(rec, P.LAST_TERMINATED_EXITCODE.name) == {"": 137.0}
+    assert _latest(rec, P.WAITING_REASON.name) == {"CrashLoopBackOff": 1.0}
+    assert _latest(rec, P.POD_PHASE.name, "phase")["Running"] == 1.0  # a crash loop stays Running
+    # Back from the restart: the working set climbs again from where a container starts.
+    _run(server, 700, rec)
+    assert server.up
+    assert _latest(rec, P.CONTAINER_WORKING_SET.name)[""] < ws / 1.5
+
+
+def test_a_new_pod_is_born_without_its_predecessors_restarts():
+    fault = Fault(memory_limit_gb=40, host_memory_gb=20, host_memory_growth_gb_per_min=2.0)
+    server = _server(fault, kube_exporters=True, rollout="new-pods")
+    _run(server, 602, Recorder())
+    server.schedule_restart(650.0, EngineConfig())
+    _run(server, 800, Recorder())
+    rec = Recorder()
+    server.record(rec, 800.0, 30.0)
+    assert server.s.pod == "m-0-r1" and _latest(rec, P.RESTARTS.name) == {"": 0.0}
+    assert P.LAST_TERMINATED_REASON.name not in rec.families
+
+
+def test_without_kube_exporters_no_platform_series_and_no_kill():
+    fault = Fault(memory_limit_gb=40, host_memory_gb=20, host_memory_growth_gb_per_min=2.0)
+    server = _server(fault)
+    rec = Recorder()
+    _run(server, 700, rec)
+    assert server.up and P.RESTARTS.name not in rec.families
+
+
+def test_a_failing_gpu_counts_uncorrectable_errors_and_raises_xid_48():
+    healthy = Recorder()
+    _run(_server(Fault()), 61, healthy)
+    assert X.GPU_ECC_DBE.name not in healthy.families  # not in the default counters
+    server = _server(Fault(gpu_faulty_instances=1))
+    rec = Recorder()
+    _run(server, 900, rec)
+    errors = _latest(rec, X.GPU_ECC_DBE.name, "gpu")
+    assert errors["0"] >= 2  # each run dies a few minutes in, one more error each time
+    assert _latest(rec, X.GPU_XID.name, "gpu")["0"] == 48
