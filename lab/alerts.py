@@ -36,18 +36,45 @@ def _rules(path: Path) -> list[dict[str, Any]]:
     return [rule for group in doc["groups"] for rule in group["rules"]]
 
 
+NAME = re.compile(r"(?<![\w:])[A-Za-z_:][\w:]*(?![\w:])")
+
+
 def needed(rule_file: Path, by: Path) -> set[str]:
     """The recording rules of ``rule_file`` that the expressions of ``by`` read, directly
     or through other recording rules."""
     recorded = {r["record"]: r["expr"] for r in _rules(rule_file) if "record" in r}
-    name = re.compile(r"(?<![\w:])[A-Za-z_:][\w:]*(?![\w:])")
     out: set[str] = set()
     todo = [str(r["expr"]) for r in _rules(by)]
     while todo:
-        for word in name.findall(todo.pop()):
+        for word in NAME.findall(todo.pop()):
             if word in recorded and word not in out:
                 out.add(word)
                 todo.append(str(recorded[word]))
+    return out
+
+
+def levels(rule_file: Path, only: set[str] | None = None) -> list[set[str]]:
+    """``rule_file``'s recording rules (those named in ``only``, when given) in the order
+    their series can be computed: first those that read raw series alone, then those that
+    read the rules before them (Prometheus evaluates a rule on the series the rules before it
+    recorded; evaluated at once on the raw series, such a rule finds nothing to read)."""
+    recorded = {
+        r["record"]: set(NAME.findall(str(r["expr"]))) - {r["record"]}
+        for r in _rules(rule_file)
+        if "record" in r and (only is None or r["record"] in only)
+    }
+    out: list[set[str]] = []
+    done: set[str] = set()
+    while len(done) < len(recorded):
+        ready = {
+            n
+            for n, reads in recorded.items()
+            if n not in done and not (reads & recorded.keys()) - done
+        }
+        if not ready:  # a cycle: what is left, at once
+            ready = set(recorded) - done
+        out.append(ready)
+        done |= ready
     return out
 
 
@@ -61,15 +88,17 @@ def backfill_rules(
     stale: bool = False,
 ) -> None:
     """Backfill ``rule_file``'s recording rules (those named in ``only``, when given) into
-    ``prom``'s TSDB over ``[start, end]`` (``rule_blocks``); restart ``prom`` to read them."""
-    with tempfile.TemporaryDirectory(prefix="servediag-rules-") as tmp:
-        blocks = Path(tmp) / "blocks"
-        rule_blocks(prom, rule_file, start, end, blocks, interval, only, stale)
-        prom.close()
-        for block in blocks.iterdir():
-            if block.is_dir():
-                shutil.move(str(block), str(prom.data_dir / block.name))
-    prom.start()
+    ``prom``'s TSDB over ``[start, end]`` (``rule_blocks``); restart ``prom`` to read them.
+    Rules that read other rules are backfilled after them (``levels``), one restart each."""
+    for level in levels(rule_file, only):
+        with tempfile.TemporaryDirectory(prefix="servediag-rules-") as tmp:
+            blocks = Path(tmp) / "blocks"
+            rule_blocks(prom, rule_file, start, end, blocks, interval, level, stale)
+            prom.close()
+            for block in blocks.iterdir():
+                if block.is_dir():
+                    shutil.move(str(block), str(prom.data_dir / block.name))
+        prom.start()
 
 
 def rule_blocks(

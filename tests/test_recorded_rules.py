@@ -26,7 +26,7 @@ from diagnoser.diagnosis.model import Diagnosis
 from diagnoser.plumbing.source import OverLimit, PrometheusSource
 from diagnoser.report import render
 from diagnoser.sim import library
-from lab.alerts import backfill_rules
+from lab.alerts import backfill_rules, levels
 from lab.promserver import Prometheus
 from tests.clitest import run
 
@@ -202,3 +202,12 @@ def test_a_record_dated_past_any_calendar_is_left_out_with_a_note(at, site):
             (record,) = wait_for(lambda: records, 30)
     assert record["error"] is None
     assert any(said in w for w in record["diagnosis"]["stats"]["warnings"])
+
+
+def test_rules_that_read_other_rules_are_backfilled_after_them():
+    """Evaluated at once on the raw series, the availability ratios would find no recorded
+    downtime to read (Prometheus evaluates them after the rule that records it)."""
+    first, *later = levels(RECORDING)
+    assert "model_name:slo_availability:all_down" in first
+    assert later and "model_name:slo_availability:error_ratio_rate1h" in later[0]
+    assert "model_name:slo_availability:error_ratio_rate1h" not in first

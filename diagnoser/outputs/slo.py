@@ -192,6 +192,8 @@ def burn_alerts(site: Site) -> list[dict[str, Any]]:
                 limit = f"{b.factor * budget:.6g}"
                 expr = f"{long_rec} > {limit} and on ({on}) {short_rec} > {limit}"
                 expr = _restrict(site, expr, g, record_name(site, sli, b.long))
+                if sli == "availability" and b.severity == "critical":
+                    expr = f"({expr})\nand on ({on}) ({_still_burning(site, b.short, limit)})"
                 what = SLI_WORDS[sli].format(threshold=threshold)
                 lasts = days / b.factor
                 out.append(
@@ -224,6 +226,18 @@ def burn_alerts(site: Site) -> list[dict[str, Any]]:
                     }
                 )
     return out
+
+
+def _still_burning(site: Site, short: str, limit: str) -> str:
+    """Where the availability budget still burns now: every target of the model is down, or
+    its requests alone fail beyond ``limit`` over the ``short`` window. The windows remember a
+    downtime that has ended (a single replica's minute of restart keeps the 5m ratio up for
+    five minutes, the 1h one for an hour): that is budget spent, counted by the tickets, and
+    no reason to page someone once the server answers again. A server that stays down pages
+    here (and as ``VllmTargetDown``); failing requests page as before."""
+    scope = site.scope(window=short)
+    requests = error_ratio("availability", 0.0, 0.0)(scope)
+    return f"{all_down_name(site)} == 1 or ({requests}) > {limit}"
 
 
 def sli_title(sli: str) -> str:
