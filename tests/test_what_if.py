@@ -405,10 +405,10 @@ def _timed(servers, *args: str):
 
 @pytest.mark.prometheus
 def test_the_timeout_bounds_every_replay_and_what_is_late_says_so(servers):
-    took, res = _timed(servers, "--timeout", "1", "--lever", "replicas:+1")
-    assert took < 2.0, took
+    took, res = _timed(servers, "--timeout", "2", "--lever", "replicas:+1")
+    assert took < 3.0, took
     doc = json.loads(res.stdout)
-    if res.exit_code == 0:  # a quiet machine fits, calibrates and replays a quarter hour in 1 s
+    if res.exit_code == 0:  # a quiet machine fits, calibrates and replays a quarter hour in 2 s
         assert doc["calibration"]["ok"] is True
         assert [lever.get("error") for lever in doc["levers"]] == [None]
         return
