@@ -408,9 +408,13 @@ def test_the_timeout_bounds_every_replay_and_what_is_late_says_so(servers):
     took, res = _timed(servers, "--timeout", "2", "--lever", "replicas:+1")
     assert took < 3.0, took
     doc = json.loads(res.stdout)
-    if res.exit_code == 0:  # a quiet machine fits, calibrates and replays a quarter hour in 2 s
+    if res.exit_code == 0:  # the calibration fitted within 2 s; the lever's replay may be late
         assert doc["calibration"]["ok"] is True
-        assert [lever.get("error") for lever in doc["levers"]] == [None]
+        (lever,) = doc["levers"]
+        if lever.get("error") is None:
+            assert lever["predicted"], lever
+        else:
+            assert lever["error"] == "the deadline passed", lever
         return
     assert res.exit_code == 1, res.stderr  # nothing predicted
     assert doc["calibration"]["ok"] is False
