@@ -9,7 +9,8 @@ phrase is None and the reason says which exporter would have named the cause."""
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -52,8 +53,12 @@ def read(
     keys: Iterable[Key],
     matchers: Sequence[str] = (),
     workers: int = 8,
+    read_before: Mapping[Key, Mapping[str, Series]] | None = None,
+    asked: AbstractSet[str] = frozenset(),
 ) -> dict[Key, dict[str, Series]]:
-    """Each model of ``keys``' platform series over the window (a model with none absent)."""
+    """Each model of ``keys``' platform series over the window (a model with none absent).
+    The signals of ``asked`` were read over the same window already (``read_before``, by
+    model): they are taken from there, not asked again."""
     wanted, by = set(keys), site.config.by
 
     def one(name: str) -> tuple[str, list[Series]]:
@@ -64,13 +69,23 @@ def read(
             raise exc.about(name) from None
 
     out: dict[Key, dict[str, Series]] = {}
+    for key in wanted:
+        before = (read_before or {}).get(key, {})
+        for name in asked & set(SIGNALS):
+            if name in before:
+                out.setdefault(key, {})[name] = before[name]
     with ThreadPoolExecutor(max_workers=workers) as pool:
-        for name, series in pool.map(one, SIGNALS):
+        for name, series in pool.map(one, still_to_ask(asked)):
             for s in series:
                 key = tuple(s.labels.get(k, "") for k in by)
                 if key in wanted:
                     out.setdefault(key, {})[name] = s
     return out
+
+
+def still_to_ask(asked: AbstractSet[str]) -> tuple[str, ...]:
+    """The platform's signals ``read`` asks for, given those read already."""
+    return tuple(name for name in SIGNALS if name not in asked)
 
 
 def _inside(s: Series | None, span: tuple[float, float]) -> tuple[np.ndarray, np.ndarray]:

@@ -99,8 +99,13 @@ def _diagnose(
     matches: list[Match] = []
     judged: dict[tuple[tuple[str, str], ...], tuple[ScopeData, Health]] = {}
     down = [key for key, data in fetched.models.items() if went_down(data, span)]
-    said = platform.read(source, site, window, down, matchers, workers) if down else {}
-    result.queries += len(platform.SIGNALS) if down else 0
+    # The platform's signals the fetch read already (not from a rule) are not asked again.
+    asked = {s.name for s in signals if not s.attributed and s.name not in records}
+    before = {key: data.series for key, data in fetched.models.items()}
+    said = (
+        platform.read(source, site, window, down, matchers, workers, before, asked) if down else {}
+    )
+    result.queries += len(platform.still_to_ask(asked)) if down else 0
     for key, data in sorted(fetched.models.items()):
         in_time(source)
         why = platform.reason(said[key], span) if key in said else None
