@@ -86,10 +86,13 @@ def backfill_rules(
     interval: float = 30.0,
     only: set[str] | None = None,
     stale: bool = False,
+    keep: Path | None = None,
 ) -> None:
     """Backfill ``rule_file``'s recording rules (those named in ``only``, when given) into
     ``prom``'s TSDB over ``[start, end]`` (``rule_blocks``); restart ``prom`` to read them.
-    Rules that read other rules are backfilled after them (``levels``), one restart each."""
+    Rules that read other rules are backfilled after them (``levels``), one restart each.
+    ``keep``: a directory that receives a copy of every block written, to be served later
+    beside other data."""
     for level in levels(rule_file, only):
         with tempfile.TemporaryDirectory(prefix="servediag-rules-") as tmp:
             blocks = Path(tmp) / "blocks"
@@ -97,6 +100,8 @@ def backfill_rules(
             prom.close()
             for block in blocks.iterdir():
                 if block.is_dir():
+                    if keep is not None:
+                        shutil.copytree(block, keep / block.name)
                     shutil.move(str(block), str(prom.data_dir / block.name))
         prom.start()
 

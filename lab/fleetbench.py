@@ -59,13 +59,14 @@ def rules_data(f: fleet.Fleet, say: Callable[[str], None] = print) -> tuple[Path
 def _evaluate_rules(tsdb: Path, start: float, end: float, out: Path) -> None:
     from diagnoser.outputs import rules
     from diagnoser.site import Site
-    from lab.alerts import rule_blocks
+    from lab.alerts import backfill_rules
 
+    out.mkdir(parents=True)
     with tempfile.TemporaryDirectory(prefix="servediag-fleet-rules-") as tmp:
         rule_file = Path(tmp) / rules.RECORDING_FILE
         rule_file.write_text(rules.render_files(Site.default())[rules.RECORDING_FILE])
-        with prometheus(tsdb) as store:
-            rule_blocks(store.prom, rule_file, start, end, out, RULE_INTERVAL, stale=True)
+        with prometheus(tsdb) as store:  # a copy: the rules read the levels before theirs
+            backfill_rules(store.prom, rule_file, start, end, RULE_INTERVAL, stale=True, keep=out)
 
 
 def cases() -> list[tuple[str, tuple[str, ...]]]:
