@@ -240,6 +240,18 @@ def test_one_restart_with_a_minute_down_and_the_slos_met_is_a_deploy(site):
     assert "1 restart (a deploy or a single crash" in health_line(h)
 
 
+def test_downtime_counts_against_availability_once_it_has_lasted_a_minute(site):
+    """As the recording rules count it: one failed scrape of a replica that serves is no
+    outage; a target down five minutes is unavailable once it has been down a minute."""
+    from diagnoser.diagnosis.health import _all_down
+
+    blip = _deployed((), (1200.0, 1215.0))  # one scrape at 15 s
+    assert _all_down(blip, (900.0, 1800.0)) == 0.0
+    assert _assess(site, blip).slis[0].good == 1.0
+    held = _deployed((), (1200.0, 1500.0))  # samples 1200..1485; counted from 1245
+    assert _all_down(held, (900.0, 1800.0)) == pytest.approx(17 / 61)
+
+
 def test_a_restart_down_longer_than_a_model_load_or_with_slos_broken_is_unhealthy(site):
     # Four minutes down, back up in the window's last minutes: the state at its end decides.
     long_down = _assess(site, _deployed((1620.0,), (1260.0, 1620.0)))
@@ -264,7 +276,7 @@ def test_two_restarts_in_a_short_window_are_unhealthy(site):
     assert h.restarts == 2 and h.verdict == "unhealthy"
     assert "2 restarts in the window" in h.reasons
     assert h.notes == [
-        "availability 93.44% over the window, availability 100.00% at its end: recovered"
+        "availability 98.36% over the window, availability 100.00% at its end: recovered"
     ]
 
 

@@ -24,6 +24,8 @@ import numpy as np
 from diagnoser.catalog.shapes.base import episodes, events, whole
 from diagnoser.diagnosis.match import ScopeData
 from diagnoser.diagnosis.platform import UNREAD
+from diagnoser.metrics.signals.server import DOWN_HELD
+from diagnoser.plumbing.durations import parse_seconds
 from diagnoser.site import Site
 
 IDLE_RPS = 0.01  # finished requests per second below which a model counts as idle
@@ -199,13 +201,30 @@ def went_down(data: ScopeData, window: tuple[float, float]) -> bool:
 
 
 def _all_down(data: ScopeData, span: tuple[float, float]) -> float | None:
-    """The share of ``span``'s samples with every target of the scope down (None: no target
-    series)."""
-    total, down = _inside(data, "targets_total", span), _inside(data, "targets_down", span)
-    if total is None or down is None or not total.size or total.size != down.size:
+    """The share of ``span``'s samples with every target of the scope down, and down for
+    ``DOWN_HELD`` already, as the recording rules count it (one failed scrape is no outage;
+    None: no target series)."""
+    total, down = data.series.get("targets_total"), data.series.get("targets_down")
+    if total is None or down is None or total.t.size != down.t.size:
         return None
-    t, d = np.nan_to_num(total), np.nan_to_num(down)
-    return float(np.mean((t > 0) & (d >= t)))
+    inside = (total.t >= span[0]) & (total.t <= span[1])
+    if not inside.any():
+        return None
+    t, d = np.nan_to_num(total.v), np.nan_to_num(down.v)
+    held = _held(total.t, (t > 0) & (d >= t), parse_seconds(DOWN_HELD))
+    return float(np.mean(held[inside]))
+
+
+def _held(t: np.ndarray, on: np.ndarray, least: float) -> np.ndarray:
+    """Where ``on`` has held for ``least`` seconds, each sample standing for its step."""
+    if t.size < 2:
+        return np.zeros_like(on)
+    step = float(np.median(np.diff(t)))
+    index = np.arange(on.size)
+    began = on & ~np.concatenate(([False], on[:-1]))
+    start = np.maximum.accumulate(np.where(began, index, 0))
+    held: np.ndarray = on & (t - t[start] + step >= least - 1e-9)
+    return held
 
 
 def _available(error_share: float | None, all_down: float | None) -> float | None:

@@ -158,11 +158,18 @@ def serving(matchers: tuple[str, ...], *extra: str) -> str:
     return " or ".join(selector(m, matchers, *extra) for m in engines.running_gauges())
 
 
-def up(scope: Scope) -> str:
-    """``up`` of the servers' scrape targets, each engine's alternative (``Scope.targets``)."""
-    alts = [selector("up", (*scope.target_matchers(), t)) for t in scope.targets]
+def up(scope: Scope, highest_over: str = "") -> str:
+    """``up`` of the servers' scrape targets, each engine's alternative (``Scope.targets``);
+    with ``highest_over``, each target's highest ``up`` over that window (0: every scrape in
+    it failed)."""
+
+    def one(extra: tuple[str, ...]) -> str:
+        sel = selector("up", (*scope.target_matchers(), *extra))
+        return f"max_over_time({sel}[{highest_over}])" if highest_over else sel
+
+    alts = [one((t,)) for t in scope.targets]
     if not alts:
-        return selector("up", scope.target_matchers())
+        return one(())
     return alts[0] if len(alts) == 1 else f"({' or '.join(alts)})"
 
 

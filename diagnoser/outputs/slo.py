@@ -21,7 +21,7 @@ from typing import Any
 
 from diagnoser.metrics import engines
 from diagnoser.metrics import promql as q
-from diagnoser.metrics.signals.server import TARGET_MEMORY
+from diagnoser.metrics.signals.server import TARGET_MEMORY, targets_held_down
 from diagnoser.metrics.signals.slo import error_ratio
 from diagnoser.outputs import watch
 from diagnoser.site import Site
@@ -100,10 +100,11 @@ def all_down_name(site: Site) -> str:
 
 
 def _all_down(site: Site) -> str:
-    """1 where every target that served the model (within the targets' memory) is down, 0
-    where one is up; no series for a model with no target."""
+    """1 where every target that served the model (within the targets' memory) has been down
+    for ``DOWN_HELD``, 0 where one is up or came up within it; no series for a model with no
+    target."""
     scope = site.scope()
-    down, total = (site.vocabulary[n].render(scope) for n in ("targets_down", "targets_total"))
+    down, total = targets_held_down(scope), site.vocabulary["targets_total"].render(scope)
     return f"({down}) == bool (({total}) > 0)"
 
 
@@ -192,6 +193,11 @@ def burn_alerts(site: Site) -> list[dict[str, Any]]:
                 limit = f"{b.factor * budget:.6g}"
                 expr = f"{long_rec} > {limit} and on ({on}) {short_rec} > {limit}"
                 expr = _restrict(site, expr, g, record_name(site, sli, b.long))
+                served = floor
+                if sli == "availability":
+                    # A model whose every target is down serves nothing: no request to count
+                    # is the outage itself, not a model too quiet to judge.
+                    served = f"({floor} or {all_down_name(site)} == 1)"
                 if sli == "availability" and b.severity == "critical":
                     expr = f"({expr})\nand on ({on}) ({_still_burning(site, b.short, limit)})"
                 what = SLI_WORDS[sli].format(threshold=threshold)
@@ -199,7 +205,7 @@ def burn_alerts(site: Site) -> list[dict[str, Any]]:
                 out.append(
                     {
                         "alert": ALERT_NAMES[sli],
-                        "expr": f"({expr})\nand on ({on}) {floor}",
+                        "expr": f"({expr})\nand on ({on}) {served}",
                         # Pages, and the fast latency ticket, after 2m; slow tickets after 15m.
                         "for": "2m" if b.severity == "critical" or b.latency_only else "15m",
                         "labels": {

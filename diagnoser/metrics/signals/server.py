@@ -150,14 +150,19 @@ def api_server() -> list[Signal]:
 
 # How long a target that went down still counts as serving the model it served last.
 TARGET_MEMORY = "1h"
+# How long every scrape of a target must have failed before the availability SLI counts it
+# as down: two scrapes or more at 30 s or less, a minute of silence at 60 s. One failed scrape
+# among good ones is more often a scrape that timed out on a busy server than an outage; the
+# page for a target that is down is VllmTargetDown's, not the SLI's.
+DOWN_HELD = "1m"
 
 
-def _targets(down: bool) -> q.Expr:
+def _targets(down: bool, held: str = "") -> q.Expr:
     """Per model, its scrape targets (those that served it within TARGET_MEMORY), or those of
-    them that are down now."""
+    them that are down now (with ``held``: whose every scrape over that window failed)."""
 
     def build(scope: q.Scope) -> str:
-        up = q.up(scope)
+        up = q.up(scope, held)
         each = f"({up} == bool 0)" if down else f"({up} >= bool 0)"
         keep = scope.group_labels()
         keys = ", ".join(("job", "instance", *keep))
@@ -188,6 +193,11 @@ def attributed() -> list[Signal]:
             attributed=True,
         ),
     ]
+
+
+def targets_held_down(scope: q.Scope) -> str:
+    """Per model, its targets whose every scrape over ``DOWN_HELD`` failed."""
+    return _targets(down=True, held=DOWN_HELD)(scope)
 
 
 def _servers(running: str) -> q.Expr:
