@@ -56,10 +56,15 @@ def test_an_eviction_under_memory_pressure_comes_before_what_its_container_did()
 
 
 def test_off_kubernetes_the_kernels_oom_kill_is_named_from_node_exporter():
-    kills = [0.0] * 7 + [1.0] * 5 + [0.0] * 18  # one kill, counted over five minutes
-    assert reason({"node_oom_kills": _s(kills)}, SPAN) == (
-        "the kernel's OOM killer killed 1 process on its host at 08:07 (node-exporter)"
+    kills = {"node_oom_kills": _s([0.0] * 7 + [1.0] * 5 + [0.0] * 18)}  # one, over 5 minutes
+    down = {"targets_down": _from(8, 1.0)}  # the next minute's scrape failed
+    assert reason(kills, SPAN, down) == (
+        "the kernel's OOM killer killed 1 process on its host at 08:07, as its server went "
+        "down (node-exporter)"
     )
+    # A kill on the host long before the server went down was another process's.
+    assert reason(kills, SPAN, {"targets_down": _from(20, 1.0)}) is None
+    assert reason(kills, SPAN) is None
 
 
 def test_series_that_say_nothing_name_nothing():
@@ -93,7 +98,8 @@ def test_a_real_crash_is_named_from_node_exporters_oom_kills(tmp_path, site):
     (health,) = result.health
     when = time.strftime("%H:%M", time.gmtime(killed))
     assert health.platform == (
-        f"the kernel's OOM killer killed 1 process on its host at {when} (node-exporter)"
+        f"the kernel's OOM killer killed 1 process on its host at {when}, as its server went "
+        "down (node-exporter)"
     )
     assert any(r.endswith(f"after serving: {health.platform}") for r in health.reasons)
     assert health.slis[0].good is not None and health.slis[0].good < 0.1
