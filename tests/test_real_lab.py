@@ -433,3 +433,54 @@ def test_the_hosts_node_exporter_serves_its_memory_and_oom_kills(tmp_path):
     assert {"node_vmstat_oom_kill", "node_memory_MemAvailable_bytes"} <= names
     assert not any(n.startswith(("go_", "process_", "node_cpu")) for n in names)
     assert node.target.startswith("127.0.0.1:")  # the server's host: joined by it
+
+
+def test_a_server_that_dies_on_its_own_is_started_again_after_the_kubelets_back_off(
+    tmp_path, monkeypatch
+):
+    """restart_on_exit: a server that answers /health and then exits (as vLLM's API server
+    does once the OOM killer has killed its worker) is started again after each exit, the
+    back-off doubling, and each exit is recorded with its status."""
+    from lab.real import run as lab_run
+
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    fake = venv / "bin" / "python"
+    script = tmp_path / "serve_then_exit.py"
+    script.write_text(
+        textwrap.dedent(
+            """
+            import http.server, sys, threading
+            class Health(http.server.BaseHTTPRequestHandler):
+                def do_GET(self):
+                    self.send_response(200)
+                    self.end_headers()
+                def log_message(self, *args):
+                    pass
+            port = int(sys.argv[sys.argv.index("--port") + 1])
+            s = http.server.HTTPServer(("127.0.0.1", port), Health)
+            threading.Timer(1.5, s.shutdown).start()
+            s.serve_forever()
+            """
+        )
+    )
+    fake.write_text(f'#!/bin/sh\nexec {sys.executable} {script} "$@"\n')
+    fake.chmod(0o755)
+    (tmp_path / "model").mkdir()
+    inc = incidents.find("oom-killed")
+    inc = replace(inc, memory_headroom=0, node_exporter=False)
+    r = lab_run.Run(inc, venv, tmp_path, lambda _: None)
+    monkeypatch.setattr(lab_run, "BACKOFF", 0.3)
+    monkeypatch.setattr(lab_run, "LAST_START", 0.5)
+    said: list[str] = []
+    r.say = said.append
+    r.times.append({"name": inc.incident.name})
+    try:
+        r.start_server()
+        r._restart_on_exit(time.monotonic() + 5.0)
+    finally:
+        r.close()
+    exits = r.times[-1]["exits"]
+    assert len(exits) >= 2 and all(e["status"] == 0 for e in exits), said
+    assert len(r.startups) == len(exits) or len(r.startups) == len(exits) + 1
+    assert r.server.proc is None

@@ -36,6 +36,7 @@ MAX_MODEL_LEN = 32768  # the model's position limit; the server's --max-model-le
 # What --scale may multiply a run's durations by: quicker and noisier, or slower and steadier.
 SCALE = Limit(0.2, 10)
 BACKOFF, MAX_BACKOFF = 10.0, 300.0  # the kubelet's restart back-off: 10 s, doubling to 5 min
+LAST_START = 5.0  # no server is started again in a phase's last seconds
 
 
 def utc(t: float) -> str:
@@ -241,7 +242,7 @@ class Run:
         exits: list[dict[str, Any]] = []
         self.times[-1]["exits"] = exits
         backoff = BACKOFF
-        while time.monotonic() + 5 < end:
+        while time.monotonic() + LAST_START < end:
             proc = self.server.proc
             if proc is not None and proc.poll() is None:
                 time.sleep(0.5)
@@ -251,10 +252,10 @@ class Run:
             self.server.stop()  # what is left of its process group
             time.sleep(max(0.0, min(backoff, end - time.monotonic())))
             backoff = min(2 * backoff, MAX_BACKOFF)
-            if time.monotonic() + 5 >= end:
+            if time.monotonic() + LAST_START >= end:
                 break
             try:
-                self.start_server(timeout=max(5.0, end - time.monotonic()))
+                self.start_server(timeout=max(LAST_START, end - time.monotonic()))
             except LabError as exc:  # died while starting: the next back-off
                 self.say(f"      the server did not start again: {exc}")
 
