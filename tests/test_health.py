@@ -252,6 +252,20 @@ def test_downtime_counts_against_availability_once_it_has_lasted_a_minute(site):
     assert _all_down(held, (900.0, 1800.0)) == pytest.approx(17 / 61)
 
 
+def test_one_restart_the_platform_explains_is_no_deploy_its_downtime_counts(site):
+    from diagnoser.diagnosis.health import assess
+
+    oom = "the kernel's OOM killer killed 1 process on its host at 00:17 (node-exporter)"
+    span, base = (900.0, 1800.0), (0.0, 900.0)
+    h = assess(site, _deployed((1080.0,), (1020.0, 1080.0)), span, base, oom)
+    assert h.verdict == "healthy" and h.reasons == []  # back, and calm at the window's end
+    assert h.notes[0] == f"a target was down 7% of the window: {oom}, none at its end"
+    # Its minute down, counted from when it had lasted a minute: a deploy's would read 100%.
+    assert h.slis[0].good == pytest.approx(60 / 61, abs=0.001)
+    long_down = assess(site, _deployed((1620.0,), (1260.0, 1620.0)), span, base, oom)
+    assert long_down.reasons[0] == f"a target was down 39% of the window: {oom}"
+
+
 def test_a_restart_down_longer_than_a_model_load_or_with_slos_broken_is_unhealthy(site):
     # Four minutes down, back up in the window's last minutes: the state at its end decides.
     long_down = _assess(site, _deployed((1620.0,), (1260.0, 1620.0)))

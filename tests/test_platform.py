@@ -3,17 +3,14 @@ node-exporter's and DCGM's series as diagnose reads them (``diagnosis.platform``
 
 from __future__ import annotations
 
-import gzip
-import time
-
 import numpy as np
 import pytest
 
 from diagnoser.diagnosis import Window, diagnose
 from diagnoser.diagnosis.platform import reason
 from diagnoser.plumbing.source import PrometheusSource, Series
-from lab.promserver import Prometheus, backfill
-from lab.real.record import DATA
+from lab.real.record import DATA, raw_prometheus
+from lab.real.replayed import provenance
 from lab.replay import Replay
 
 T0 = 1_800_000_000.0  # 2027-01-15T08:00:00Z
@@ -56,10 +53,15 @@ def test_an_eviction_under_memory_pressure_comes_before_what_its_container_did()
 
 
 def test_off_kubernetes_the_kernels_oom_kill_is_named_from_node_exporter():
-    kills = [0.0] * 7 + [1.0] * 5 + [0.0] * 18  # one kill, counted over five minutes
-    assert reason({"node_oom_kills": _s(kills)}, SPAN) == (
-        "the kernel's OOM killer killed 1 process on its host at 08:07 (node-exporter)"
+    kills = {"node_oom_kills": _s([0.0] * 7 + [1.0] * 5 + [0.0] * 18)}  # one, over 5 minutes
+    down = {"targets_down": _from(8, 1.0)}  # the next minute's scrape failed
+    assert reason(kills, SPAN, down) == (
+        "the kernel's OOM killer killed 1 process on its host at 08:07, as its server went "
+        "down (node-exporter)"
     )
+    # A kill on the host long before the server went down was another process's.
+    assert reason(kills, SPAN, {"targets_down": _from(20, 1.0)}) is None
+    assert reason(kills, SPAN) is None
 
 
 def test_series_that_say_nothing_name_nothing():
@@ -71,31 +73,21 @@ def test_series_that_say_nothing_name_nothing():
 
 
 @pytest.mark.prometheus
-def test_a_real_crash_is_named_from_node_exporters_oom_kills(tmp_path, site):
-    """The real crash recording (a vLLM CPU server killed, on 127.0.0.1) with node-exporter's
-    series beside it, as Debian's prometheus-node-exporter exposes them on the same host: the
-    kernel's OOM kill at the crash names why the server is down, and the availability SLI
-    counts its downtime."""
-    directory = DATA / "crash"
-    raw = gzip.decompress((directory / "raw.om.gz").read_bytes()).decode()
-    ups = [line.split() for line in raw.splitlines() if line.startswith("up{")]
-    killed = next(float(t) for _, v, t in ups if v == "0")
-    times = sorted({float(t) for _, _, t in ups})
-    node = ['instance="127.0.0.1:9100",job="node"']
-    lines = ["# TYPE node_vmstat_oom_kill unknown"]
-    lines += [f"node_vmstat_oom_kill{{{node[0]}}} {int(t >= killed)} {t:.3f}" for t in times]
-    om = tmp_path / "raw.om"
-    om.write_text(raw.replace("# EOF", "\n".join(lines) + "\n# EOF"))
-    backfill(om, tmp_path / "tsdb")
+def test_a_real_oom_kill_is_named_from_the_real_node_exporter(tmp_path, site):
+    """The real oom-killed recording (a vLLM CPU server killed by the kernel's OOM killer at
+    its memory cgroup's limit, Debian's node-exporter scraped beside it on the same host),
+    backfilled into a real Prometheus: node-exporter's OOM kill, joined to the server by the
+    host part of their instances, names why the server went down, and the availability SLI
+    counts its downtime (the clients lost a fifth of their requests)."""
+    directory = DATA / "oom-killed"
     meta = Replay(directory / "incident.json.gz").meta
-    with Prometheus(tmp_path / "tsdb") as prom:
+    with raw_prometheus(directory, tmp_path) as prom:
         result = diagnose(PrometheusSource(prom.url), site, Window.plan(meta["since"], meta["end"]))
     (health,) = result.health
-    when = time.strftime("%H:%M", time.gmtime(killed))
+    exit_ = provenance(directory)["phases"][-1]["exits"][0]["at"]  # when the server exited
     assert health.platform == (
-        f"the kernel's OOM killer killed 1 process on its host at {when} (node-exporter)"
+        f"the kernel's OOM killer killed 1 process on its host at {exit_[11:16]}, as its "
+        "server went down (node-exporter)"
     )
-    assert any(r.endswith(f"after serving: {health.platform}") for r in health.reasons)
-    # Down from the window's second sample, counted once down a minute (as the rules count
-    # it): the first minute of the 4-minute window is the quarter not counted.
-    assert health.slis[0].good is not None and health.slis[0].good < 0.3
+    assert health.reasons[0].endswith(f"of the window: {health.platform}")
+    assert health.slis[0].name == "availability" and 0.7 < health.slis[0].good < 0.9

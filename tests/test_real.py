@@ -57,6 +57,8 @@ def test_diagnose_names_the_incident_first(name, site):
     assert first == inc.expect, f"{name}: first finding {first} ({confidence}), {reasons}"
     if inc.health != "any":
         assert verdict == inc.health, f"{name}: {verdict}: {reasons}"
+    if inc.health_reason:
+        assert any(inc.health_reason in r for r in reasons), f"{name}: {reasons}"
 
 
 @pytest.mark.parametrize("name", RECORDED)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -17,10 +18,11 @@ from pathlib import Path
 
 import pytest
 
+from lab.real import host, model
 from lab.real import incident as incidents
-from lab.real import model
 from lab.real.incident import IncidentError
 from lab.real.load import Load, LoadSpec
+from lab.real.record import fetch_text
 from lab.real.server import VllmServer
 from lab.real.venv import STAMP, TORCH, VLLM, LabError, check_cpu
 from tests.loopback import answer, serve
@@ -74,6 +76,14 @@ def test_every_incident_file_loads_and_says_what_it_must_produce(catalog):
         (
             "expect: x\nreplicas: 9\nphases: [{duration: 1m}, {duration: 1m}]\n",
             "replicas: must be a whole number from 1 to 4",
+        ),
+        (
+            "expect: x\nmemory_headroom: -1\nphases: [{duration: 1m}, {duration: 1m}]\n",
+            "memory_headroom: must be a whole number of MiB, 0 to 65536",
+        ),
+        (
+            "expect: x\nnode_exporter: yes please\nphases: [{duration: 1m}, {duration: 1m}]\n",
+            "node_exporter: must be true or false",
         ),
         ("- a list\n", "an incident must be a YAML mapping"),
     ],
@@ -381,3 +391,96 @@ def test_the_workers_memory_is_a_tenth_of_the_node_and_enough_on_a_small_one(
         assert got * total >= min(RESERVED, 0.9 * total)
     args = base_args()
     assert args[args.index("--gpu-memory-utilization") + 1] == f"{memory_share():g}"
+
+
+@pytest.mark.skipif(
+    not os.access(host.MEMCG_ROOT, os.W_OK), reason="no writable cgroup v1 memory controller"
+)
+def test_a_process_past_its_cgroups_limit_is_killed_by_the_oom_killer_as_the_host_counts():
+    """What the oom-killed incident relies on: a process started in the lab's memory cgroup
+    is charged there, and past its limit the kernel's OOM killer kills it (SIGKILL), counted
+    in the cgroup and in the host's /proc/vmstat, which node-exporter reads."""
+    cgroup = host.MemoryCgroup(f"servediag-test-{os.getpid()}")
+    try:
+        cgroup.set_limit(64 * 2**20)
+        before = host.host_oom_kills()
+        grow = "x = bytearray(256 * 2**20)"  # zeroed: every page touched
+        proc = subprocess.run(
+            [sys.executable, "-c", grow], preexec_fn=lambda: host.join(cgroup.procs), check=False
+        )
+        assert proc.returncode == -9
+        assert cgroup.oom_kills() == 1 and cgroup.peak() <= 64 * 2**20
+        assert host.host_oom_kills() >= before + 1
+    finally:
+        cgroup.close()
+    assert not cgroup.path.exists()
+
+
+def test_a_cgroup_that_cannot_be_made_is_one_line(tmp_path):
+    with pytest.raises(LabError, match=r"^cannot make the memory cgroup .*cgroup v1's memory"):
+        host.MemoryCgroup("x", root=tmp_path / "no-cgroups")
+
+
+@pytest.mark.skipif(shutil.which(host.NODE_EXPORTER) is None, reason="no node-exporter")
+def test_the_hosts_node_exporter_serves_its_memory_and_oom_kills(tmp_path):
+    node = host.NodeExporter(tmp_path / "node.log")
+    try:
+        node.start()
+        page = fetch_text(f"http://{node.target}/metrics")
+    finally:
+        node.stop()
+    names = {line.split("{")[0].split()[0] for line in page.splitlines() if line[:1] != "#"}
+    assert {"node_vmstat_oom_kill", "node_memory_MemAvailable_bytes"} <= names
+    assert not any(n.startswith(("go_", "process_", "node_cpu")) for n in names)
+    assert node.target.startswith("127.0.0.1:")  # the server's host: joined by it
+
+
+def test_a_server_that_dies_on_its_own_is_started_again_after_the_kubelets_back_off(
+    tmp_path, monkeypatch
+):
+    """restart_on_exit: a server that answers /health and then exits (as vLLM's API server
+    does once the OOM killer has killed its worker) is started again after each exit, the
+    back-off doubling, and each exit is recorded with its status."""
+    from lab.real import run as lab_run
+
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    fake = venv / "bin" / "python"
+    script = tmp_path / "serve_then_exit.py"
+    script.write_text(
+        textwrap.dedent(
+            """
+            import http.server, sys, threading
+            class Health(http.server.BaseHTTPRequestHandler):
+                def do_GET(self):  # answers once, then dies
+                    self.send_response(200)
+                    self.end_headers()
+                    threading.Timer(0.3, s.shutdown).start()
+                def log_message(self, *args):
+                    pass
+            port = int(sys.argv[sys.argv.index("--port") + 1])
+            s = http.server.HTTPServer(("127.0.0.1", port), Health)
+            s.serve_forever()
+            """
+        )
+    )
+    fake.write_text(f'#!/bin/sh\nexec {sys.executable} {script} "$@"\n')
+    fake.chmod(0o755)
+    (tmp_path / "model").mkdir()
+    inc = incidents.find("oom-killed")
+    inc = replace(inc, memory_headroom=0, node_exporter=False)
+    r = lab_run.Run(inc, venv, tmp_path, lambda _: None)
+    monkeypatch.setattr(lab_run, "BACKOFF", 0.3)
+    monkeypatch.setattr(lab_run, "LAST_START", 0.5)
+    said: list[str] = []
+    r.say = said.append
+    r.times.append({"name": inc.incident.name})
+    try:
+        r.start_server()
+        r._restart_on_exit(time.monotonic() + 4.0)
+    finally:
+        r.close()
+    exits = r.times[-1]["exits"]
+    assert len(exits) >= 2 and all(e["status"] == 0 for e in exits), said
+    assert len(r.startups) == len(exits) or len(r.startups) == len(exits) + 1
+    assert r.server.proc is None

@@ -120,9 +120,11 @@ class Health:
     @property
     def single_restart(self) -> bool:
         """One restart, and any downtime one stretch short enough to be its model load: a
-        deploy or a single crash the server came back from, not a loop."""
+        deploy or a single crash the server came back from, not a loop. Not where the platform
+        says why it went down (an OOM kill is no deploy: its downtime counts)."""
         return (
-            self.restarts == 1
+            self.platform is None
+            and self.restarts == 1
             and not self.targets_down
             and self.down_episodes <= 1
             and self.down_seconds <= RESTART_DOWNTIME
@@ -363,6 +365,8 @@ def _verdict(h: Health, seconds: float) -> None:
         )
     elif h.down_share is not None and h.down_share >= DOWN_SHARE:
         downtime = f"a target was down {h.down_share:.0%} of the window"
+        if h.platform and h.restarts < 2:  # (two or more: the restarts say it below)
+            downtime += f": {h.platform}"
         if h.calm_now and not h.single_restart:
             h.notes.append(f"{downtime}, none at its end")
         elif not h.single_restart:

@@ -44,6 +44,13 @@ UNREAD = (
     "node-exporter's OOM kills off Kubernetes, would name it"
 )
 Key = tuple[str, ...]
+# How near a host's OOM kill must come to a target of the model going down (or restarting) to
+# be named the cause: the kill, the server's exit and the failed scrape that shows it fall a
+# few seconds apart, each read on the query's step. A kill on the host at another moment was
+# another process's.
+COINCIDE = 90.0
+# The engine's series that say when a target went down or restarted.
+DOWN_SIGNALS = ("targets_down", "engine_restarts")
 
 
 def read(
@@ -111,6 +118,29 @@ def _first_rise(series: dict[str, Series], name: str, span: tuple[float, float])
     return float(t[rises[-1]] if rises.size else t[np.argmax(on)])
 
 
+def _rises(s: Series | None, span: tuple[float, float]) -> np.ndarray:
+    """The times ``s`` turned from zero (or no value) to above it in the span."""
+    t, v = _inside(s, span)
+    on = v > 0
+    return t[on & ~np.concatenate(([False], on[:-1]))]
+
+
+def _coinciding(
+    kills: np.ndarray, engine: dict[str, Series], span: tuple[float, float]
+) -> float | None:
+    """The last of the host's OOM kills that came as a target of the model went down or
+    restarted (``engine``'s ``DOWN_SIGNALS``), within ``COINCIDE`` seconds or two query
+    steps; None if none did."""
+    read = [s for s in (engine.get(name) for name in DOWN_SIGNALS) if s is not None]
+    downs = np.concatenate([np.empty(0), *(_rises(s, span) for s in read)])
+    if not kills.size or not downs.size:
+        return None
+    steps = [float(np.median(np.diff(s.t))) for s in read if s.t.size > 1]
+    near = max(COINCIDE, 2 * max(steps, default=0.0))
+    close = [k for k in kills if np.abs(downs - k).min() <= near]
+    return float(close[-1]) if close else None
+
+
 def _gib(n: float) -> str:
     gib = n / 2**30
     return f"{gib:.0f} GiB" if gib >= 10 else f"{gib:.3g} GiB"
@@ -120,9 +150,14 @@ def _at(t: float | None) -> str:
     return f" at {time.strftime('%H:%M', time.gmtime(t))}" if t is not None else ""
 
 
-def reason(series: dict[str, Series], span: tuple[float, float]) -> str | None:
+def reason(
+    series: dict[str, Series],
+    span: tuple[float, float],
+    engine: dict[str, Series] | None = None,
+) -> str | None:
     """The platform's reason the model's servers went down over ``span``, in one phrase; None
-    where nothing read names one."""
+    where nothing read names one. ``engine``: the model's own series (``DOWN_SIGNALS``), which
+    say when its targets went down: a host's OOM kill is named only as it coincides with one."""
 
     def peak(name: str) -> float:
         return _peak(series, name, span)
@@ -160,11 +195,11 @@ def reason(series: dict[str, Series], span: tuple[float, float]) -> str | None:
         when = _first_rise(series, "container_restarts", span)
         return f"its container died{how}{exit_}{_at(when)}{counted} (kube-state-metrics)"
     kills = events(_inside(series.get("node_oom_kills"), span)[1])
-    if kills:
-        when = _first_rise(series, "node_oom_kills", span)
+    when = _coinciding(_rises(series.get("node_oom_kills"), span), engine or {}, span)
+    if kills and when is not None:
         return (
             f"the kernel's OOM killer killed {kills} process{'es' if kills != 1 else ''} on "
-            f"its host{_at(when)} (node-exporter)"
+            f"its host{_at(when)}, as its server went down (node-exporter)"
         )
     if restarts:
         return f"{restarts} container restart{'s' if restarts != 1 else ''} (kube-state-metrics)"

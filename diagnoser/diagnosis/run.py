@@ -108,7 +108,7 @@ def _diagnose(
     result.queries += len(platform.still_to_ask(asked)) if down else 0
     for key, data in sorted(fetched.models.items()):
         in_time(source)
-        why = platform.reason(said[key], span) if key in said else None
+        why = platform.reason(said[key], span, data.series) if key in said else None
         health = assess(site, data, span, base, why)
         result.scopes.append(data.scope)
         result.health.append(health)

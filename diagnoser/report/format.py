@@ -177,4 +177,6 @@ def health_line(h: Health) -> str:
         parts += h.notes
     elif h.restarts:
         parts.append(f"{h.restarts} restart(s)")
+    if h.platform and not any(h.platform in n for n in h.notes):
+        parts.append(f"down: {h.platform}")  # why, as the platform says it
     return " | ".join(parts)

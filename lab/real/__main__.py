@@ -75,6 +75,12 @@ def verdict(o: Outcome, health: str) -> str:
     show_default=True,
     help="vLLM's CPU build is installed here.",
 )
+@click.option(
+    "--server-core",
+    type=click.IntRange(0),
+    default=None,
+    help="Pin the server to this core (run the rest with taskset on another).",
+)
 @click.option("--list", "list_", is_flag=True, help="Name the incidents and exit.")
 @click.option(
     "--bench",
@@ -93,6 +99,7 @@ def main(
     record: bool,
     scale: float,
     venv: Path,
+    server_core: int | None,
     list_: bool,
     bench_: bool,
     rerecord: bool,
@@ -139,7 +146,7 @@ def main(
         with interrupted_cleanly():
             for inc in chosen:
                 step = f"incident {inc.name}"
-                o = run(inc, venv, out, _say, scale)
+                o = run(inc, venv, out, _say, scale, server_core)
                 outcomes.append((o, inc.health))
                 _say(verdict(o, inc.health))
                 _say(f"      start-up {o.startup_seconds} s; run {o.wall_seconds / 60:.1f} min")

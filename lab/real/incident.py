@@ -12,7 +12,16 @@ before) and at most one action on the server at its start:
 - ``start``: start the killed server again (in a sequence);
 - ``replace``: a rollout to a new pod: the server is stopped and its target leaves service
   discovery; a new server with ``args`` on a new port (a new target) takes its place, and is
-  started again each time it exits, after the kubelet's back-off (10 s, doubling).
+  started again each time it exits, after the kubelet's back-off (10 s, doubling);
+- ``restart_on_exit``: the server is left to die on its own (the kernel's OOM killer at its
+  memory limit) and started again after each exit with the kubelet's back-off
+  (``restartPolicy: Always``).
+
+``memory_headroom: MiB`` starts the server in a memory cgroup of its own whose limit is set,
+as the incident's phase starts, to the server's footprint then plus that headroom (a
+container's limit sized from the working set under its usual traffic; ``host``).
+``node_exporter: true`` scrapes Debian's node-exporter beside the server (job ``node``, on the
+server's host: its ``instance`` has the same host part).
 
 ``replicas: N`` runs N servers of the model (the first takes the phases' actions; a load's
 ``hot_share`` is the share of requests it gets). ``adapters: N`` serves N LoRA adapters made
@@ -23,6 +32,8 @@ finding), ``health`` the verdict it must give (``unhealthy``, ``healthy``, or ``
 baseline (the phase before the last) must give no finding, and a healthy verdict, unless
 ``baseline_expect`` names the finding its traffic is built to give, or ``baseline_health``
 another verdict (a CPU server whose plain load already misses the default TTFT SLO).
+``health_reason`` is a phrase one of the incident's health reasons must hold (why the server
+went down, as the platform says it).
 """
 
 from __future__ import annotations
@@ -35,7 +46,16 @@ from diagnoser.plumbing.durations import parse_duration
 from diagnoser.plumbing.errors import FileFieldError, read_yaml_mapping
 from lab.real.load import LoadSpec
 
-ACTIONS = ("restart", "kill", "crash_loop", "freeze", "replace", "thaw", "start")
+ACTIONS = (
+    "restart",
+    "kill",
+    "crash_loop",
+    "freeze",
+    "replace",
+    "thaw",
+    "start",
+    "restart_on_exit",
+)
 HEALTH = ("healthy", "unhealthy", "any")
 
 
@@ -76,6 +96,12 @@ class Incident:
     replicas: int = 1
     # The verdict the baseline must give (``any``: whatever the SLOs say of the CPU server).
     baseline_health: str = "healthy"
+    # MiB over the server's footprint at its first start: its memory cgroup's limit (0: none).
+    memory_headroom: int = 0
+    # Debian's node-exporter scraped beside the server (job ``node``).
+    node_exporter: bool = False
+    # A phrase one of the incident's health reasons must hold ("": any reasons).
+    health_reason: str = ""
 
     @property
     def duration(self) -> float:
@@ -204,6 +230,15 @@ def load(path: Path) -> Incident:
     baseline = doc.get("baseline_expect", "none")
     if not isinstance(baseline, str) or not baseline:
         raise IncidentError(path, "baseline_expect", "must name a playbook, or say none")
+    headroom = doc.get("memory_headroom", 0)
+    if isinstance(headroom, bool) or not isinstance(headroom, int) or not 0 <= headroom <= 65536:
+        raise IncidentError(path, "memory_headroom", "must be a whole number of MiB, 0 to 65536")
+    node_exporter = doc.get("node_exporter", False)
+    if not isinstance(node_exporter, bool):
+        raise IncidentError(path, "node_exporter", "must be true or false")
+    health_reason = doc.get("health_reason", "")
+    if not isinstance(health_reason, str):
+        raise IncidentError(path, "health_reason", "must be a phrase")
     return Incident(
         name=path.stem,
         description=" ".join(str(doc.get("description", "")).split()),
@@ -219,4 +254,7 @@ def load(path: Path) -> Incident:
         adapters=adapters,
         replicas=replicas,
         baseline_health=baseline_health,
+        memory_headroom=headroom,
+        node_exporter=node_exporter,
+        health_reason=health_reason,
     )

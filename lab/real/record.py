@@ -3,7 +3,8 @@
 - ``incident.json.gz``, ``baseline.json.gz``: the ``query_range`` answers ``diagnose`` asked
   for over the incident's last phase and over its baseline (``lab.replay``), so the
   default test run diagnoses them again in milliseconds;
-- ``raw.om.gz``: every sample Prometheus scraped from the server (and the probe), as
+- ``raw.om.gz``: every sample Prometheus scraped from the server (and the probe, and the
+  host's node-exporter), as
   OpenMetrics, so the answers can be made again for new queries without a server
   (``python -m lab.real rerecord``; samples a scrape failure ended live linger for
   Prometheus's lookback there, since OpenMetrics has no staleness marker);
@@ -29,7 +30,7 @@ from diagnoser.metrics.exposition import escape, number
 from lab.promserver import Prometheus, backfill
 
 DATA = Path(__file__).resolve().parents[2] / "tests" / "data" / "real"
-RAW_JOBS = ("vllm", "probe")
+RAW_JOBS = ("vllm", "probe", "node")
 
 
 def fetch_text(url: str, timeout: float = 10.0) -> str:

@@ -22,7 +22,7 @@ from diagnoser.diagnosis import to_json
 from diagnoser.plumbing.limits import Limit
 from diagnoser.site import Site
 from lab.promserver import Prometheus, free_port
-from lab.real import model, record
+from lab.real import host, model, record
 from lab.real import venv as lab_venv
 from lab.real.incident import Incident, Phase
 from lab.real.load import Load
@@ -36,6 +36,7 @@ MAX_MODEL_LEN = 32768  # the model's position limit; the server's --max-model-le
 # What --scale may multiply a run's durations by: quicker and noisier, or slower and steadier.
 SCALE = Limit(0.2, 10)
 BACKOFF, MAX_BACKOFF = 10.0, 300.0  # the kubelet's restart back-off: 10 s, doubling to 5 min
+LAST_START = 5.0  # no server is started again in a phase's last seconds
 
 
 def utc(t: float) -> str:
@@ -59,9 +60,18 @@ class Run:
         self.incident, self.venv, self.work, self.say = incident, venv, work, log
         self.port = free_port()
         cores = replica_cores(incident.replicas)
-        self.server = VllmServer(
-            venv, work / "model", self.port, list(incident.server), work / "vllm.log", cores[0]
+        # The host as a platform sees it: the server's memory cgroup, node-exporter beside it.
+        self.cgroup = (
+            host.MemoryCgroup(f"servediag-real-{os.getpid()}") if incident.memory_headroom else None
         )
+        self.node = (
+            host.NodeExporter(work / "node-exporter.log") if incident.node_exporter else None
+        )
+        self.server = VllmServer(
+            venv, work / "model", self.port, list(incident.server), work / "vllm.log", cores[0],
+            cgroup=self.cgroup.procs if self.cgroup else None,
+        )  # fmt: skip
+        self.memory: dict[str, Any] = {}
         self.prom: Prometheus | None = None
         self.probe: subprocess.Popen[bytes] | None = None
         # More replicas of the same model (an incident's ``replicas``), each on its own port:
@@ -100,6 +110,10 @@ class Run:
         self.server.stop()
         for other in self.others:
             other.stop()
+        if self.node is not None:
+            self.node.stop()
+        if self.cgroup is not None:
+            self.cgroup.close()
         if self.prom is not None:
             self.prom.close()
 
@@ -109,6 +123,21 @@ class Run:
         took = self.server.start(timeout)
         self.startups.append(round(took, 1))
         self.say(f"      vLLM answered /health after {took:.1f} s ({self.server.url})")
+
+    def limit_memory(self, cgroup: host.MemoryCgroup) -> None:
+        """The server's memory limit: its footprint now (at the baseline's end, after ten
+        minutes of its traffic) plus the incident's headroom, as a container's limit sized
+        from the working set a server has under its usual traffic."""
+        footprint = cgroup.footprint()
+        cgroup.set_limit(footprint + self.incident.memory_headroom * 2**20)
+        self.memory.update(
+            footprint_bytes=footprint, limit_bytes=cgroup.limit,
+            headroom_mib=self.incident.memory_headroom, host_oom_kills_before=host.host_oom_kills(),
+        )  # fmt: skip
+        self.say(
+            f"      memory limit {cgroup.limit / 2**20:.0f} MiB: the server's "
+            f"{footprint / 2**20:.0f} MiB + {self.incident.memory_headroom} MiB"
+        )
 
     def targets(self) -> None:
         """The vLLM job's service discovery: the server's target, as a file Prometheus watches
@@ -137,6 +166,11 @@ class Run:
             jobs.append(
                 {"job_name": "probe", "static_configs": [{"targets": [f"127.0.0.1:{probe_port}"]}]}
             )
+        if self.node is not None:
+            # The server's host's node-exporter: its instance's host part is the server's,
+            # which is how the diagnosis joins a host's series to the model served there.
+            self.node.start()
+            jobs.append({"job_name": "node", "static_configs": [{"targets": [self.node.target]}]})
         self.prom = Prometheus(
             self.work / "tsdb",
             scrape_configs=jobs,
@@ -154,6 +188,8 @@ class Run:
             entry["args"] = list(phase.args)
         self.times.append(entry)
         self.began = t0
+        if self.cgroup is not None and phase is self.incident.incident:
+            self.limit_memory(self.cgroup)
         self.load.set(phase.load)
         start = time.monotonic()
         end = start + phase.duration
@@ -174,6 +210,8 @@ class Run:
             self._crash_loop(phase, end)
         elif phase.action == "replace":
             self._replace(phase, end)
+        elif phase.action == "restart_on_exit":
+            self._restart_on_exit(end)
         if phase is self.incident.incident:
             # Under load: halfway through (at once when a crash loop took longer than that).
             time.sleep(max(0.0, start + phase.duration / 2 - time.monotonic()))
@@ -197,6 +235,29 @@ class Run:
                 break
             time.sleep(next_kill - time.monotonic())
         self.times[-1]["kills"] = kills
+
+    def _restart_on_exit(self, end: float) -> None:
+        """Leave the server to die on its own and start it again after each exit, with the
+        kubelet's back-off (``restartPolicy: Always``), until the phase ends."""
+        exits: list[dict[str, Any]] = []
+        self.times[-1]["exits"] = exits
+        backoff = BACKOFF
+        while time.monotonic() + LAST_START < end:
+            proc = self.server.proc
+            if proc is not None and proc.poll() is None:
+                time.sleep(0.5)
+                continue
+            exits.append({"at": utc(time.time()), "status": proc.returncode if proc else None})
+            self.say(f"      the server exited ({len(exits)}, status {exits[-1]['status']})")
+            self.server.stop()  # what is left of its process group
+            time.sleep(max(0.0, min(backoff, end - time.monotonic())))
+            backoff = min(2 * backoff, MAX_BACKOFF)
+            if time.monotonic() + LAST_START >= end:
+                break
+            try:
+                self.start_server(timeout=max(LAST_START, end - time.monotonic()))
+            except LabError as exc:  # died while starting: the next back-off
+                self.say(f"      the server did not start again: {exc}")
 
     def _replace(self, phase: Phase, end: float) -> None:
         """A rollout's new pod in place of the server: the old one stops and leaves service
@@ -240,9 +301,11 @@ def run(
     out: Path | None,
     say: Callable[[str], None],
     scale: float = 1.0,
+    server_core: int | None = None,
 ) -> Outcome:
     """Run ``incident`` (its phases' durations times ``scale``); record into ``out`` when
-    given. Raises ``LabError`` naming the failed step; nothing is left running."""
+    given; ``server_core`` pins the (one) server to that core. Raises ``LabError`` naming the
+    failed step; nothing is left running."""
     from dataclasses import replace
 
     if scale != 1.0:
@@ -264,6 +327,8 @@ def run(
             modules = ("--lora-modules", *(f"{name}={path}" for name, path in made.items()))
             incident = replace(incident, server=(*incident.server, *lora, *modules))
         r = Run(incident, venv, work, say)
+        if server_core is not None:
+            r.server.cpus = (server_core,)
         try:
             say(f"[{incident.name}] starting vLLM: {' '.join(incident.server) or 'lab defaults'}")
             r.start_server()
@@ -350,7 +415,20 @@ def _provenance(
         "phases": r.times,
         "client_outcomes": dict(sorted(r.load.outcomes.items())),
         "startup_seconds": r.startups,
+        **({"memory": _memory(r.cgroup, r.memory)} if r.cgroup else {}),
+        **({"server_cores": list(r.server.cpus)} if r.server.cpus else {}),
         "diagnosed": diagnosed,
+    }
+
+
+def _memory(cgroup: host.MemoryCgroup, memory: dict[str, Any]) -> dict[str, Any]:
+    """The server's memory limit and what came of it: its peak, the OOM killer's kills in
+    its cgroup and on the host."""
+    return {
+        **memory,
+        "peak_bytes": cgroup.peak(),
+        "oom_kills_in_cgroup": cgroup.oom_kills(),
+        "host_oom_kills_after": host.host_oom_kills(),
     }
 
 

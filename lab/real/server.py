@@ -22,6 +22,7 @@ from pathlib import Path
 from prometheus_client.parser import text_string_to_metric_families
 
 from diagnoser.metrics.families import RUNNING
+from lab.real import host
 from lab.real.record import fetch_text
 from lab.real.venv import LabError, python
 
@@ -80,15 +81,18 @@ class VllmServer:
         log: Path,
         cpus: tuple[int, ...] = (),
         trace: Path | None = None,
+        cgroup: Path | None = None,
     ):
         """``cpus``: the cores this server may run on (all, when empty). Replicas on one
         machine need cores of their own, as GPUs of their own: engines that share cores share
         one speed, and a server given few requests runs them as slowly as a busy one.
-        ``trace``: write every engine step to ``<trace>.<pid>`` (``steptrace``)."""
+        ``trace``: write every engine step to ``<trace>.<pid>`` (``steptrace``). ``cgroup``:
+        the ``cgroup.procs`` of a memory cgroup the server runs in (``host.MemoryCgroup``)."""
         self.venv, self.model_dir, self.port, self.args = venv.absolute(), model_dir, port, args
         self.log = log
         self.cpus = cpus
         self.trace = trace
+        self.cgroup = cgroup
         self.proc: subprocess.Popen[bytes] | None = None
         self.frozen: list[int] = []
 
@@ -121,7 +125,7 @@ class VllmServer:
             self.proc = subprocess.Popen(
                 self.command(), stdout=fh, stderr=subprocess.STDOUT, env=env,
                 start_new_session=True, cwd=self.model_dir.parent,
-                preexec_fn=self._pin if self.cpus else None,
+                preexec_fn=self._preexec if self.cpus or self.cgroup else None,
             )  # fmt: skip
         deadline = t0 + timeout
         while time.monotonic() < deadline:
@@ -135,8 +139,12 @@ class VllmServer:
         self.stop()
         raise LabError(f"the vLLM server did not answer /health in {timeout:.0f} s: {self.tail()}")
 
-    def _pin(self) -> None:
-        os.sched_setaffinity(0, self.cpus)
+    def _preexec(self) -> None:
+        """In the child, before the server runs: its cores, its memory cgroup."""
+        if self.cpus:
+            os.sched_setaffinity(0, self.cpus)
+        if self.cgroup is not None:
+            host.join(self.cgroup)
 
     def healthy(self) -> bool:
         try:
