@@ -203,9 +203,10 @@ def went_down(data: ScopeData, window: tuple[float, float]) -> bool:
 
 
 def _all_down(data: ScopeData, span: tuple[float, float]) -> float | None:
-    """The share of ``span``'s samples with every target of the scope down, and down for
-    ``DOWN_HELD`` already, as the recording rules count it (one failed scrape is no outage;
-    None: no target series)."""
+    """The share of ``span``'s samples with every target of the scope down, in stretches
+    that lasted ``DOWN_HELD`` or more (one failed scrape among good ones is no outage; None:
+    no target series). Read afterwards, a stretch counts whole; the recording rules, which
+    cannot wait to see how long it lasts, count it from its first minute on."""
     total, down = data.series.get("targets_total"), data.series.get("targets_down")
     if total is None or down is None or total.t.size != down.t.size:
         return None
@@ -213,20 +214,22 @@ def _all_down(data: ScopeData, span: tuple[float, float]) -> float | None:
     if not inside.any():
         return None
     t, d = np.nan_to_num(total.v), np.nan_to_num(down.v)
-    held = _held(total.t, (t > 0) & (d >= t), parse_seconds(DOWN_HELD))
+    held = _lasting(total.t, (t > 0) & (d >= t), parse_seconds(DOWN_HELD))
     return float(np.mean(held[inside]))
 
 
-def _held(t: np.ndarray, on: np.ndarray, least: float) -> np.ndarray:
-    """Where ``on`` has held for ``least`` seconds, each sample standing for its step."""
+def _lasting(t: np.ndarray, on: np.ndarray, least: float) -> np.ndarray:
+    """``on`` in the stretches that lasted ``least`` seconds or more, each sample standing
+    for its step."""
     if t.size < 2:
         return np.zeros_like(on)
     step = float(np.median(np.diff(t)))
-    index = np.arange(on.size)
-    began = on & ~np.concatenate(([False], on[:-1]))
-    start = np.maximum.accumulate(np.where(began, index, 0))
-    held: np.ndarray = on & (t - t[start] + step >= least - 1e-9)
-    return held
+    edges = np.diff(np.concatenate(([0], on.astype(np.int8), [0])))
+    out = np.zeros_like(on)
+    for first, after in zip(np.flatnonzero(edges == 1), np.flatnonzero(edges == -1), strict=True):
+        if t[after - 1] - t[first] + step >= least - 1e-9:
+            out[first:after] = True
+    return out
 
 
 def _available(error_share: float | None, all_down: float | None) -> float | None:
