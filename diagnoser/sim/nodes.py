@@ -25,11 +25,16 @@ Each happens once per server. A server's node and pods are written only with
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 from diagnoser.hardware.presets import GB
 from diagnoser.metrics import exporters as X
 from diagnoser.metrics import platform as P
 from diagnoser.metrics.exposition import Recorder, labels_of
+from diagnoser.sim.platform import Container, record_pod
+
+if TYPE_CHECKING:
+    from diagnoser.sim.engine import Request
 
 INF = float("inf")
 NODE_EXPORTER_PORT = 9100
@@ -167,3 +172,49 @@ def record_node(rec: Recorder, t: float, node: Node, server_bytes: float) -> Non
         (P.NODE_MEM_AVAILABLE, node.available(t, server_bytes)),
     ):
         rec.sample(fam.name, fam.type, fam.help, target, t, value)
+
+
+# ``server`` below is a ``sim.server.Server`` (which imports this module, so it is not named).
+def events(server: Any, t: float) -> list[Request] | None:
+    """The server's node evicts its pod under memory pressure, or is lost with it, at ``t``:
+    the requests the server held; None where nothing happened. Once per server: its first
+    node only (``fault.evicted_instances``, ``fault.lost_instances``)."""
+    f, place, s = server.fault, server.placement, server.s
+    node, first = place.node, place.moves == 0
+    if first and s.ordinal < f.evicted_instances and node.pressure_from == INF and server.up:
+        node.squeeze(t, server._working_set(t) or 0.0)
+    if first and s.ordinal < f.lost_instances and node.lost_at == INF:
+        node.lost_at = t
+        lost: list[Request] = server.crash(t)
+        server.down_until = INF  # until the pod is deleted and replaced
+        return lost
+    if server.up and node.evicts(t):
+        node.evicted_at = t
+        lost = server.crash(t)
+        pod = {"namespace": s.namespace, "pod": s.pod, "container": s.runtime}
+        place.gone_pods.append(GonePod(pod, node.name, server.container.restarts))
+        _replace(server, t + RESCHEDULE_SECONDS)
+        return lost
+    if t >= node.lost_at + PODS_DELETED_AFTER:
+        _replace(server, t + NEW_NODE_AFTER)
+    return None
+
+
+def _replace(server: Any, scheduled: float) -> None:
+    """The Deployment's replacement pod, on a new node from ``scheduled`` on."""
+    server.s.node = server.placement.move(scheduled)
+    server._new_pod()
+    server.down_until = scheduled + server.fault.restart_seconds
+
+
+def record(rec: Recorder, t: float, place: Placement, limit_gb: float, used: float | None) -> None:
+    """kube-state-metrics' evicted pods (a Failed pod is kept, and reported, until deleted)
+    and every node the server ran on that still exists, with node-exporter on it; ``used``
+    is the server's working set on its current node."""
+    for gone in place.gone_pods:
+        ended = Container(started=INF, restarts=gone.restarts)
+        record_pod(rec, t, ended, gone.pod, gone.node, limit_gb, None, "", "Failed", "Evicted")
+    for old in place.old_nodes:
+        record_node(rec, t, old, 0.0)
+    if not place.pending(t):
+        record_node(rec, t, place.node, used or 0.0)

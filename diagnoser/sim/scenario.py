@@ -142,8 +142,6 @@ LIMITS: dict[str, tuple[float, float]] = {
     "processes": (1, 64),
     "other_process_gb": (0, 1e4),
     "hung_instances": (0, 256),
-    "evicted_instances": (0, 256),
-    "lost_instances": (0, 256),
     "network_seconds": (0, 60),
 }
 # Duration fields -> (shortest, longest) in seconds, inclusive.

@@ -23,20 +23,10 @@ from diagnoser.hardware.presets import GB, GpuSpec, ModelSpec
 from diagnoser.metrics import exporters as X
 from diagnoser.metrics import families as F
 from diagnoser.metrics.exposition import Histogram, Recorder, labels_of
-from diagnoser.sim import dcgm
+from diagnoser.sim import dcgm, nodes
 from diagnoser.sim import sglang_metrics as sgm
 from diagnoser.sim.engine import Engine, EngineConfig, Request
 from diagnoser.sim.kv_transfer import POST_SECONDS
-from diagnoser.sim.nodes import (
-    INF,
-    NEW_NODE_AFTER,
-    PODS_DELETED_AFTER,
-    RESCHEDULE_SECONDS,
-    GonePod,
-    Node,
-    Placement,
-    record_node,
-)
 from diagnoser.sim.platform import Container, record_pod
 from diagnoser.sim.profiles import RenamingRecorder, Runtimes, profile
 from diagnoser.sim.vllm_metrics import PROFILES, EngineMetrics, record_api_server, record_engine
@@ -82,9 +72,7 @@ class Fault:
     memory_limit_gb: float = 0.0
     host_memory_gb: float = 16.0
     host_memory_growth_gb_per_min: float = 0.0
-    # The node under the model's first N servers (kube_exporters only, :mod:`diagnoser.sim.nodes`),
-    # once per server: a neighbour's memory makes the kubelet evict the server's pod, or the
-    # node is lost with everything on it (a spot reclaim).
+    # The first N servers' nodes evict their pods, or are lost (:mod:`diagnoser.sim.nodes`).
     evicted_instances: int = 0
     lost_instances: int = 0
 
@@ -142,7 +130,7 @@ class Server:
         self.kv_rng = np.random.default_rng(7919 + self.s.ordinal)  # KV transfers only
         self.profile = profile(self.s.runtime)
         self.container = Container(started=self.start)
-        self.placement = Placement(Node(self.s.node), self.s.node)
+        self.placement = nodes.Placement(nodes.Node(self.s.node), self.s.node)
         self.gpu_errors = 0  # uncorrectable errors on its first GPU
         self._boot(self.start)
 
@@ -229,7 +217,7 @@ class Server:
             if self.s.rollout == "new-pods":
                 self._new_pod()
             return lost
-        if self.s.kube_exporters and (gone := self._node_events(t)) is not None:
+        if self.s.kube_exporters and (gone := nodes.events(self, t)) is not None:
             return gone
         if self.up and (self._oom() or self._gpu_fails(t)):
             return self.crash(t)
@@ -249,35 +237,6 @@ class Server:
         s.pod = f"{self.pod_root}-r{s.revision}"
         s.instance = f"{s.pod}:{port}"
         self.container = Container(started=float("inf"))  # a new pod: no restarts, no past
-
-    def _node_events(self, t: float) -> list[Request] | None:
-        """The server's node evicts its pod under memory pressure, or is lost with it; the
-        requests it held, or None where nothing happened (:mod:`diagnoser.sim.nodes`)."""
-        f, place = self.fault, self.placement
-        node, hit = place.node, place.moves == 0  # once per server: its first node only
-        if hit and self.s.ordinal < f.evicted_instances and node.pressure_from == INF and self.up:
-            node.squeeze(t, self._working_set(t) or 0.0)
-        if hit and self.s.ordinal < f.lost_instances and node.lost_at == INF:
-            node.lost_at = t
-            lost = self.crash(t)
-            self.down_until = INF  # until the pod is deleted and replaced
-            return lost
-        if self.up and node.evicts(t):
-            node.evicted_at = t
-            lost = self.crash(t)
-            pod = {"namespace": self.s.namespace, "pod": self.s.pod, "container": self.s.runtime}
-            place.gone_pods.append(GonePod(pod, node.name, self.container.restarts))
-            self._replaced(t + RESCHEDULE_SECONDS)
-            return lost
-        if t >= node.lost_at + PODS_DELETED_AFTER:
-            self._replaced(t + NEW_NODE_AFTER)
-        return None
-
-    def _replaced(self, scheduled: float) -> None:
-        """The Deployment's replacement pod, on a new node from ``scheduled`` on."""
-        self.s.node = self.placement.move(scheduled)
-        self._new_pod()
-        self.down_until = scheduled + self.fault.restart_seconds
 
     def _working_set(self, t: float) -> float | None:
         """The container's host memory at ``t`` (cAdvisor), None while none runs."""
@@ -419,16 +378,9 @@ class Server:
         pod = {"namespace": s.namespace, "pod": s.pod, "container": s.runtime}
         waiting = "CrashLoopBackOff" if not self.up and c.backing_off(t) else ""
         limit = self.fault.memory_limit_gb
-        place, used = self.placement, self._working_set(t)
-        node = "" if place.pending(t) else s.node
-        record_pod(rec, t, c, pod, node, limit, used, waiting)
-        for gone in place.gone_pods:  # a Failed pod is kept, and reported, until deleted
-            ended = Container(started=INF, restarts=gone.restarts)
-            record_pod(rec, t, ended, gone.pod, gone.node, limit, None, "", "Failed", "Evicted")
-        for old in place.old_nodes:
-            record_node(rec, t, old, 0.0)
-        if node:
-            record_node(rec, t, place.node, used or 0.0)
+        node = "" if self.placement.pending(t) else s.node
+        record_pod(rec, t, c, pod, node, limit, self._working_set(t), waiting)
+        nodes.record(rec, t, self.placement, limit, self._working_set(t))
 
     def record_metrics(self, rec: Recorder, t: float, target: dict[str, str]) -> None:
         """The server's ``/metrics`` at ``t`` (nothing while it is down), each series with
