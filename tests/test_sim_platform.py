@@ -93,3 +93,65 @@ def test_a_failing_gpu_counts_uncorrectable_errors_and_raises_xid_48():
     errors = _latest(rec, X.GPU_ECC_DBE.name, "gpu")
     assert errors["0"] >= 2  # each run dies a few minutes in, one more error each time
     assert _latest(rec, X.GPU_XID.name, "gpu")["0"] == 48
+
+
+def _by_pod(rec: Recorder, family: str, by: str) -> dict[tuple[str, str], float]:
+    """Each series of ``family`` at its last sample, by (pod, label ``by``)."""
+    points = rec.families[family].points
+    return {(dict(lb)["pod"], dict(lb)[by]): pts[-1][1] for lb, pts in points.items()}
+
+
+def _condition(rec: Recorder, condition: str) -> dict[tuple[str, str], float]:
+    """kube-state-metrics' ``condition`` of each node at its last sample, by (node, status)."""
+    points = rec.families[P.NODE_CONDITION.name].points
+    return {
+        (d["node"], d["status"]): pts[-1][1]
+        for lb, pts in points.items()
+        if (d := dict(lb))["condition"] == condition
+    }
+
+
+def test_a_pod_evicted_under_node_pressure_is_kept_failed_and_replaced_elsewhere():
+    server = _server(Fault(evicted_instances=1), kube_exporters=True)
+    rec = Recorder()
+    _run(server, 120, rec)
+    assert _by_pod(rec, P.POD_REASON.name, "reason")[("m-0", "Evicted")] == 0.0  # every reason
+    _run(server, 400, rec)  # the neighbour takes the node's memory over 150 s
+    assert server.s.pod == "m-0-r1" and server.s.node == "gpu-node-0-n1"
+    rec = Recorder()
+    server.record(rec, 400.0, 30.0)
+    reasons, phases = (
+        _by_pod(rec, P.POD_REASON.name, "reason"),
+        _by_pod(rec, P.POD_PHASE.name, "phase"),
+    )
+    assert reasons[("m-0", "Evicted")] == 1.0 and phases[("m-0", "Failed")] == 1.0
+    assert reasons[("m-0-r1", "Evicted")] == 0.0 and phases[("m-0-r1", "Failed")] == 0.0
+    pressure = _condition(rec, "MemoryPressure")
+    assert pressure[("gpu-node-0", "true")] == 1.0  # for the transition period after
+    assert pressure[("gpu-node-0-n1", "false")] == 1.0
+    avail = _latest(rec, P.NODE_MEM_AVAILABLE.name, "instance")
+    assert avail["gpu-node-0:9100"] < avail["gpu-node-0-n1:9100"] / 4  # the neighbour holds it
+
+
+def test_a_lost_node_takes_its_targets_down_then_its_series_end():
+    server = _server(Fault(lost_instances=1), kube_exporters=True)
+    _run(server, 2, Recorder())
+    assert not server.up  # lost at once, at 1 s
+    rec = Recorder()
+    server.record(rec, 30.0, 30.0)  # every target on it fails its scrape
+    assert _latest(rec, X.UP.name, "instance") == {"m-0:8000": 0.0, "gpu-node-0:9100": 0.0}
+    assert _condition(rec, "Ready")["gpu-node-0", "true"] == 1.0  # not yet Unknown
+    rec = Recorder()
+    server.record(rec, 60.0, 30.0)  # past the grace period: Ready (and all) Unknown
+    ready = _condition(rec, "Ready")
+    assert ready == {
+        (server.s.node, s): float(s == "unknown") for s in ("true", "false", "unknown")
+    }
+    _run(server, 240, Recorder())  # the node deleted, then its pods
+    rec = Recorder()
+    server.record(rec, 240.0, 30.0)
+    assert server.s.pod == "m-0-r1" and P.NODE_INFO.name not in rec.families
+    assert X.UP.name not in rec.families  # the replacement waits for a node: no target
+    assert _latest(rec, P.POD_INFO.name, "node") == {"": 1.0}
+    _run(server, 900, Recorder())
+    assert server.up and server.s.node == "gpu-node-0-n1"

@@ -22,6 +22,7 @@ __all__ = [
     "LAST_TERMINATED_EXITCODE",
     "LAST_TERMINATED_REASON",
     "NODE_CONDITION",
+    "NODE_INFO",
     "NODE_MEM_AVAILABLE",
     "NODE_MEM_TOTAL",
     "NODE_OOM_KILLS",
@@ -29,6 +30,7 @@ __all__ = [
     "POD_INFO",
     "POD_PHASE",
     "POD_REASON",
+    "POD_REASONS",
     "RESTARTS",
     "START_FAILURES",
     "WAITING_REASON",
@@ -40,7 +42,8 @@ KSM, CADVISOR, NODE_EXPORTER = "kube-state-metrics", "cadvisor", "node-exporter"
 # Where each exporter's names were read, and which version: the reference the table is held to.
 PLATFORM_SOURCES = {
     KSM: "kube-state-metrics v2 (docs/metrics/workload/pod-metrics.md and "
-    "docs/metrics/cluster/node-metrics.md at commit 04ee634c)",
+    "docs/metrics/cluster/node-metrics.md at commit 04ee634c; kube_node_info's labels from "
+    "node-metrics.md at commit 08c753e5, the pod status reasons from internal/store/pod.go)",
     CADVISOR: "cAdvisor as the kubelet serves it on /metrics/cadvisor "
     "(metrics/prometheus.go: container_memory_working_set_bytes, container_oom_events_total)",
     NODE_EXPORTER: "prometheus/node_exporter 1.x (meminfo and vmstat collectors; Debian's "
@@ -111,6 +114,16 @@ POD_INFO = _o(
     KSM,
     "Information about pod.",
     (*KSM_POD_LABELS, "host_ip", "pod_ip", "node", "created_by_kind", "created_by_name"),
+)
+# kube-state-metrics writes every pod a series for each of these reasons (internal/store/pod.go),
+# 1 for the pod's own status reason and 0 for the others.
+POD_REASONS = ("Evicted", "NodeAffinity", "NodeLost", "Shutdown", "UnexpectedAdmissionError")
+NODE_INFO = _o(
+    "kube_node_info",
+    _G,
+    KSM,
+    "Information about a cluster node.",
+    ("node", "internal_ip", "provider_id"),
 )
 NODE_CONDITION = _o(
     "kube_node_status_condition",

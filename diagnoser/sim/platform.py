@@ -64,9 +64,13 @@ def record_pod(
     limit_gb: float,
     working_set: float | None,
     waiting: str,
+    phase: str = "",
+    reason: str = "",
 ) -> None:
     """One scrape of kube-state-metrics' and cAdvisor's series about a pod (``pod``: its
-    namespace, name and container); ``working_set`` is None while no container runs."""
+    namespace, name and container); ``working_set`` is None while no container runs;
+    ``phase`` and ``reason`` the pod's own where it has ended (an eviction: Failed, Evicted);
+    ``node`` is empty while the pod waits unscheduled."""
     ns, name, container = pod["namespace"], pod["pod"], pod["container"]
     uid = f"uid-{name}"
     ksm = {"namespace": ns, "pod": name, "uid": uid, **KSM_TARGET}
@@ -79,14 +83,16 @@ def record_pod(
         1.0,
         node=node,
         host_ip=node,
-        pod_ip="10.0.0.1",
+        pod_ip="10.0.0.1" if node else "",
         created_by_kind="ReplicaSet",
         created_by_name=name.rsplit("-", 1)[0],
     )
     # Running once its container has started, crash loop or not; Pending until then.
-    phase_now = "Running" if working_set is not None or c.restarts else "Pending"
-    for phase in PHASES:
-        put(P.POD_PHASE, float(phase == phase_now), phase=phase)
+    phase_now = phase or ("Running" if working_set is not None or c.restarts else "Pending")
+    for each in PHASES:
+        put(P.POD_PHASE, float(each == phase_now), phase=each)
+    for each in P.POD_REASONS:
+        put(P.POD_REASON, float(each == reason), reason=each)
     put(P.RESTARTS, float(c.restarts), container=container)
     if c.last_reason:
         put(P.LAST_TERMINATED_REASON, 1.0, container=container, reason=c.last_reason)

@@ -23,7 +23,7 @@ from diagnoser.hardware.presets import GB, GpuSpec, ModelSpec
 from diagnoser.metrics import exporters as X
 from diagnoser.metrics import families as F
 from diagnoser.metrics.exposition import Histogram, Recorder, labels_of
-from diagnoser.sim import dcgm
+from diagnoser.sim import dcgm, nodes
 from diagnoser.sim import sglang_metrics as sgm
 from diagnoser.sim.engine import Engine, EngineConfig, Request
 from diagnoser.sim.kv_transfer import POST_SECONDS
@@ -72,6 +72,9 @@ class Fault:
     memory_limit_gb: float = 0.0
     host_memory_gb: float = 16.0
     host_memory_growth_gb_per_min: float = 0.0
+    # The first N servers' nodes evict their pods, or are lost (:mod:`diagnoser.sim.nodes`).
+    evicted_instances: int = 0
+    lost_instances: int = 0
 
 
 @dataclass
@@ -127,6 +130,7 @@ class Server:
         self.kv_rng = np.random.default_rng(7919 + self.s.ordinal)  # KV transfers only
         self.profile = profile(self.s.runtime)
         self.container = Container(started=self.start)
+        self.placement = nodes.Placement(nodes.Node(self.s.node), self.s.node)
         self.gpu_errors = 0  # uncorrectable errors on its first GPU
         self._boot(self.start)
 
@@ -213,6 +217,8 @@ class Server:
             if self.s.rollout == "new-pods":
                 self._new_pod()
             return lost
+        if self.s.kube_exporters and (gone := nodes.events(self, t)) is not None:
+            return gone
         if self.up and (self._oom() or self._gpu_fails(t)):
             return self.crash(t)
         if self.up and self._over_memory_limit(t):
@@ -358,8 +364,9 @@ class Server:
         """One scrape at ``t`` as Prometheus stores it: ``up`` and the target's labels on
         every series; the server's own series only while it answers."""
         target = self.target_labels()
-        rec.sample(X.UP.name, X.UP.type, X.UP.help, labels_of(**target), t, float(self.up))
-        if self.s.dcgm:
+        if not self.placement.pending(t):  # a pod waiting for a node has no target yet
+            rec.sample(X.UP.name, X.UP.type, X.UP.help, labels_of(**target), t, float(self.up))
+        if self.s.dcgm and not self.placement.dark(t):
             self.record_dcgm(rec, t, interval)
         if self.s.kube_exporters and self.s.kubernetes:
             self.record_platform(rec, t)
@@ -371,7 +378,9 @@ class Server:
         pod = {"namespace": s.namespace, "pod": s.pod, "container": s.runtime}
         waiting = "CrashLoopBackOff" if not self.up and c.backing_off(t) else ""
         limit = self.fault.memory_limit_gb
-        record_pod(rec, t, c, pod, s.node, limit, self._working_set(t), waiting)
+        node = "" if self.placement.pending(t) else s.node
+        record_pod(rec, t, c, pod, node, limit, self._working_set(t), waiting)
+        nodes.record(rec, t, self.placement, limit, self._working_set(t))
 
     def record_metrics(self, rec: Recorder, t: float, target: dict[str, str]) -> None:
         """The server's ``/metrics`` at ``t`` (nothing while it is down), each series with

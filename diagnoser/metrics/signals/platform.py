@@ -63,6 +63,35 @@ def _condition(condition: str, bad: str) -> pq.PlatformExpr:
     return lambda sel: f"{q.selector(P.NODE_CONDITION.name, (*sel, *picked))} == bool {flag}"
 
 
+def _lost_with_node(sel: tuple[str, ...]) -> str:
+    """1 for a pod (served within the platform's memory) whose node stopped reporting - its
+    Ready condition Unknown, or the node gone from kube-state-metrics - and whose server's last
+    scrape failed: it went down with its node. A pod drained before its node was removed (a
+    scale-down) was last scraped up, so it reads 0; so does every pod while
+    kube-state-metrics itself reports no node."""
+    keys = "namespace, pod, uid, node"
+    info = q.selector(P.POD_INFO.name, sel)
+    pods = f"group by ({keys}) (last_over_time({info}[{pq.PLATFORM_MEMORY}]))"
+    ready = 'condition="Ready"'
+    unknown = q.selector(P.NODE_CONDITION.name, (ready, 'status="unknown"'))
+    failed = f"last_over_time({q.selector(exporters.UP.name, sel)}[{pq.PLATFORM_MEMORY}]) == 0"
+    reporting = f"group ({q.selector(P.NODE_CONDITION.name, (ready,))})"
+    lost = (
+        f"({pods} unless on (node) ({unknown} == 0)) and on (namespace, pod) ({failed}) "
+        f"and on () {reporting}"
+    )
+    return f"({lost}) or ({pods} * 0)"
+
+
+def _exporter_down(sel: tuple[str, ...]) -> str:
+    """1 for a node-exporter target whose scrape fails (Prometheus' ``up``), 0 while it
+    answers; a node-exporter is a target that served its memory family within the
+    platform's memory, whatever its job is called."""
+    seen = f"last_over_time({P.NODE_MEM_TOTAL.name}[{pq.PLATFORM_MEMORY}])"
+    up = q.selector(exporters.UP.name, sel)
+    return f"({up} == bool 0) * on (job, instance) group_left () group by (job, instance) ({seen})"
+
+
 def _gpu_uncorrectable(sel: str) -> str:
     either = " or ".join(
         f"increase({f.name}{sel}[5m])"
@@ -186,6 +215,40 @@ def signals() -> list[Signal]:
             "condition MemoryPressure): the kubelet evicts pods to relieve it.",
             everywhere(pq.on_nodes(_condition("MemoryPressure", "true"), "sum")),
             ("kube_node_memory_pressure", "sum"),
+        ),
+        s(
+            "node_disk_pressure",
+            "pods",
+            "The model's pods on a node under disk pressure (kube-state-metrics' node condition "
+            "DiskPressure: its filesystem or image store is nearly full): the kubelet evicts "
+            "pods to relieve it, those with the most ephemeral storage first.",
+            everywhere(pq.on_nodes(_condition("DiskPressure", "true"), "sum")),
+            ("kube_node_disk_pressure", "sum"),
+        ),
+        s(
+            "pods_failed",
+            "pods",
+            "The model's pods in phase Failed (kube-state-metrics): every container ended and "
+            "none is restarted - an evicted pod, or one its node lost.",
+            everywhere(pq.on_pods(_ksm(P.POD_PHASE.name, 'phase="Failed"'), "sum")),
+            ("kube_pods_failed", "sum"),
+        ),
+        s(
+            "nodes_lost",
+            "pods",
+            "The model's pods that went down with their node (kube-state-metrics: the node's "
+            "Ready condition Unknown, or the node gone; the pod's server last scraped down): a "
+            "spot reclaim, a node that failed or was cut off.",
+            everywhere(pq.on_pods(_lost_with_node, "sum")),
+            ("kube_nodes_lost", "sum"),
+        ),
+        s(
+            "node_exporter_down",
+            "hosts",
+            "Hosts of the model's servers whose node-exporter cannot be scraped (Prometheus' "
+            "up): with the servers on it down too, the host itself is gone or cut off.",
+            everywhere(pq.on_hosts(_exporter_down, "sum")),
+            ("node_exporter_down", "sum"),
         ),
         s(
             "gpu_uncorrectable_errors",

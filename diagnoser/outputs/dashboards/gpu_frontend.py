@@ -73,14 +73,17 @@ def gpus(g: Board) -> list[object]:
                 ("gpu_uncorrectable_errors", "uncorrectable GPU memory errors {{model_name}}"),
                 ("node_not_ready", "pods on a node not Ready {{model_name}}"),
                 ("node_memory_pressure", "pods on a node under memory pressure {{model_name}}"),
+                ("node_disk_pressure", "pods on a node under disk pressure {{model_name}}"),
+                ("nodes_lost", "pods lost with their node {{model_name}}"),
                 ("node_oom_kills", "host OOM kills {{model_name}}"),
             ],
             w=16,
             description="What the model's nodes and GPUs went through: uncorrectable memory "
             "errors on its GPUs (DCGM: double-bit ECC where enabled, rows remapped), the "
-            "model's pods on a node that is not Ready (lost, reclaimed) or under memory "
-            "pressure (kube-state-metrics), and the kernel's OOM kills on its hosts "
-            "(node-exporter). A GPU with uncorrectable errors needs its node drained.",
+            "model's pods on a node that is not Ready (lost, reclaimed) or under memory or disk "
+            "pressure, the pods that went down with their node (kube-state-metrics), and the "
+            "kernel's OOM kills on its hosts (node-exporter). A GPU with uncorrectable errors "
+            "needs its node drained.",
         ),
     ]
 
