@@ -167,9 +167,7 @@ def up(scope: Scope, highest_over: str = "") -> str:
         sel = selector("up", (*scope.target_matchers(), *extra))
         return f"max_over_time({sel}[{highest_over}])" if highest_over else sel
 
-    alts = [one((t,)) for t in scope.targets]
-    if not alts:
-        return one(())
+    alts = [one((t,)) for t in scope.targets] or [one(())]
     return alts[0] if len(alts) == 1 else f"({' or '.join(alts)})"
 
 
