@@ -10,6 +10,9 @@ for offloaded KV, CPU-offloaded weights, tokenizer and multimodal workers); at
 ``fault.memory_limit_gb`` the kernel kills it (OOMKilled, exit 137) and the kubelet restarts
 it after its crash-loop back-off. A container that cannot start (``fault.start_failure``,
 one of kube-state-metrics' waiting reasons) waits with that reason for as long as it lasts.
+A container whose engine hangs for ``fault.liveness_kill_seconds`` fails its liveness probe
+and the kubelet kills it (reason Error, exit 137) and starts it again after its back-off; a
+server that cannot fit its KV cache exits with an error (reason Error, exit 1) at each start.
 """
 
 from __future__ import annotations
@@ -23,6 +26,8 @@ from diagnoser.metrics.family import Family
 
 KSM_TARGET = {"job": "kube-state-metrics", "instance": "kube-state-metrics:8080"}
 OOM_EXIT = 137
+# How long the first failed pull of an image reads ErrImagePull before the kubelet backs off.
+IMAGE_PULL_FIRST = 30.0
 # The kubelet's crash-loop back-off: 10 s after the first crash, doubling, at most 5 minutes.
 BACKOFF_FIRST, BACKOFF_MAX = 10.0, 300.0
 PHASES = ("Pending", "Running", "Succeeded", "Failed", "Unknown")
@@ -44,15 +49,34 @@ class Container:
         return (base_gb + growth_gb_per_min * max(0.0, t - self.started) / 60.0) * GB
 
     def oom_killed(self, t: float) -> None:
-        self.restarts += 1
-        self.last_reason, self.exit_code = "OOMKilled", OOM_EXIT
+        self.ended(t, "OOMKilled", OOM_EXIT)
         self.oom_events += 1
+
+    def ended(self, t: float, reason: str, exit_code: int) -> None:
+        """The container ended at ``t`` (kube-state-metrics' last terminated reason and exit
+        code): the kubelet counts a restart and backs off before the next start."""
+        self.restarts += 1
+        self.last_reason, self.exit_code = reason, exit_code
         self.crashed_at = t
+
+    @property
+    def backoff(self) -> float:
+        """The kubelet's wait after the last crash before it starts the container again."""
+        return min(BACKOFF_MAX, BACKOFF_FIRST * 2.0 ** max(0, self.restarts - 1))
 
     def backing_off(self, t: float) -> bool:
         """In CrashLoopBackOff at ``t``: waiting out the back-off after its last crash."""
-        backoff = min(BACKOFF_MAX, BACKOFF_FIRST * 2.0 ** max(0, self.restarts - 1))
-        return bool(self.crashed_at <= t < self.crashed_at + backoff)
+        return bool(self.crashed_at <= t < self.crashed_at + self.backoff)
+
+
+def start_waiting(failure: str, since: float, t: float) -> str:
+    """kube-state-metrics' waiting reason at ``t`` of a container that cannot start since
+    ``since`` (``failure``, one of ``START_FAILURES``): an image that cannot be pulled reads
+    ErrImagePull at the first attempt, then ImagePullBackOff while the kubelet backs off;
+    a configuration error reads the same at every attempt."""
+    if failure == "ImagePullBackOff" and t - since < IMAGE_PULL_FIRST:
+        return "ErrImagePull"
+    return failure
 
 
 def record_pod(
