@@ -43,6 +43,8 @@ class Container:
     exit_code: int = 0
     oom_events: int = 0
     crashed_at: float = float("-inf")
+    hung_since: float | None = None  # since when its liveness probe has failed
+    start_failed_since: float | None = None  # since when it cannot start
 
     def working_set(self, t: float, base_gb: float, growth_gb_per_min: float) -> float:
         """Bytes the container holds in host memory at ``t``."""
@@ -67,6 +69,38 @@ class Container:
     def backing_off(self, t: float) -> bool:
         """In CrashLoopBackOff at ``t``: waiting out the back-off after its last crash."""
         return bool(self.crashed_at <= t < self.crashed_at + self.backoff)
+
+    def cannot_start(self, t: float, failure: str) -> bool:
+        """Whether it cannot start at ``t`` (``failure``: a waiting reason, "" if it can)."""
+        if not failure:
+            self.start_failed_since = None
+            return False
+        if self.start_failed_since is None:
+            self.start_failed_since = t
+        return True
+
+    def liveness_fails(self, t: float, hung: bool, budget: float) -> bool:
+        """Whether its liveness probe has failed for ``budget`` seconds at ``t`` (0: no probe
+        that a hung engine fails): then the kubelet kills it (``killed_by_kubelet``)."""
+        if not (hung and budget > 0):
+            self.hung_since = None
+            return False
+        if self.hung_since is None:
+            self.hung_since = t
+        return t - self.hung_since >= budget
+
+    def killed_by_kubelet(self, t: float) -> None:
+        """SIGKILL after the grace period: reason Error, exit code 137."""
+        self.hung_since = None
+        self.ended(t, "Error", 137)
+
+    def waiting(self, t: float, running: bool, failure: str) -> str:
+        """kube-state-metrics' waiting reason at ``t`` ("" while it runs or is being created)."""
+        if running:
+            return ""
+        if self.start_failed_since is not None:
+            return start_waiting(failure, self.start_failed_since, t)
+        return "CrashLoopBackOff" if self.backing_off(t) else ""
 
 
 def start_waiting(failure: str, since: float, t: float) -> str:

@@ -258,26 +258,9 @@ def _histogram_buckets(value: Any, path: Path, where: str) -> dict[str, tuple[fl
 def _model(raw: Any, path: Path, where: str) -> ModelScenario:
     if not isinstance(raw, dict):
         raise ScenarioError(path, where, "must be a mapping")
-    known = {
-        "name",
-        "preset",
-        "gpu",
-        "engine",
-        "api_server",
-        "workload",
-        "client",
-        "probe",
-        "fault",
-        "instances",
-        "engines",
-        "version",
-        "runtime",
-        "dcgm",
-        "platform",
-        "rollout",
-        "kube_exporters",
-        "timeline",
-    }
+    # The model's fields, as a scenario names them.
+    known = {f.name for f in dataclasses.fields(ModelScenario)} - {"spec", "api"}
+    known |= {"preset", "api_server"}
     for key in raw:
         if key not in known:
             raise ScenarioError(

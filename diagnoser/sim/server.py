@@ -26,8 +26,9 @@ from diagnoser.metrics.exposition import Histogram, Recorder, labels_of
 from diagnoser.sim import dcgm
 from diagnoser.sim import sglang_metrics as sgm
 from diagnoser.sim.engine import Engine, EngineConfig, Request
+from diagnoser.sim.fault import Fault
 from diagnoser.sim.kv_transfer import POST_SECONDS
-from diagnoser.sim.platform import Container, record_pod, start_waiting
+from diagnoser.sim.platform import Container, record_pod
 from diagnoser.sim.profiles import RenamingRecorder, Runtimes, profile
 from diagnoser.sim.vllm_metrics import PROFILES, EngineMetrics, record_api_server, record_engine
 
@@ -47,39 +48,6 @@ class ApiServerConfig:
     cpu_per_prompt_token: float = 1.5e-6  # tokenization, per prompt token
     cpu_per_output_token: float = 2.5e-5  # detokenization and streaming, per output token
     idle_cpu: float = 0.03  # cores used when idle
-
-
-@dataclass
-class Fault:
-    other_process_gb: float = 0.0  # GPU memory taken by another process
-    restart_seconds: float = 60.0  # time to come back after a crash or deploy
-    # The model's first N servers whose engine hangs: the process lives and its API server
-    # answers, but no step runs (a collective waiting for a dead rank, a GPU that never
-    # returns). Requests sent to it wait; its metrics stay at the last step's values.
-    hung_instances: int = 0
-    # Disaggregated prefill, seen from the decode side (engine.kv_consumer): the bandwidth a
-    # prompt's KV moves at from the prefill instance (GB/s; a NIC or RDMA path that falls back
-    # to TCP moves it at a few), and the share of transfers that fail (a prefill instance
-    # restarted, a link down, a lease that expired).
-    kv_transfer_gbps: float = 25.0
-    kv_transfer_failure: float = 0.0
-    # The model's first N servers whose first GPU is failing (an uncorrectable ECC error, XID
-    # 48): a few minutes after each start the engine touches the bad memory again and dies.
-    gpu_faulty_instances: int = 0
-    # Host memory (kube_exporters only, :mod:`diagnoser.sim.platform`): the container's memory
-    # limit (0: none), its working set at start and how fast it climbs while it serves; at the
-    # limit the kernel kills it (OOMKilled) and the kubelet restarts it.
-    memory_limit_gb: float = 0.0
-    host_memory_gb: float = 16.0
-    host_memory_growth_gb_per_min: float = 0.0
-    # A liveness probe that a hung engine fails (kube_exporters only): the kubelet kills a
-    # container whose engine has hung this long (the probe's failureThreshold x periodSeconds
-    # and its timeouts; 0: no probe a hang fails) and starts it again after its back-off.
-    liveness_kill_seconds: float = 0.0
-    # A container started after this is set cannot start at all, and waits with this reason
-    # (one of kube-state-metrics' START_FAILURES: ImagePullBackOff, CreateContainerConfigError,
-    # ...); "" starts as usual.
-    start_failure: str = ""
 
 
 @dataclass
@@ -136,15 +104,14 @@ class Server:
         self.profile = profile(self.s.runtime)
         self.container = Container(started=self.start)
         self.gpu_errors = 0  # uncorrectable errors on its first GPU
-        self.hung_since: float | None = None  # since when its liveness probe has failed
-        self.start_failed_since: float | None = None  # its container cannot start since
         self._boot(self.start)
 
     # --- lifecycle ------------------------------------------------------------------------
 
     def _boot(self, t: float) -> None:
         self.engines: list[Engine] = []
-        if self._cannot_start(t):
+        if self.container.cannot_start(t, self.fault.start_failure):
+            self.up, self.down_until = False, t + self.fault.restart_seconds
             return
         probe = Engine(self.s.spec, self.s.gpu, self.s.engine, start=t)
         self.never_fits = not probe.fits_max_model_len() or probe.num_blocks <= 0
@@ -232,8 +199,12 @@ class Server:
             lost = self.crash(t)
             self.container.oom_killed(t)
             return lost
-        if self.up and self._liveness_fails(t):
-            return self._killed_by_kubelet(t)
+        budget = self.fault.liveness_kill_seconds  # how long a hung engine fails its probe
+        if self.up and self.container.liveness_fails(t, self.hung, budget):
+            lost = self.crash(t)
+            self.container.killed_by_kubelet(t)
+            self.down_until += self.container.backoff  # its back-off, then the model's load
+            return lost
         if not self.up and t >= self.down_until:
             self._boot(t)
         return []
@@ -253,46 +224,6 @@ class Server:
             return None
         f = self.fault
         return self.container.working_set(t, f.host_memory_gb, f.host_memory_growth_gb_per_min)
-
-    def _cannot_start(self, t: float) -> bool:
-        """Whether the container cannot start at ``t`` (``fault.start_failure``): then it
-        stays down and is tried again after ``restart_seconds``."""
-        if not self.fault.start_failure:
-            self.start_failed_since = None
-            return False
-        self.up = False
-        self.down_until = t + self.fault.restart_seconds
-        if self.start_failed_since is None:
-            self.start_failed_since = t
-        return True
-
-    def _liveness_fails(self, t: float) -> bool:
-        """Whether the liveness probe has failed for ``fault.liveness_kill_seconds`` at ``t``:
-        the engine has hung that long."""
-        budget = self.fault.liveness_kill_seconds
-        if not (self.hung and budget > 0):
-            self.hung_since = None
-            return False
-        if self.hung_since is None:
-            self.hung_since = t
-        return t - self.hung_since >= budget
-
-    def _killed_by_kubelet(self, t: float) -> list[Request]:
-        """The kubelet kills the container (SIGKILL after the grace period: reason Error, exit
-        137) and starts it again after its crash-loop back-off, the model loading again."""
-        lost = self.crash(t)
-        self.hung_since = None
-        self.container.ended(t, "Error", 137)
-        self.down_until += self.container.backoff
-        return lost
-
-    def _waiting(self, t: float) -> str:
-        """kube-state-metrics' waiting reason of the container at ``t`` ("" while it runs)."""
-        if self.up:
-            return ""
-        if self.start_failed_since is not None:
-            return start_waiting(self.fault.start_failure, self.start_failed_since, t)
-        return "CrashLoopBackOff" if self.container.backing_off(t) else ""
 
     def _over_memory_limit(self, t: float) -> bool:
         limit = self.fault.memory_limit_gb * GB
@@ -425,7 +356,8 @@ class Server:
         s, c = self.s, self.container
         pod = {"namespace": s.namespace, "pod": s.pod, "container": s.runtime}
         limit = self.fault.memory_limit_gb
-        record_pod(rec, t, c, pod, s.node, limit, self._working_set(t), self._waiting(t))
+        waiting = c.waiting(t, self.up, self.fault.start_failure)
+        record_pod(rec, t, c, pod, s.node, limit, self._working_set(t), waiting)
 
     def record_metrics(self, rec: Recorder, t: float, target: dict[str, str]) -> None:
         """The server's ``/metrics`` at ``t`` (nothing while it is down), each series with
