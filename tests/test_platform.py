@@ -52,6 +52,21 @@ def test_an_eviction_under_memory_pressure_comes_before_what_its_container_did()
     assert said == "evicted by its node under memory pressure at 08:20 (kube-state-metrics)"
 
 
+def test_a_kill_by_the_kubelet_is_its_liveness_probe_not_a_crash():
+    said = reason(
+        {
+            "container_error_exit": _from(10, 1.0),
+            "container_exit_code": _from(10, 137.0),
+            "container_restarts": _s([0.0] * 10 + [1.0] * 20),
+        },
+        SPAN,
+    )
+    assert said == (
+        "killed by the kubelet (reason Error, exit code 137: its liveness probe failed) at "
+        "08:10, 1 restart (kube-state-metrics)"
+    )
+
+
 def test_off_kubernetes_the_kernels_oom_kill_is_named_from_node_exporter():
     kills = {"node_oom_kills": _s([0.0] * 7 + [1.0] * 5 + [0.0] * 18)}  # one, over 5 minutes
     down = {"targets_down": _from(8, 1.0)}  # the next minute's scrape failed

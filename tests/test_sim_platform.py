@@ -40,6 +40,18 @@ def _run(server: Server, until: int, rec: Recorder) -> None:
             server.record(rec, float(t), 30.0)
 
 
+def _ends_killed(server: Server, rec: Recorder, t: float, reason: str) -> None:
+    """At ``t`` the container is killed (SIGKILL, exit code 137) with ``reason``: one restart
+    counted, and the kubelet backing off before the next start."""
+    server.maintain(t)
+    assert not server.up
+    server.record(rec, t + 5.0, 30.0)
+    assert _latest(rec, P.RESTARTS.name) == {"": 1.0}
+    assert _latest(rec, P.LAST_TERMINATED_REASON.name) == {reason: 1.0}
+    assert _latest(rec, P.LAST_TERMINATED_EXITCODE.name) == {"": 137.0}
+    assert _latest(rec, P.WAITING_REASON.name) == {"CrashLoopBackOff": 1.0}
+
+
 def test_a_container_killed_at_its_limit_restarts_oomkilled_and_backs_off():
     fault = Fault(memory_limit_gb=40, host_memory_gb=20, host_memory_growth_gb_per_min=2.0)
     server = _server(fault, kube_exporters=True)
@@ -49,13 +61,7 @@ def test_a_container_killed_at_its_limit_restarts_oomkilled_and_backs_off():
     assert P.LAST_TERMINATED_REASON.name not in rec.families  # born with the first end
     ws = _latest(rec, P.CONTAINER_WORKING_SET.name)[""]
     assert 0.9 < ws / _latest(rec, P.CONTAINER_LIMITS.name)[""] < 1.0
-    server.maintain(600.0)
-    assert not server.up
-    server.record(rec, 605.0, 30.0)
-    assert _latest(rec, P.RESTARTS.name) == {"": 1.0}
-    assert _latest(rec, P.LAST_TERMINATED_REASON.name) == {"OOMKilled": 1.0}
-    assert _latest(rec, P.LAST_TERMINATED_EXITCODE.name) == {"": 137.0}
-    assert _latest(rec, P.WAITING_REASON.name) == {"CrashLoopBackOff": 1.0}
+    _ends_killed(server, rec, 600.0, "OOMKilled")
     assert _latest(rec, P.POD_PHASE.name, "phase")["Running"] == 1.0  # a crash loop stays Running
     # Back from the restart: the working set climbs again from where a container starts.
     _run(server, 700, rec)
@@ -155,3 +161,43 @@ def test_a_lost_node_takes_its_targets_down_then_its_series_end():
     assert _latest(rec, P.POD_INFO.name, "node") == {"": 1.0}
     _run(server, 900, Recorder())
     assert server.up and server.s.node == "gpu-node-0-n1"
+
+
+def test_a_hung_engine_is_killed_by_its_liveness_probe_and_backs_off():
+    server = _server(Fault(liveness_kill_seconds=120.0, hung_instances=1), kube_exporters=True)
+    rec = Recorder()
+    _run(server, 120, rec)  # hung from its start: the probe has failed for 119 s
+    assert server.up and _latest(rec, P.RESTARTS.name) == {"": 0.0}
+    # The kubelet's kill: reason Error (not OOMKilled), a signal's exit code.
+    _ends_killed(server, rec, 121.0, "Error")
+    # Down for the back-off (10 s after the first kill) and the model's load (60 s).
+    _run(server, 190, Recorder())
+    assert not server.up
+    _run(server, 200, Recorder())
+    assert server.up
+
+
+def test_a_container_that_cannot_start_waits_with_its_reason_and_never_restarts():
+    server = _server(Fault(start_failure="ImagePullBackOff"), kube_exporters=True)
+    rec = Recorder()
+    server.record(rec, 10.0, 30.0)
+    assert not server.up
+    assert _latest(rec, P.WAITING_REASON.name) == {"ErrImagePull": 1.0}  # the first pull
+    _run(server, 600, rec)
+    assert not server.up
+    assert _latest(rec, P.WAITING_REASON.name)["ImagePullBackOff"] == 1.0
+    assert _latest(rec, P.RESTARTS.name) == {"": 0.0}  # it never ran, so it never crashed
+    assert P.LAST_TERMINATED_REASON.name not in rec.families
+    assert _latest(rec, P.POD_PHASE.name, "phase")["Pending"] == 1.0
+
+
+def test_a_server_that_cannot_fit_its_kv_cache_exits_with_an_error_at_each_start():
+    # No KV cache holds one sequence of ten million tokens.
+    huge = EngineConfig(max_model_len=10_000_000)
+    server = _server(Fault(restart_seconds=60.0), kube_exporters=True, engine=huge)
+    rec = Recorder()
+    _run(server, 200, rec)
+    assert not server.up
+    assert _latest(rec, P.LAST_TERMINATED_REASON.name) == {"Error": 1.0}
+    assert _latest(rec, P.LAST_TERMINATED_EXITCODE.name) == {"": 1.0}
+    assert _latest(rec, P.RESTARTS.name)[""] >= 2.0

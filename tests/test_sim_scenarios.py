@@ -97,6 +97,11 @@ def _write(tmp_path: Path, text: str, name: str = "s.yaml") -> Path:
             "models[0].engine.mixed_chunk",
             "must be true or false",
         ),
+        (
+            ("gpu: H100-80GB", "gpu: H100-80GB\n    fault: {start_failure: NoSuchReason}"),
+            "models[0].fault.start_failure",
+            "must be one of ErrImagePull, ImagePullBackOff",
+        ),
     ],
 )
 def test_bad_scenarios_name_the_file_and_the_field(tmp_path, edit, where, says):

@@ -327,6 +327,17 @@ def test_one_incident_pages_once_and_tickets_its_cause_once(tmp_path):
         "model_name": "paged",
     }
     own = {"alertname": "VllmEngineHang", "playbook": "engine-hang", "severity": "critical"}
+    oom = {
+        "alertname": "VllmContainerOOMKilled",
+        "playbook": "container-oom-killed",
+        "severity": "critical",
+    }
+    loop = {
+        "alertname": "VllmRestartLoop",
+        "playbook": "gpu-memory-contention",
+        "severity": "critical",
+        "instance": "10.0.0.7:8000",
+    }
     alerts = {
         "page": page,
         "cause of the paged model": _cause("engine-hang", "critical", "paged"),
@@ -334,6 +345,9 @@ def test_one_incident_pages_once_and_tickets_its_cause_once(tmp_path):
         "cause with its own alert": _cause("engine-hang", "critical", "ticketed"),
         "cause of another playbook": _cause("kv-cache-pressure", "critical", "ticketed"),
         "cause alone": _cause("engine-hang", "critical", "alone"),
+        "kill the platform names": {**oom, "model_name": "killed"},
+        "restart loop of the kill": {**loop, "model_name": "killed"},
+        "restart loop of another model": {**loop, "model_name": "alone"},
     }
     with Alertmanager(doc) as am:
         body = json.dumps([{"labels": labels} for labels in alerts.values()]).encode()
@@ -352,7 +366,8 @@ def test_one_incident_pages_once_and_tickets_its_cause_once(tmp_path):
                 name: by_labels.get(json.dumps(labels, sort_keys=True), False)
                 for name, labels in alerts.items()
             }
-            if inhibited["cause of the paged model"] and inhibited["cause with its own alert"]:
+            awaited = ("cause of the paged model", "cause with its own alert")
+            if all(inhibited[k] for k in (*awaited, "restart loop of the kill")):
                 break
             time.sleep(0.1)
     assert inhibited == {
@@ -362,7 +377,52 @@ def test_one_incident_pages_once_and_tickets_its_cause_once(tmp_path):
         "cause with its own alert": True,
         "cause of another playbook": False,
         "cause alone": False,
+        "kill the platform names": False,
+        "restart loop of the kill": True,
+        "restart loop of another model": False,
     }
+
+
+def _matches(matchers: list[str], alertname: str) -> bool:
+    """Whether Alertmanager's ``alertname`` matcher among ``matchers`` (``=`` or ``=~``, the
+    regex anchored as Alertmanager anchors it) selects ``alertname``."""
+    for m in matchers:
+        found = re.fullmatch(r'alertname(=~|=)"(.*)"', m)
+        if found:
+            op, value = found.groups()
+            return value == alertname if op == "=" else bool(re.fullmatch(value, alertname))
+    return False
+
+
+def test_a_cause_the_platform_names_holds_back_what_it_explains():
+    """Each playbook read from the platform's own metrics (kube-state-metrics, cAdvisor,
+    node-exporter, DCGM) holds back, for the same model, the alert of every playbook its
+    signature explains: one incident, one ticket, the one that names the cause."""
+    from diagnoser.catalog import load_catalog
+    from diagnoser.metrics.signals import platform as platform_signals
+
+    platform = {s.name for s in platform_signals.signals()}
+    catalog = {pb.id: pb for pb in load_catalog()}
+    rules = yaml.safe_load((ROOT / "deploy" / "alertmanager.yml").read_text())["inhibit_rules"]
+    pairs = [
+        (pb.alert.name, catalog[other].alert.name)
+        for pb in catalog.values()
+        if pb.signature and pb.alert and set(pb.signature.requires) & platform
+        for other in pb.signature.explains
+        if catalog[other].alert
+    ]
+    assert ("VllmLivenessProbeKill", "VllmEngineHung") in pairs
+    missing = [
+        (cause, symptom)
+        for cause, symptom in pairs
+        if not any(
+            _matches(r["source_matchers"], cause)
+            and _matches(r["target_matchers"], symptom)
+            and r["equal"] == ["model_name"]
+            for r in rules
+        )
+    ]
+    assert not missing, f"no inhibition of these alerts by their platform cause: {missing}"
 
 
 def test_every_sent_receiver_calls_the_diagnosis_webhook():

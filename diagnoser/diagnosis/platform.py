@@ -18,6 +18,7 @@ import numpy as np
 from diagnoser.catalog.shapes.base import events
 from diagnoser.diagnosis.fetch import query
 from diagnoser.diagnosis.window import Window
+from diagnoser.metrics.platform import KILL_EXITS
 from diagnoser.plumbing.source import MetricSource, OverLimit, Series
 from diagnoser.site import Site
 
@@ -189,6 +190,12 @@ def reason(
             "wrong (kube-state-metrics' waiting reason)"
         )
     code = peak("container_exit_code")
+    if peak("container_error_exit") and code in KILL_EXITS:
+        when = _first_rise(series, "container_restarts", span)
+        return (
+            f"killed by the kubelet (reason Error, exit code {code:.0f}: its liveness probe "
+            f"failed){_at(when)}{counted} (kube-state-metrics)"
+        )
     if peak("container_crash_looping") or peak("container_error_exit") or code:
         how = " in CrashLoopBackOff" if peak("container_crash_looping") else ""
         exit_ = f", exit code {code:.0f}" + (" (SIGKILL)" if code == 137 else "") if code else ""

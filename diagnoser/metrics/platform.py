@@ -18,6 +18,7 @@ __all__ = [
     "CONTAINER_LIMITS",
     "CONTAINER_OOM_EVENTS",
     "CONTAINER_WORKING_SET",
+    "KILL_EXITS",
     "KSM_POD_LABELS",
     "LAST_TERMINATED_EXITCODE",
     "LAST_TERMINATED_REASON",
@@ -148,6 +149,10 @@ START_FAILURES = (
     "CreateContainerConfigError",
     "CreateContainerError",
 )
+# The exit codes of a container killed from outside by a signal (128 + the signal): SIGKILL
+# once the grace period ran out, SIGTERM where the process exits on it. With the reason Error
+# (not OOMKilled) they are the kubelet's kill after a failed liveness probe.
+KILL_EXITS = (137, 143)
 
 # --- cAdvisor (the kubelet) ------------------------------------------------------------------
 _CADVISOR = ("container", "pod", "namespace", "id", "image", "name")

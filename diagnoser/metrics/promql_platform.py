@@ -5,6 +5,7 @@ node conditions through the pods on the node (docs/platform.md)."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 
 from diagnoser.metrics import engines
 from diagnoser.metrics.platform import POD_INFO
@@ -19,6 +20,7 @@ from diagnoser.metrics.promql import (
     host_of,
     selector,
 )
+from diagnoser.metrics.promql import up as scraped
 
 # A per-series vector over platform families, each selected with these matchers (a tuple, to
 # which the builder adds its own).
@@ -89,3 +91,22 @@ def on_nodes(inner: PlatformExpr, fn: str = "max") -> Expr:
         return f"{selector(POD_INFO.name, matchers)} * on (node) group_left () ({inner(())})"
 
     return on_pods(pods_on, fn)
+
+
+def on_targets(inner: PlatformExpr) -> Expr:
+    """A series about a pod's containers (kube-state-metrics) read on each scrape target of
+    that pod (service discovery's ``namespace`` and ``pod`` on ``up``), by target: 1 where the
+    target is down and ``inner`` has a series for its pod, 0 where kube-state-metrics knows
+    the pod otherwise (a sidecar that waits beside a server that answers is not the server's).
+    A target that never served (a rollout's new pod) has no model to be joined through, only
+    its ``up``."""
+
+    def build(scope: Scope) -> str:
+        pods = _labels(*GPU_JOIN_LABELS)
+        up = scraped(replace(scope, matchers=(*scope.matchers, HAS_POD)))
+        known = f"max by ({pods}) ({selector(POD_INFO.name, (HAS_POD,))}) * 0"
+        per_pod = f"sgn(max by ({pods}) ({inner((HAS_POD,))})) or {known}"
+        down = f"({up} == bool 0)"
+        return f"max by (job, instance) ({down} * on ({pods}) group_left () ({per_pod}))"
+
+    return build

@@ -10,6 +10,9 @@ for offloaded KV, CPU-offloaded weights, tokenizer and multimodal workers); at
 ``fault.memory_limit_gb`` the kernel kills it (OOMKilled, exit 137) and the kubelet restarts
 it after its crash-loop back-off. A container that cannot start (``fault.start_failure``,
 one of kube-state-metrics' waiting reasons) waits with that reason for as long as it lasts.
+A container whose engine hangs for ``fault.liveness_kill_seconds`` fails its liveness probe
+and the kubelet kills it (reason Error, exit 137) and starts it again after its back-off; a
+server that cannot fit its KV cache exits with an error (reason Error, exit 1) at each start.
 """
 
 from __future__ import annotations
@@ -23,6 +26,8 @@ from diagnoser.metrics.family import Family
 
 KSM_TARGET = {"job": "kube-state-metrics", "instance": "kube-state-metrics:8080"}
 OOM_EXIT = 137
+# How long the first failed pull of an image reads ErrImagePull before the kubelet backs off.
+IMAGE_PULL_FIRST = 30.0
 # The kubelet's crash-loop back-off: 10 s after the first crash, doubling, at most 5 minutes.
 BACKOFF_FIRST, BACKOFF_MAX = 10.0, 300.0
 PHASES = ("Pending", "Running", "Succeeded", "Failed", "Unknown")
@@ -38,21 +43,74 @@ class Container:
     exit_code: int = 0
     oom_events: int = 0
     crashed_at: float = float("-inf")
+    hung_since: float | None = None  # since when its liveness probe has failed
+    start_failed_since: float | None = None  # since when it cannot start
 
     def working_set(self, t: float, base_gb: float, growth_gb_per_min: float) -> float:
         """Bytes the container holds in host memory at ``t``."""
         return (base_gb + growth_gb_per_min * max(0.0, t - self.started) / 60.0) * GB
 
     def oom_killed(self, t: float) -> None:
-        self.restarts += 1
-        self.last_reason, self.exit_code = "OOMKilled", OOM_EXIT
+        self.ended(t, "OOMKilled", OOM_EXIT)
         self.oom_events += 1
+
+    def ended(self, t: float, reason: str, exit_code: int) -> None:
+        """The container ended at ``t`` (kube-state-metrics' last terminated reason and exit
+        code): the kubelet counts a restart and backs off before the next start."""
+        self.restarts += 1
+        self.last_reason, self.exit_code = reason, exit_code
         self.crashed_at = t
+
+    @property
+    def backoff(self) -> float:
+        """The kubelet's wait after the last crash before it starts the container again."""
+        return min(BACKOFF_MAX, BACKOFF_FIRST * 2.0 ** max(0, self.restarts - 1))
 
     def backing_off(self, t: float) -> bool:
         """In CrashLoopBackOff at ``t``: waiting out the back-off after its last crash."""
-        backoff = min(BACKOFF_MAX, BACKOFF_FIRST * 2.0 ** max(0, self.restarts - 1))
-        return bool(self.crashed_at <= t < self.crashed_at + backoff)
+        return bool(self.crashed_at <= t < self.crashed_at + self.backoff)
+
+    def cannot_start(self, t: float, failure: str) -> bool:
+        """Whether it cannot start at ``t`` (``failure``: a waiting reason, "" if it can)."""
+        if not failure:
+            self.start_failed_since = None
+            return False
+        if self.start_failed_since is None:
+            self.start_failed_since = t
+        return True
+
+    def liveness_fails(self, t: float, hung: bool, budget: float) -> bool:
+        """Whether its liveness probe has failed for ``budget`` seconds at ``t`` (0: no probe
+        that a hung engine fails): then the kubelet kills it (``killed_by_kubelet``)."""
+        if not (hung and budget > 0):
+            self.hung_since = None
+            return False
+        if self.hung_since is None:
+            self.hung_since = t
+        return t - self.hung_since >= budget
+
+    def killed_by_kubelet(self, t: float) -> None:
+        """SIGKILL after the grace period: reason Error, exit code 137."""
+        self.hung_since = None
+        self.ended(t, "Error", 137)
+
+    def waiting(self, t: float, running: bool, failure: str) -> str:
+        """kube-state-metrics' waiting reason at ``t`` ("" while it runs or is being created)."""
+        if running:
+            return ""
+        if self.start_failed_since is not None:
+            return start_waiting(failure, self.start_failed_since, t)
+        return "CrashLoopBackOff" if self.backing_off(t) else ""
+
+
+def start_waiting(failure: str, since: float, t: float) -> str:
+    """kube-state-metrics' waiting reason at ``t`` of a container that cannot start since
+    ``since`` (``failure``, one of ``START_FAILURES``): an image that cannot be pulled reads
+    ErrImagePull at the first attempt, then ImagePullBackOff while the kubelet backs off;
+    a configuration error reads the same at every attempt."""
+    if failure == "ImagePullBackOff" and t - since < IMAGE_PULL_FIRST:
+        return "ErrImagePull"
+    return failure
 
 
 def record_pod(

@@ -20,6 +20,7 @@ from typing import Any
 
 from diagnoser.hardware import presets as hardware
 from diagnoser.metrics.buckets import BucketsError, parse_custom, prompt_bucket_label
+from diagnoser.metrics.platform import START_FAILURES
 from diagnoser.plumbing.durations import format_duration, parse_duration
 from diagnoser.plumbing.errors import FileFieldError, read_yaml_mapping
 from diagnoser.sim.engine import EngineConfig
@@ -150,6 +151,7 @@ _DURATIONS = {
     "burst_every": (0.0, 86400.0),
     "burst_length": (0.0, 86400.0),
     "restart_seconds": (0.0, 86400.0),
+    "liveness_kill_seconds": (0.0, 86400.0),
     "phase_quantum": (0.001, 60.0),
 }
 # A scrape is a sample of every series: more than this many in one scenario, and the
@@ -237,6 +239,8 @@ def _coerce(f: dataclasses.Field[Any], value: Any, path: Path, where: str) -> An
         return tuple(value)
     if name == "histogram_buckets":
         return _histogram_buckets(value, path, where)
+    if name == "start_failure" and value not in ("", *START_FAILURES):
+        raise ScenarioError(path, where, f"must be one of {', '.join(START_FAILURES)}")
     if typ == "str":
         if not isinstance(value, str):
             raise ScenarioError(path, where, "must be a string")
@@ -254,26 +258,9 @@ def _histogram_buckets(value: Any, path: Path, where: str) -> dict[str, tuple[fl
 def _model(raw: Any, path: Path, where: str) -> ModelScenario:
     if not isinstance(raw, dict):
         raise ScenarioError(path, where, "must be a mapping")
-    known = {
-        "name",
-        "preset",
-        "gpu",
-        "engine",
-        "api_server",
-        "workload",
-        "client",
-        "probe",
-        "fault",
-        "instances",
-        "engines",
-        "version",
-        "runtime",
-        "dcgm",
-        "platform",
-        "rollout",
-        "kube_exporters",
-        "timeline",
-    }
+    # The model's fields, as a scenario names them.
+    known = {f.name for f in dataclasses.fields(ModelScenario)} - {"spec", "api"}
+    known |= {"preset", "api_server"}
     for key in raw:
         if key not in known:
             raise ScenarioError(

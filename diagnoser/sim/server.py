@@ -26,6 +26,7 @@ from diagnoser.metrics.exposition import Histogram, Recorder, labels_of
 from diagnoser.sim import dcgm, nodes
 from diagnoser.sim import sglang_metrics as sgm
 from diagnoser.sim.engine import Engine, EngineConfig, Request
+from diagnoser.sim.fault import Fault
 from diagnoser.sim.kv_transfer import POST_SECONDS
 from diagnoser.sim.platform import Container, record_pod
 from diagnoser.sim.profiles import RenamingRecorder, Runtimes, profile
@@ -47,34 +48,6 @@ class ApiServerConfig:
     cpu_per_prompt_token: float = 1.5e-6  # tokenization, per prompt token
     cpu_per_output_token: float = 2.5e-5  # detokenization and streaming, per output token
     idle_cpu: float = 0.03  # cores used when idle
-
-
-@dataclass
-class Fault:
-    other_process_gb: float = 0.0  # GPU memory taken by another process
-    restart_seconds: float = 60.0  # time to come back after a crash or deploy
-    # The model's first N servers whose engine hangs: the process lives and its API server
-    # answers, but no step runs (a collective waiting for a dead rank, a GPU that never
-    # returns). Requests sent to it wait; its metrics stay at the last step's values.
-    hung_instances: int = 0
-    # Disaggregated prefill, seen from the decode side (engine.kv_consumer): the bandwidth a
-    # prompt's KV moves at from the prefill instance (GB/s; a NIC or RDMA path that falls back
-    # to TCP moves it at a few), and the share of transfers that fail (a prefill instance
-    # restarted, a link down, a lease that expired).
-    kv_transfer_gbps: float = 25.0
-    kv_transfer_failure: float = 0.0
-    # The model's first N servers whose first GPU is failing (an uncorrectable ECC error, XID
-    # 48): a few minutes after each start the engine touches the bad memory again and dies.
-    gpu_faulty_instances: int = 0
-    # Host memory (kube_exporters only, :mod:`diagnoser.sim.platform`): the container's memory
-    # limit (0: none), its working set at start and how fast it climbs while it serves; at the
-    # limit the kernel kills it (OOMKilled) and the kubelet restarts it.
-    memory_limit_gb: float = 0.0
-    host_memory_gb: float = 16.0
-    host_memory_growth_gb_per_min: float = 0.0
-    # The first N servers' nodes evict their pods, or are lost (:mod:`diagnoser.sim.nodes`).
-    evicted_instances: int = 0
-    lost_instances: int = 0
 
 
 @dataclass
@@ -137,12 +110,16 @@ class Server:
     # --- lifecycle ------------------------------------------------------------------------
 
     def _boot(self, t: float) -> None:
+        self.engines: list[Engine] = []
+        if self.container.cannot_start(t, self.fault.start_failure):
+            self.up, self.down_until = False, t + self.fault.restart_seconds
+            return
         probe = Engine(self.s.spec, self.s.gpu, self.s.engine, start=t)
         self.never_fits = not probe.fits_max_model_len() or probe.num_blocks <= 0
         if self.never_fits or self._oom():
             self.up = False
-            self.engines: list[Engine] = []
             self.down_until = t + self.fault.restart_seconds
+            self.container.ended(t, "Error", 1)  # the engine raised at start: exit status 1
             return
         self.up = True
         self.started_at = t
@@ -224,6 +201,12 @@ class Server:
         if self.up and self._over_memory_limit(t):
             lost = self.crash(t)
             self.container.oom_killed(t)
+            return lost
+        budget = self.fault.liveness_kill_seconds  # how long a hung engine fails its probe
+        if self.up and self.container.liveness_fails(t, self.hung, budget):
+            lost = self.crash(t)
+            self.container.killed_by_kubelet(t)
+            self.down_until += self.container.backoff  # its back-off, then the model's load
             return lost
         if not self.up and t >= self.down_until:
             self._boot(t)
@@ -376,8 +359,8 @@ class Server:
         """kube-state-metrics' and cAdvisor's series about the server's pod."""
         s, c = self.s, self.container
         pod = {"namespace": s.namespace, "pod": s.pod, "container": s.runtime}
-        waiting = "CrashLoopBackOff" if not self.up and c.backing_off(t) else ""
         limit = self.fault.memory_limit_gb
+        waiting = c.waiting(t, self.up, self.fault.start_failure)
         node = "" if self.placement.pending(t) else s.node
         record_pod(rec, t, c, pod, node, limit, self._working_set(t), waiting)
         nodes.record(rec, t, self.placement, limit, self._working_set(t))

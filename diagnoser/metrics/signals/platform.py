@@ -13,7 +13,7 @@ from diagnoser.metrics import exporters
 from diagnoser.metrics import platform as P
 from diagnoser.metrics import promql as q
 from diagnoser.metrics import promql_platform as pq
-from diagnoser.metrics.signals.base import Signal, everywhere
+from diagnoser.metrics.signals.base import TARGET, Signal, everywhere
 
 # A count of events (restarts, OOM kills) is read over five minutes at least, as the servers'
 # own restart count is, so that one event stays counted for as long as an alert counts it.
@@ -92,6 +92,17 @@ def _exporter_down(sel: tuple[str, ...]) -> str:
     return f"({up} == bool 0) * on (job, instance) group_left () group by (job, instance) ({seen})"
 
 
+def _killed(sel: tuple[str, ...]) -> str:
+    """1 for a container whose last end was a kill from outside: reason Error (not
+    OOMKilled) with a signal's exit code (``KILL_EXITS``); 0 for every pod kube-state-metrics
+    knows (so a scraped cluster reads 0, not no data)."""
+    code = q.selector(P.LAST_TERMINATED_EXITCODE.name, sel)
+    signalled = " or ".join(f"{code} == {c}" for c in P.KILL_EXITS)
+    error = q.selector(P.LAST_TERMINATED_REASON.name, (*sel, 'reason="Error"'))
+    known = q.selector(P.POD_INFO.name, sel)
+    return f"(sgn({signalled}) and on (namespace, pod, container) {error}) or {known} * 0"
+
+
 def _gpu_uncorrectable(sel: str) -> str:
     either = " or ".join(
         f"increase({f.name}{sel}[5m])"
@@ -151,6 +162,36 @@ def signals() -> list[Signal]:
             "reason: the image cannot be pulled, or the container's configuration is wrong).",
             everywhere(pq.on_pods(_reason(P.WAITING_REASON.name, P.START_FAILURES), "sum")),
             ("kube_container_start_failing", "sum"),
+        ),
+        s(
+            "container_killed",
+            "containers",
+            "The model's containers whose last termination was a kill from outside "
+            "(kube-state-metrics: reason Error with exit code 137 or 143, SIGKILL or SIGTERM): "
+            "the kubelet's kill after a failed liveness probe.",
+            everywhere(pq.on_pods(_killed, "sum")),
+            ("kube_container_killed", "sum"),
+        ),
+        s(
+            "target_start_failing",
+            "containers",
+            "1 where the target is down and its pod has a container that cannot start "
+            "(kube-state-metrics' waiting reason: the image cannot be pulled, or its "
+            "configuration is wrong), 0 where kube-state-metrics knows the pod otherwise; read "
+            "by target, through the pod on its up, so a new pod that never served is read too.",
+            everywhere(pq.on_targets(_reason(P.WAITING_REASON.name, P.START_FAILURES))),
+            ("kube_start_failing", "max"),
+            by=TARGET,
+        ),
+        s(
+            "target_crash_looping",
+            "containers",
+            "1 where the target is down and its pod has a container in CrashLoopBackOff "
+            "(kube-state-metrics): it starts and dies, and the kubelet waits longer before each "
+            "start; read by target, as target_start_failing is.",
+            everywhere(pq.on_targets(_reason(P.WAITING_REASON.name, ("CrashLoopBackOff",)))),
+            ("kube_crash_looping", "max"),
+            by=TARGET,
         ),
         s(
             "pods_evicted",
