@@ -1,6 +1,7 @@
 """Disaggregated prefill and decode: each server's side is read from its series (a KV
 connector's families, and the max_tokens its requests ask for), or named by the site; the
-finish reasons and answers are read on the decode side, and the dashboard draws both sides.
+finish reasons and answers are read on the decode side, replicas are compared within their
+side, and the dashboard draws both sides.
 
 The library's disaggregated scenarios are also diagnosed (test_diagnose_library) and their
 alerts evaluated (test_agreement) with the rest of the library: the healthy one finds and
@@ -50,6 +51,14 @@ def test_each_side_is_read_from_the_series_and_drawn_apart(scenario_library, pro
     (panel,) = [p for p in panels if p["title"] == "Output tokens per request by side"]
     decode, prefill = (_value(prom, grafana_substitute(t["expr"]), at) for t in panel["targets"])
     assert decode["pd-chat"] == pytest.approx(answers) and prefill["pd-chat"] == 1.0
+
+
+def test_replicas_are_compared_within_their_side(scenario_library, prometheus_for, site):
+    prom, at = prometheus_for(NAME), scenario_library[NAME].end
+    # The prefill server holds no request between steps and the decode servers hold their
+    # batches: set side by side they would look 1.5x out of balance, all day. Within each
+    # side the two decode servers share the load and the prefill server is alone.
+    assert _value(prom, _signal(site, "load_imbalance"), at)["pd-chat"] < 1.25
 
 
 def test_a_site_names_the_servers_of_a_side_where_the_series_cannot_tell(

@@ -25,7 +25,7 @@ from diagnoser.metrics import engines as registry
 from diagnoser.metrics.buckets import CUSTOM_FAMILIES
 from diagnoser.metrics.family import family
 from diagnoser.metrics.promql import agg, selector
-from diagnoser.metrics.signals import Signal, Vocabulary
+from diagnoser.metrics.signals import STAND_IN_LABEL, Signal, Vocabulary
 from diagnoser.metrics.signals.server import servers_of, target_up_of
 from diagnoser.plumbing.durations import parse_seconds
 from diagnoser.plumbing.source import MetricSource, OverLimit, Series
@@ -168,7 +168,13 @@ def fetch(
         SLO attainment at a model's own thresholds)."""
         t0 = time.perf_counter()
         record = records.get(sig.name) if own else None
-        expr = selector(record, tuple(matchers)) if record else query(site, sig, window, matchers)
+        # A record's series from a stand-in are left to the stand-in's own (``_stand_ins``).
+        unlabelled = (f'{STAND_IN_LABEL}=""',) if sig.stand_in else ()
+        expr = (
+            selector(record, (*matchers, *unlabelled))
+            if record
+            else query(site, sig, window, matchers)
+        )
         try:
             series = source.query_range(expr, window.first, window.end, window.step)
         except OverLimit as exc:  # which query, so that on-call knows what to narrow

@@ -231,11 +231,15 @@ def gpu_model_map(scope: Scope, *, by_host: bool = False) -> str:
     return f"({models} unless on ({hosts}) ({shared}))"
 
 
+def kept(scope: Scope, expr: str) -> str:
+    """``expr`` (per-server series) without the servers the scope leaves out (the other side
+    of a disaggregated deployment: ``sides.on_side``)."""
+    return f"({expr} unless on (job, instance) {scope.exclude})" if scope.exclude else expr
+
+
 def _rate(scope: Scope, series: str) -> str:
-    """``rate(series[window])``, without the servers the scope leaves out (the other side of a
-    disaggregated deployment: ``sides.on_side``)."""
-    rate = f"rate({series}[{scope.window}])"
-    return f"({rate} unless on (job, instance) {scope.exclude})" if scope.exclude else rate
+    """``rate(series[window])``, without the servers the scope leaves out."""
+    return kept(scope, f"rate({series}[{scope.window}])")
 
 
 # --- counters -------------------------------------------------------------------------------

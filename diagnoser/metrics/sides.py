@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from diagnoser.metrics import families as F
-from diagnoser.metrics.promql import Expr, Scope, selector, serving
+from diagnoser.metrics.promql import Expr, Scope, agg, selector, serving
 
 CONNECTOR_FAMILY = F.NIXL_XFER_TIME.name + "_count"
 SIDES = ("decode", "prefill")
@@ -53,5 +53,25 @@ def on_side(side: str, inner: Expr) -> Expr:
         mine = scope.side or side
         other = SIDES[1 - SIDES.index(mine)]
         return inner(replace(scope, side=mine, exclude=servers_on(scope, other)))
+
+    return build
+
+
+def within_each_side(inner: Expr) -> Expr:
+    """``inner`` over each side apart, the larger of the two per model: a comparison among a
+    model's servers (the busiest replica against the mean one) is made between servers of one
+    role. A prefill server and a decode server do different work by design (a prefill server's
+    queue, a decode server's batch), so setting one against the other would find an imbalance
+    in every healthy disaggregated deployment. A server on neither side is on both, so a model
+    served whole reads the same on each; a scope that names its side keeps it."""
+
+    def build(scope: Scope) -> str:
+        if scope.side:
+            return on_side(scope.side, inner)(scope)
+        each = (
+            f'label_replace({on_side(side, inner)(scope)}, "side", "{side}", "", "")'
+            for side in SIDES
+        )
+        return agg("max", scope, " or ".join(each))
 
     return build

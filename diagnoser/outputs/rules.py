@@ -19,6 +19,8 @@ import yaml
 
 from diagnoser.catalog import BY, PLACEHOLDER, TARGETS, CatalogError, Playbook
 from diagnoser.catalog.loader import OFFSET
+from diagnoser.metrics.promql import Scope
+from diagnoser.metrics.signals import STAND_IN_LABEL, Signal
 from diagnoser.site import Site
 
 HEADER = (
@@ -35,7 +37,7 @@ def recording_groups(site: Site) -> list[dict[str, Any]]:
         if sig.target_level:
             continue  # scrape health is already a series (up)
         scope = site.scope(sig)
-        model.append({"record": sig.record_name(scope.by), "expr": sig.render(scope)})
+        model.append({"record": sig.record_name(scope.by), "expr": _recorded(sig, scope, site)})
         if sig.per_instance:
             scope = site.scope(sig, instance=True)
             instance.append({"record": sig.record_name(scope.by), "expr": sig.render(scope)})
@@ -43,6 +45,19 @@ def recording_groups(site: Site) -> list[dict[str, Any]]:
         {"name": "servediag.signals.model", "rules": model},
         {"name": "servediag.signals.instance", "rules": instance},
     ]
+
+
+def _recorded(sig: Signal, scope: Scope, site: Site) -> str:
+    """A model-level signal's recorded expression: the signal, or where a model has no series
+    of it, its engine's stand-in (``Signal.stand_in``: SGLang without its token histograms),
+    as diagnose reads it, labelled ``stand_in`` with the stand-in's name. An alert on the
+    record then holds on SGLang at its defaults too, and says what it compared."""
+    expr = sig.render(scope)
+    for engine, alt in sig.stand_in.items():
+        other = site.vocabulary[alt.signal].render(scope, engine=engine)
+        labelled = f'label_replace({other}, "{STAND_IN_LABEL}", "{alt.signal}", "", "")'
+        expr = f"({expr}) or on ({', '.join(scope.by)}) {labelled}"
+    return expr
 
 
 def _fmt(value: float) -> str:

@@ -28,6 +28,7 @@ from diagnoser.metrics.signals.base import (
     DEFAULT_TTFT_SLO,
     ITL_STALL,
     MODEL,
+    STAND_IN_LABEL,
     TARGET,
     Signal,
 )
@@ -39,6 +40,7 @@ __all__ = [
     "ITL_STALL",
     "MODEL",
     "SIGNALS",
+    "STAND_IN_LABEL",
     "TARGET",
     "Signal",
     "Vocabulary",

@@ -49,6 +49,12 @@ def everywhere(expr: Expr) -> dict[str, Expr | Gap]:
     return {ANY: expr}
 
 
+# The label a signal's recording rule puts on the series it records from a stand-in
+# (``StandIn``), whose value names the stand-in: an alert on the record says what it read, and
+# ``diagnose --recorded-rules`` reads the stand-in apart, as it reads it without the rules.
+STAND_IN_LABEL = "stand_in"
+
+
 @dataclass(frozen=True)
 class StandIn:
     """A signal read in another's place, and what it is (for the evidence)."""

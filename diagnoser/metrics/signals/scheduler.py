@@ -8,6 +8,7 @@ from diagnoser.metrics import families_sglang as SG
 from diagnoser.metrics import promql as q
 from diagnoser.metrics import promql_series as rs
 from diagnoser.metrics import promql_sglang as sg
+from diagnoser.metrics import sides as sd
 from diagnoser.metrics.buckets import le_label
 from diagnoser.metrics.engines import Gap
 from diagnoser.metrics.signals.base import Signal, StandIn, on
@@ -42,9 +43,10 @@ def _load_imbalance(running: str, waiting: str) -> q.Expr:
 
     def build(scope: q.Scope) -> str:
         w = scope.window
-        each = (
+        each = q.kept(
+            scope,
             f"avg_over_time({q.selector(running, scope.matchers)}[{w}]) "
-            f"+ avg_over_time({q.selector(waiting, scope.matchers)}[{w}])"
+            f"+ avg_over_time({q.selector(waiting, scope.matchers)}[{w}])",
         )
         keys = [k for k in ("job", "instance") if k not in scope.by]
         per_server = q.agg("sum", scope, each, *keys)
@@ -119,9 +121,11 @@ def signals() -> list[Signal]:
             "x",
             "The busiest server's requests in the engine (running plus waiting, averaged over "
             "the rate window) over the mean of the model's servers: 1 when the router spreads "
-            "the load evenly, the number of servers when one takes it all.",
+            "the load evenly, the number of servers when one takes it all. A disaggregated "
+            "deployment's prefill and decode servers are compared within their side, the "
+            "larger of the two.",
             on(
-                vllm=_load_imbalance(F.RUNNING.name, F.WAITING.name),
+                vllm=sd.within_each_side(_load_imbalance(F.RUNNING.name, F.WAITING.name)),
                 sglang=_load_imbalance(SG.RUNNING.name, SG.WAITING.name),
             ),
             ("vllm_server_load_imbalance", "ratio"),
