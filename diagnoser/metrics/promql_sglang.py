@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from diagnoser.metrics import families_sglang as SG
 from diagnoser.metrics import promql as q
+from diagnoser.metrics import promql_progress
 from diagnoser.metrics.family import Family
 from diagnoser.metrics.promql import Expr, Scope
 
@@ -156,7 +157,7 @@ def rate_above(fam: Family, le: str) -> Expr:
 def stalled() -> Expr:
     """Schedulers with running requests whose token counts (prefill computed, cached and
     decoded, written at each of its log intervals) did not move over the rate window."""
-    return q.stalled(
+    return promql_progress.stalled(
         lambda scope: _one_engine(SG.RUNNING, _sel(SG.RUNNING, scope)),
         lambda scope: _rate(SG.REALTIME_TOKENS, scope),
     )

@@ -11,6 +11,7 @@ from diagnoser.metrics import promql_sglang as sg
 from diagnoser.metrics import sides as sd
 from diagnoser.metrics.buckets import le_label
 from diagnoser.metrics.engines import Gap
+from diagnoser.metrics.promql_progress import stalled
 from diagnoser.metrics.signals.base import Signal, StandIn, on
 from diagnoser.metrics.signals.traffic import REQUEST_RATE, SGLANG_REQUEST_RATE
 
@@ -192,7 +193,7 @@ def signals() -> list[Signal]:
             "sglang:realtime_tokens_total. Hung, not idle. An engine whose counter has too few "
             "samples for a rate (just started) is not judged.",
             on(
-                vllm=q.stalled(
+                vllm=stalled(
                     lambda scope: q.selector(F.RUNNING.name, scope.matchers),
                     lambda scope: (
                         f"rate({q.selector(F.GENERATION_TOKENS.name, scope.matchers)}"
