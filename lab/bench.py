@@ -11,6 +11,7 @@ import importlib
 import sys
 import time
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from diagnoser.catalog import load_catalog
@@ -216,9 +217,18 @@ def aged_set(ks: Sequence[int]) -> list[Scenario]:
     return [aged(library.find(n), k) for n in names for k in ks]
 
 
+# Disaggregated deployments with the other playbooks that apply to them, benched beside the
+# library's (which the test suite checks on every run) but kept out of it: the suite's time.
+DISAGGREGATED_WORLD = Path(__file__).resolve().parent.parent / "fixtures" / "disaggregated"
+
+
 def bench_disaggregated() -> None:
-    """The library's disaggregated deployments (a prefill server beside the decode ones)."""
+    """The disaggregated deployments (a prefill server beside the decode ones): the library's
+    and those of ``fixtures/disaggregated``."""
+    from diagnoser.sim.scenario import load_scenario
+
     chosen = [sc for sc in vllm_library() if any(m.engine.kv_producer for m in sc.models)]
+    chosen += [load_scenario(p) for p in sorted(DISAGGREGATED_WORLD.glob("*.yaml"))]
     print("accuracy on the disaggregated deployments, variants 1-8 (tuned on), 9-10 (held out):")
     bench_accuracy(scenarios=chosen)
     bench_accuracy(variants=tuple(range(1, 9)), scenarios=chosen)

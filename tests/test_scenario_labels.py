@@ -4,12 +4,15 @@ hand-built answers: no simulation, no server."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from diagnoser.sim import library
 from diagnoser.sim.labels import Expectation
 from diagnoser.sim.scenario import ScenarioError, check_labels, load_scenario
 
+ROOT = Path(__file__).resolve().parent.parent
 SCENARIO = """\
 description: A small steady server.
 duration: 20m
@@ -127,6 +130,17 @@ def test_healthy_and_incident_labels_are_judged_as_before():
 def test_every_library_label_names_a_known_playbook(catalog):
     for name in library.names():
         check_labels(library.find(name), catalog.ids())
+
+
+@pytest.mark.parametrize("world", ["healthy", "disaggregated"])
+def test_the_benches_scenarios_beside_the_library_load_and_name_known_playbooks(catalog, world):
+    """``fixtures/healthy`` and ``fixtures/disaggregated``: scenarios only the benches run."""
+    paths = sorted((ROOT / "fixtures" / world).glob("*.yaml"))
+    assert paths
+    for path in paths:
+        sc = load_scenario(path)
+        check_labels(sc, catalog.ids())
+        assert sc.name not in library.names(), sc.name
 
 
 # --- variants of incidents that end ---------------------------------------------------------
