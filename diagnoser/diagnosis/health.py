@@ -214,16 +214,14 @@ def _all_down(data: ScopeData, span: tuple[float, float]) -> float | None:
     if not inside.any():
         return None
     t, d = np.nan_to_num(total.v), np.nan_to_num(down.v)
-    held = _lasting(total.t, (t > 0) & (d >= t), parse_seconds(DOWN_HELD))
+    every = (t > 0) & (d >= t)
+    held = _lasting(total.t, every, parse_seconds(DOWN_HELD), _step(data, "targets_total"))
     return float(np.mean(held[inside]))
 
 
-def _lasting(t: np.ndarray, on: np.ndarray, least: float) -> np.ndarray:
+def _lasting(t: np.ndarray, on: np.ndarray, least: float, step: float) -> np.ndarray:
     """``on`` in the stretches that lasted ``least`` seconds or more, each sample standing
-    for its step."""
-    if t.size < 2:
-        return np.zeros_like(on)
-    step = float(np.median(np.diff(t)))
+    for its ``step``."""
     edges = np.diff(np.concatenate(([0], on.astype(np.int8), [0])))
     out = np.zeros_like(on)
     for first, after in zip(np.flatnonzero(edges == 1), np.flatnonzero(edges == -1), strict=True):

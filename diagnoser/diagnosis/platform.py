@@ -108,22 +108,19 @@ def _peak(series: dict[str, Series], name: str, span: tuple[float, float]) -> fl
     return float(v.max()) if v.size else 0.0
 
 
-def _first_rise(series: dict[str, Series], name: str, span: tuple[float, float]) -> float | None:
-    """When ``name`` last turned from zero to above it in the span (its first sample, if it
-    was up all along)."""
-    t, v = _inside(series.get(name), span)
-    on = v > 0
-    if not on.any():
-        return None
-    rises = np.flatnonzero(on[1:] & ~on[:-1]) + 1
-    return float(t[rises[-1]] if rises.size else t[np.argmax(on)])
-
-
 def _rises(s: Series | None, span: tuple[float, float]) -> np.ndarray:
-    """The times ``s`` turned from zero (or no value) to above it in the span."""
+    """The times ``s`` turned from zero (or no value) to above it in the span (its first
+    sample, if it was up from the start)."""
     t, v = _inside(s, span)
     on = v > 0
     return t[on & ~np.concatenate(([False], on[:-1]))]
+
+
+def _first_rise(series: dict[str, Series], name: str, span: tuple[float, float]) -> float | None:
+    """When ``name`` last turned from zero to above it in the span (its first sample, if it
+    was up all along)."""
+    rises = _rises(series.get(name), span)
+    return float(rises[-1]) if rises.size else None
 
 
 def _coinciding(
