@@ -5,6 +5,7 @@ arguments)."""
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import signal
@@ -195,8 +196,11 @@ def _get(url: str) -> tuple[int, str]:
 
 
 def test_the_command_serves_and_ends_on_sigterm(incident, tmp_path):
+    """With --alerts, the listener also takes Alertmanager's notifications: one JSON line on
+    stdout for each alert, the receiver's counters on /metrics."""
     prom, _ = incident
     port, log = free_port(), (tmp_path / "stderr").open("w+")
+    out = (tmp_path / "stdout").open("w+")
     proc = subprocess.Popen(
         [
             sys.executable,
@@ -213,8 +217,9 @@ def test_the_command_serves_and_ends_on_sigterm(incident, tmp_path):
             f"127.0.0.1:{port}",
             "--lookback",
             "0",
+            "--alerts",
         ],
-        stdout=subprocess.DEVNULL,
+        stdout=out,
         stderr=log,
         cwd=ROOT,
         env={**environ(), "PYTHONPATH": str(ROOT)},
@@ -236,6 +241,22 @@ def test_the_command_serves_and_ends_on_sigterm(incident, tmp_path):
         assert value(text, "servediag_stale") == 0
         status, body = _get(f"http://127.0.0.1:{port}/healthz")
         assert status == 200 and "serving" in body
+        labels = {"alertname": "VllmTtftSlo", "model_name": "llama-3.1-8b-instruct"}
+        notification = {"alerts": [{"status": "firing", "labels": labels}]}
+        req = urllib.request.Request(
+            f"http://127.0.0.1:{port}/alerts", json.dumps(notification).encode()
+        )
+        with urllib.request.urlopen(req, timeout=5) as resp:
+            assert resp.status == 200
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and not out.tell():
+            time.sleep(0.2)
+            out.seek(0, os.SEEK_END)
+        out.seek(0)
+        (record,) = [json.loads(line) for line in out.read().splitlines()]
+        assert record["alert"] == "VllmTtftSlo" and "from_cycle" in record
+        _, text = _get(f"http://127.0.0.1:{port}/metrics")
+        assert value(text, "servediag_webhook_alerts_total", outcome="queued") == 1
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=5)  # within its grace
     finally:
@@ -244,6 +265,7 @@ def test_the_command_serves_and_ends_on_sigterm(incident, tmp_path):
         log.seek(0)
         err = log.read()
         log.close()
+        out.close()
     assert proc.returncode == 0, err[-2000:]
     assert "stopped on SIGTERM" in err
 

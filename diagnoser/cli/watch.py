@@ -28,6 +28,7 @@ from diagnoser.cli.shared import (
     scope_options,
     since_option,
 )
+from diagnoser.cli.webhook import receiver, receiver_options
 
 DEFAULT_LISTEN = "127.0.0.1:9466"  # the probe's /metrics is 9464
 
@@ -61,6 +62,15 @@ DEFAULT_LISTEN = "127.0.0.1:9466"  # the probe's /metrics is 9464
     show_default=True,
     help="Connections served at once; the next wait in the listen backlog.",
 )
+@click.option(
+    "--alerts",
+    is_flag=True,
+    help="Also take Alertmanager's notifications on POST /alerts, as servediag webhook does: "
+    "each firing playbook alert's model is answered from the last cycle when that cycle is "
+    "good, at most two --every old and saw the alert begin, else diagnosed anew; one JSON "
+    "line on stdout per alert.",
+)
+@receiver_options
 @history_options
 @source_options(
     "http://localhost:9090",
@@ -77,6 +87,12 @@ def watch_cmd(
     clear_after: float,
     listen: tuple[str, int],
     max_connections: int,
+    alerts: bool,
+    slack_url: str | None,
+    dedupe_window: float,
+    queue_size: int,
+    drain_timeout: float,
+    workers: int,
     lookback: float,
     baseline: float | None,
     source: SourceOptions,
@@ -97,13 +113,17 @@ def watch_cmd(
     --clear-after. Recording rules are read wherever the site deploys them and they cover
     the window. When Prometheus is down or answers garbage, the error is counted, the last
     good cycle's findings stay served with servediag_stale 1, and the service goes on.
-    GET /healthz answers 200 while serving. Stops on SIGTERM or Ctrl-C, exit status 0 (a
-    cycle in flight is abandoned); 2 for a bad argument.
+    GET /healthz answers 200 while serving. With --alerts it is also the alerts' webhook
+    (POST /alerts; the options of servediag webhook). Stops on SIGTERM or Ctrl-C, exit
+    status 0 (a cycle in flight is abandoned; with --alerts, after diagnosing the alerts
+    it accepted, --drain-timeout, and 128 + the signal's number when a second one ends
+    that); 2 for a bad argument.
 
     \b
     Examples:
       servediag watch --prometheus-url http://prometheus:9090 --listen 0.0.0.0:9466
       servediag watch --since 30m --every 30s --model llama-3.1-8b
+      servediag watch --listen 0.0.0.0:9466 --alerts --slack-url https://hooks.slack.com/...
     """
     from click.core import ParameterSource
 
@@ -136,22 +156,42 @@ def watch_cmd(
         baseline=baseline,
         version=_version(),
     )
+    hook = None
+    if alerts:  # the alerts' diagnoses read the store as the cycles do, but never their reuse
+        hook = receiver(
+            prometheus,
+            site,
+            since=since,
+            baseline_offset=baseline,
+            slack_url=slack_url,
+            dedupe_window=dedupe_window,
+            lookback=lookback,
+            workers=workers,
+            recorded_rules=True,
+            queue_size=queue_size,
+            recent=watch.recent,
+        )
     host, port = listen
     try:
-        server = bind(watch, host, port, max_connections)
+        server = bind(watch, host, port, max_connections, hook)
     except OSError as exc:
         fail(f"cannot listen on {host}:{port}: {exc.strerror or exc}")
     stop = SignalStop()
     stop.install()
-    abandoned = serve(watch, server, stop)
+    abandoned = serve(watch, server, stop, hook, drain_timeout)
     logging.getLogger("servediag.watch").info("stopped %s", stop.why())
+    forcing = stop.forcing() if hook is not None else None
+    code = 0 if forcing is None else 128 + forcing
     if abandoned:
-        # The cycle in flight still waits on its queries, in threads Python joins at exit:
-        # up to --timeout later, past a container's grace period. Nothing of it is kept.
+        # The cycle (or an alert's diagnosis) in flight still waits on its queries, in
+        # threads Python joins at exit: up to --timeout later, past a container's grace
+        # period. Nothing of it is kept; the alerts left were printed as undone.
         logging.shutdown()
         with contextlib.suppress(OSError, ValueError):
             sys.stderr.flush()
-        os._exit(0)
+        os._exit(code)
+    if code:
+        sys.exit(code)
 
 
 def _version() -> str:

@@ -8,13 +8,15 @@ import json
 import logging
 import os
 import sys
+import threading
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from diagnoser.cli.options import (
+    F,
     SourceOptions,
     catalog_option,
     config_option,
@@ -22,9 +24,69 @@ from diagnoser.cli.options import (
     handles_errors,
     load_site,
     source_options,
+    with_options,
 )
 from diagnoser.cli.params import DURATION, Duration
 from diagnoser.cli.shared import listen_option, reading_options, since_option
+
+if TYPE_CHECKING:
+    from diagnoser.plumbing.source import MetricSource
+    from diagnoser.site import Site
+    from diagnoser.webhook.receiver import Recent, Webhook
+
+
+# How a receiver of Alertmanager's notifications works, as webhook and watch --alerts take it.
+_RECEIVER = [
+    click.option(
+        "--slack-url",
+        envvar="SERVEDIAG_SLACK_WEBHOOK_URL",
+        default=None,
+        metavar="URL",
+        help="Also post each diagnosis to this Slack-compatible incoming webhook "
+        "(also SERVEDIAG_SLACK_WEBHOOK_URL).",
+    ),
+    click.option(
+        "--dedupe-window",
+        type=Duration(zero=True),
+        default="1h",
+        show_default=True,
+        metavar="DURATION",
+        help="Skip an alert (same name, playbook and model) diagnosed less than this ago.",
+    ),
+    click.option(
+        "--queue-size",
+        type=click.IntRange(1, 100_000),
+        default=100,
+        show_default=True,
+        help="Alerts that may wait for a diagnosis; a notification that would go beyond gets "
+        "503 (Alertmanager retries), one with more new alerts than this gets 413 (set "
+        "max_alerts in Alertmanager's webhook_config).",
+    ),
+    click.option(
+        "--drain-timeout",
+        type=Duration(zero=True),
+        default="8s",
+        show_default=True,
+        metavar="DURATION",
+        help="On SIGTERM, Ctrl-C or any signal that would end it: time to diagnose the alerts "
+        "already accepted (new ones get 503); those left are printed as JSON lines with outcome "
+        "undone. The default fits Docker's 10 s before SIGKILL; a second signal ends it at once.",
+    ),
+    click.option(
+        "--workers",
+        type=click.IntRange(1, 32),
+        default=2,
+        show_default=True,
+        help="Diagnoses run at once (one per alert group at a time).",
+    ),
+]
+
+
+def receiver_options(fn: F) -> F:
+    """``--slack-url``, ``--dedupe-window``, ``--queue-size``, ``--drain-timeout`` and
+    ``--workers``: how alerts are taken, diagnosed and sent on (``receiver`` makes the
+    receiver of them)."""
+    return with_options(fn, _RECEIVER)  # type: ignore[no-any-return]
 
 
 @click.command("webhook")
@@ -41,48 +103,7 @@ from diagnoser.cli.shared import listen_option, reading_options, since_option
     help="Query resolution, rates over four steps (default: planned from --since, at least "
     "15 s with 5 m rates). Only for fast scrapes and windows of minutes.",
 )
-@click.option(
-    "--slack-url",
-    envvar="SERVEDIAG_SLACK_WEBHOOK_URL",
-    default=None,
-    metavar="URL",
-    help="Also post each diagnosis to this Slack-compatible incoming webhook "
-    "(also SERVEDIAG_SLACK_WEBHOOK_URL).",
-)
-@click.option(
-    "--dedupe-window",
-    type=Duration(zero=True),
-    default="1h",
-    show_default=True,
-    metavar="DURATION",
-    help="Skip an alert (same name, playbook and model) diagnosed less than this ago.",
-)
-@click.option(
-    "--queue-size",
-    type=click.IntRange(1, 100_000),
-    default=100,
-    show_default=True,
-    help="Alerts that may wait for a diagnosis; a notification that would go beyond gets "
-    "503 (Alertmanager retries), one with more new alerts than this gets 413 (set "
-    "max_alerts in Alertmanager's webhook_config).",
-)
-@click.option(
-    "--drain-timeout",
-    type=Duration(zero=True),
-    default="8s",
-    show_default=True,
-    metavar="DURATION",
-    help="On SIGTERM, Ctrl-C or any signal that would end it: time to diagnose the alerts "
-    "already accepted (new ones get 503); those left are printed as JSON lines with outcome "
-    "undone. The default fits Docker's 10 s before SIGKILL; a second signal ends it at once.",
-)
-@click.option(
-    "--workers",
-    type=click.IntRange(1, 32),
-    default=2,
-    show_default=True,
-    help="Diagnoses run at once (one per alert group at a time).",
-)
+@receiver_options
 @source_options("http://localhost:9090", "Prometheus-compatible API (also PROMETHEUS_URL).")
 @catalog_option
 @config_option
@@ -119,13 +140,9 @@ def webhook_cmd(
       servediag webhook --listen 0.0.0.0:9095 --prometheus-url http://prometheus:9090
       servediag webhook --listen 127.0.0.1:9095 --slack-url https://hooks.slack.com/services/...
     """
-    import threading
-
     from diagnoser.diagnosis import MIN_STEP
     from diagnoser.plumbing.source import MAX_POINTS
     from diagnoser.webhook.http import SafeFormatter, serve
-    from diagnoser.webhook.notify import SlackForwarder
-    from diagnoser.webhook.receiver import Webhook
     from diagnoser.webhook.stop import SignalStop
 
     host, port = listen
@@ -138,29 +155,18 @@ def webhook_cmd(
     handler.setFormatter(SafeFormatter("%(asctime)s %(levelname)s %(message)s"))
     logging.basicConfig(level=logging.INFO, handlers=[handler])
 
-    if slack_url is not None:
-        _check_url(slack_url, "--slack-url")
-    lock = threading.Lock()
-    write = _stdout_writer()
-
-    def emit(record: dict[str, Any]) -> None:
-        line = json.dumps(record, separators=(",", ":")) + "\n"
-        with lock:  # workers emit concurrently; a line is never split
-            write(line.encode())
-
-    hook = Webhook(
+    hook = receiver(
         source.connect(),
         site,
-        emit,
         since=since_s,
         baseline_offset=offset,
         step=step_s,
-        forwarder=SlackForwarder(slack_url, site) if slack_url else None,
+        slack_url=slack_url,
         dedupe_window=dedupe_s,
         lookback=lookback,
         workers=workers,
         recorded_rules=recorded_rules,
-        max_pending=queue_size,
+        queue_size=queue_size,
     )
     stop = SignalStop()
     stop.install()
@@ -180,6 +186,42 @@ def webhook_cmd(
         os._exit(code)
     if code:
         sys.exit(code)
+
+
+def receiver(
+    source: MetricSource,
+    site: Site,
+    *,
+    slack_url: str | None,
+    queue_size: int,
+    recent: Recent | None = None,
+    **settings: Any,
+) -> Webhook:
+    """The receiver the options describe: each record a JSON line on stdout (one at a time,
+    never split), sent on to ``slack_url`` when given (exit 2 when it is no http(s) URL);
+    ``settings`` are ``Webhook``'s."""
+    from diagnoser.webhook.notify import SlackForwarder
+    from diagnoser.webhook.receiver import Webhook
+
+    if slack_url is not None:
+        _check_url(slack_url, "--slack-url")
+    lock = threading.Lock()
+    write = _stdout_writer()
+
+    def emit(record: dict[str, Any]) -> None:
+        line = json.dumps(record, separators=(",", ":")) + "\n"
+        with lock:  # workers emit concurrently; a line is never split
+            write(line.encode())
+
+    return Webhook(
+        source,
+        site,
+        emit,
+        forwarder=SlackForwarder(slack_url, site) if slack_url else None,
+        max_pending=queue_size,
+        recent=recent,
+        **settings,
+    )
 
 
 def _stdout_writer() -> Callable[[bytes], None]:

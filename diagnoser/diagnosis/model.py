@@ -4,7 +4,7 @@ reads. ``to_json`` is the JSON contract other tools rely on (``docs/commands/dia
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from diagnoser.diagnosis.health import Health, Sli
@@ -134,6 +134,34 @@ class Diagnosis:
 
     def ruled_out(self) -> list[Match]:
         return [m for m in self.checked if m.status == "ruled_out"]
+
+    def within(self, scope: Scope) -> Diagnosis:
+        """This diagnosis as one of ``scope`` alone would read: every list kept to what lies
+        within it (``covers``: a model's own verdicts and its targets'). The window, the
+        queries and the warnings stay the whole diagnosis's. Scopes are diagnosed one by one,
+        so the findings of a model are those a diagnosis scoped to it names."""
+
+        def kept(matches: list[Match]) -> list[Match]:
+            return [m for m in matches if covers(scope, m.scope)]
+
+        return replace(
+            self,
+            findings=kept(self.findings),
+            resolved=kept(self.resolved),
+            ended_before=kept(self.ended_before),
+            undecided=kept(self.undecided),
+            checked=kept(self.checked),
+            idle=[s for s in self.idle if covers(scope, s)],
+            below_floor=[s for s in self.below_floor if covers(scope, s)],
+            scopes=[s for s in self.scopes if covers(scope, s)],
+            data={k: v for k, v in self.data.items() if covers(scope, dict(k))},
+            health=[h for h in self.health if covers(scope, h.scope)],
+            looked_back=[s for s in self.looked_back if covers(scope, s)],
+            what_if=None
+            if self.what_if is None
+            else {k: v for k, v in self.what_if.items() if covers(scope, dict(k[1]))},
+            _indexes={},
+        )
 
     def findings_for(self, scope: Scope) -> list[Match]:
         """The findings about a model scope: its own, and those of its targets."""

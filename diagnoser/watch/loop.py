@@ -207,6 +207,23 @@ class Watch:
         step = self.request.window(at).step
         return math.floor(at / step) * step
 
+    def recent(self, scope: dict[str, str], begun: float | None) -> Diagnosis | None:
+        """The last good cycle's diagnosis of ``scope`` (a model's labels, as an alert about
+        it carries them), when it is as good as a diagnosis run now: the last cycle was good
+        (nothing is stale), it began at most two turns ago, its window ends at or after
+        ``begun`` (the alert's start: the cycle saw what raised it) and its scope holds the
+        model. None otherwise: the caller diagnoses anew."""
+        if "model_name" not in scope:
+            return None  # a target's alert: its diagnosis is scoped to the target
+        with self.lock:
+            latest, at, stale = self.latest, self.last_success, self.stale
+        if latest is None or at is None or stale or self.now() - at > 2 * self.every:
+            return None
+        if begun is not None and latest.window.end < begun:
+            return None
+        mine = latest.within(scope)
+        return mine if mine.scopes else None
+
     @property
     def stale(self) -> bool:
         """Whether the last cycle failed (what is served is an older cycle's)."""

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from diagnoser.diagnosis import Diagnosis, to_json
-from diagnoser.plumbing.durations import iso
+from diagnoser.plumbing.durations import iso, parse_time
 from diagnoser.plumbing.source import MetricSource, SourceError
 from diagnoser.request import Request, Scope, run
 from diagnoser.site import Site, SiteConfig
@@ -47,6 +47,13 @@ def scope_of(alert: FiringAlert, cfg: SiteConfig) -> dict[str, str]:
     names neither (it cannot be diagnosed)."""
     keys = [*cfg.by] if "model_name" in alert.labels else ["job", "instance"]
     return {k: alert.labels[k] for k in keys if k in alert.labels}
+
+
+class Recent(Protocol):
+    """A diagnosis already made that is as good as a new one (``watch.loop.Watch.recent``):
+    that of ``scope`` from a cycle whose window ends at or after ``begun``, or None."""
+
+    def __call__(self, scope: dict[str, str], begun: float | None) -> Diagnosis | None: ...
 
 
 class Forwarder(Protocol):
@@ -80,7 +87,9 @@ class Webhook:
 
     ``emit`` receives one record per diagnosed alert (the CLI prints it as a JSON line);
     ``clock`` (monotonic seconds, for the dedupe window) and ``now`` (wall seconds, the end of
-    each diagnosis window) are injectable.
+    each diagnosis window) are injectable. With ``recent`` (``servediag watch --alerts``), an
+    alert's model is answered from the watch's last cycle when that is as good as a new
+    diagnosis, and diagnosed anew only when it is not.
     """
 
     def __init__(
@@ -99,8 +108,10 @@ class Webhook:
         max_pending: int = 100,
         clock: Callable[[], float] = time.monotonic,
         now: Callable[[], float] = time.time,
+        recent: Recent | None = None,
     ):
         self.site, self.emit = site, emit
+        self.recent = recent
         self.cfg = site.config
         # Every alert's diagnosis: this, scoped to the alert and ending when it is diagnosed.
         self.request = Request(
@@ -282,12 +293,17 @@ class Webhook:
                 return
             scope = dict(scope_items)
             names = ", ".join(job.alerts[i].name for i in indices)
-            result, error = None, None
+            result, error, cycle = None, None, None
             t0 = time.monotonic()
             try:
-                within = Scope(labels=tuple(scope.items()))
-                result = run(replace(self.request, until=self.now(), scope=within))
-                self.counters.add("diagnoses", "ok")
+                cycle = self._recent(scope, [job.alerts[i] for i in indices])
+                if cycle is not None:
+                    result = cycle
+                    self.counters.add("diagnoses", "from_watch_cycle")
+                else:
+                    within = Scope(labels=tuple(scope.items()))
+                    result = run(replace(self.request, until=self.now(), scope=within))
+                    self.counters.add("diagnoses", "ok")
             except SourceError as exc:
                 error = str(exc)
                 self.counters.add("diagnoses", "error")
@@ -298,10 +314,22 @@ class Webhook:
                 log.error("diagnosis of %s failed with an %s", _fmt_scope(scope), error)
                 log.debug("the internal error's traceback", exc_info=True)
             log.info(
-                "diagnosed %s in %.1f s for %s", _fmt_scope(scope), time.monotonic() - t0, names
+                "diagnosed %s in %.1f s for %s%s",
+                _fmt_scope(scope),
+                time.monotonic() - t0,
+                names,
+                " (the watch's last cycle)" if cycle is not None else "",
             )
             for i in indices:
-                self._deliver(job, i, scope, result, error)
+                self._deliver(job, i, scope, result, error, cycle is not None)
+
+    def _recent(self, scope: dict[str, str], alerts: list[FiringAlert]) -> Diagnosis | None:
+        """The watch's last cycle of ``scope``, when it saw the newest of ``alerts`` begin."""
+        if self.recent is None:
+            return None
+        begun = [_started(a) for a in alerts]
+        known = [b for b in begun if b is not None]
+        return self.recent(scope, max(known) if len(known) == len(begun) else None)
 
     def record(
         self,
@@ -310,6 +338,7 @@ class Webhook:
         scope: dict[str, str],
         result: Diagnosis | None,
         error: str | None,
+        from_cycle: bool = False,
     ) -> dict[str, Any]:
         playbook = a.labels.get("playbook")
         symptom = a.labels.get("symptom")
@@ -334,6 +363,8 @@ class Webhook:
             # The alert's own pattern, when it stopped holding in the window (no cause now).
             "playbook_resolved_at": iso(ended.end) if ended is not None else None,
             "since_seconds": self.request.since,
+            # The watch cycle this diagnosis is (its window's end), or None: run for the alert.
+            "from_cycle": iso(result.window.end) if result is not None and from_cycle else None,
             "diagnosis": to_json(result) if result else None,
             "error": error,
             "outcome": "failed" if error else "diagnosed",
@@ -346,10 +377,11 @@ class Webhook:
         scope: dict[str, str],
         result: Diagnosis | None,
         error: str | None,
+        from_cycle: bool = False,
     ) -> None:
         a = job.alerts[i]
         try:
-            record = self.record(a, job.group_key, scope, result, error)
+            record = self.record(a, job.group_key, scope, result, error, from_cycle)
         except Exception as exc:  # the record of a diagnosis that went wrong, without it
             error = f"internal error: {type(exc).__name__}: {exc}"[:500]
             self.counters.add("diagnoses", "internal_error")
@@ -384,6 +416,14 @@ class Webhook:
 
 def _fmt_scope(scope: dict[str, str]) -> str:
     return ", ".join(f"{k}={v}" for k, v in scope.items()) or "every model"
+
+
+def _started(a: FiringAlert) -> float | None:
+    """When the alert began (its ``startsAt``), or None when it does not say."""
+    try:
+        return parse_time(a.starts_at) if a.starts_at else None
+    except ValueError:
+        return None
 
 
 def _explained_by(result: Diagnosis | None, playbook: str | None, ids: list[str]) -> str | None:
