@@ -106,3 +106,25 @@ def test_a_real_oom_kill_is_named_from_the_real_node_exporter(tmp_path, site):
     )
     assert health.reasons[0].endswith(f"of the window: {health.platform}")
     assert health.slis[0].name == "availability" and 0.7 < health.slis[0].good < 0.9
+
+
+@pytest.mark.parametrize(
+    ("scenario", "scraped"),
+    [("healthy-steady", set()), ("pod-evicted", {"kube-state-metrics", "node-exporter"})],
+)
+def test_an_exporter_that_is_not_scraped_is_not_asked_about(
+    scenario_library, prometheus_for, site, scenario, scraped
+):
+    """The platform's joins read the servers' series over an hour at every step: asked on a
+    store with none of the exporter's series, each costs Prometheus that read for nothing."""
+    from diagnoser.diagnosis.fetch import needed_signals
+    from diagnoser.diagnosis.platform import unasked, unscraped
+
+    prom = prometheus_for(scenario)
+    end = scenario_library[scenario].end
+    absent = unscraped(PrometheusSource(prom.url), Window.plan(3600.0, end))
+    assert scraped <= {"kube-state-metrics", "cadvisor", "node-exporter"} - absent
+    skipped = unasked(needed_signals(site), absent)
+    assert ("pods_evicted" in skipped) is not bool(scraped)
+    assert ("node_memory_available_share" in skipped) is not ("node-exporter" in scraped)
+    assert "requests_waiting" not in skipped

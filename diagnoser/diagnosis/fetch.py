@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
@@ -157,10 +158,12 @@ def fetch(
     workers: int = 8,
     lookback: float = 0.0,
     records: Mapping[str, str] | None = None,
+    unasked: AbstractSet[str] = frozenset(),
 ) -> Fetched:
     """``lookback``: how far back (from the window's end) a target's model is remembered.
-    ``records``: the recording rule each signal is read from instead (``recorded.plan``)."""
-    queried = [s for s in signals if not s.attributed]
+    ``records``: the recording rule each signal is read from instead (``recorded.plan``).
+    ``unasked``: signals known to have no series (their exporter is not scraped): not asked."""
+    queried = [s for s in signals if not s.attributed and s.name not in unasked]
     records = records or {}
 
     def one(sig: Signal, own: bool = True) -> tuple[Signal, list[Series], float]:

@@ -8,6 +8,7 @@ phrase is None and the reason says which exporter would have named the cause."""
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
@@ -18,7 +19,10 @@ import numpy as np
 from diagnoser.catalog.shapes.base import events
 from diagnoser.diagnosis.fetch import query
 from diagnoser.diagnosis.window import Window
-from diagnoser.metrics.platform import KILL_EXITS
+from diagnoser.metrics import families
+from diagnoser.metrics.platform import KILL_EXITS, WITNESS
+from diagnoser.metrics.promql_platform import exporters_scraped
+from diagnoser.metrics.signals.base import Signal
 from diagnoser.plumbing.source import MetricSource, OverLimit, Series
 from diagnoser.site import Site
 
@@ -89,6 +93,35 @@ def read(
                 if key in wanted:
                     out.setdefault(key, {})[name] = s
     return out
+
+
+def unscraped(source: MetricSource, window: Window) -> frozenset[str]:
+    """The platform's exporters with no series anywhere in the store over the window's whole
+    span (its baseline too): one instant query of their witness families (``WITNESS``)."""
+    span = f"{max(1, math.ceil(window.end - window.first))}s"
+    # One point of a range query (not an instant query): a recording replays it by its step.
+    answer = source.query_range(exporters_scraped(span), window.end, window.end, window.step)
+    present = {s.labels.get("exporter") for s in answer}
+    return frozenset(e for e in WITNESS if e not in present)
+
+
+def unasked(signals: Iterable[Signal], absent: AbstractSet[str]) -> frozenset[str]:
+    """The signals that read the platform's exporters and only exporters of ``absent``: they
+    would answer no series, and are not asked (a join's other side, the servers' series over an
+    hour at every step, is what such a query costs Prometheus to read)."""
+    out = set()
+    for sig in signals:
+        needs = {p for f in sig.families if (p := _provider(f)) in WITNESS}
+        if needs and needs <= absent:
+            out.add(sig.name)
+    return frozenset(out)
+
+
+def _provider(family: str) -> str | None:
+    try:
+        return families.family(family).provider
+    except KeyError:
+        return None
 
 
 def still_to_ask(asked: AbstractSet[str]) -> tuple[str, ...]:

@@ -86,11 +86,15 @@ def _diagnose(
     if recorded_rules:
         plan = recorded.plan(source, site, rules_site, signals, window, matchers)
     records = plan.records if plan else {}
-    fetched = fetch(source, site, signals, window, matchers, workers, max(lookback, 0.0), records)
+    # The platform's signals whose exporters the store does not hold are not asked at all.
+    unasked = platform.unasked(signals, platform.unscraped(source, window))
+    fetched = fetch(
+        source, site, signals, window, matchers, workers, max(lookback, 0.0), records, unasked
+    )
     result = Diagnosis(
         window,
         site,
-        queries=fetched.queries + 2 + (plan.queries if plan else 0),
+        queries=fetched.queries + 3 + (plan.queries if plan else 0),
         query_seconds=fetched.query_seconds + (plan.seconds if plan else 0.0),
         recorded=len(records),
         not_recorded=plan.reason if plan else None,
@@ -99,7 +103,8 @@ def _diagnose(
     matches: list[Match] = []
     judged: dict[tuple[tuple[str, str], ...], tuple[ScopeData, Health]] = {}
     down = [key for key, data in fetched.models.items() if went_down(data, span)]
-    # The platform's signals the fetch read already (not from a rule) are not asked again.
+    # The platform's signals the fetch read already (not from a rule), or knew had no series,
+    # are not asked again.
     asked = {s.name for s in signals if not s.attributed and s.name not in records}
     before = {key: data.series for key, data in fetched.models.items()}
     said = (

@@ -35,6 +35,7 @@ __all__ = [
     "RESTARTS",
     "START_FAILURES",
     "WAITING_REASON",
+    "WITNESS",
 ]
 
 _C, _G = "counter", "gauge"
@@ -194,3 +195,12 @@ NODE_OOM_KILLS = _o(
     "/proc/vmstat information field oom_kill.",
     (),
 )
+
+
+# One family each exporter serves whenever it is scraped: where none of its series is in the
+# store over a diagnosis's span, the exporter is not scraped there, and nothing of it is asked.
+WITNESS = {
+    KSM: POD_INFO.name,
+    CADVISOR: CONTAINER_WORKING_SET.name,
+    NODE_EXPORTER: NODE_MEM_TOTAL.name,
+}

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from diagnoser.metrics import engines
-from diagnoser.metrics.platform import POD_INFO
+from diagnoser.metrics.platform import POD_INFO, WITNESS
 from diagnoser.metrics.promql import (
     GPU_HOST_LABEL,
     GPU_JOIN_LABELS,
@@ -110,3 +110,13 @@ def on_targets(inner: PlatformExpr) -> Expr:
         return f"max by (job, instance) ({down} * on ({pods}) group_left () ({per_pod}))"
 
     return build
+
+
+def exporters_scraped(span: str) -> str:
+    """One series for each of the platform's exporters (label ``exporter``) that served its
+    witness family (``platform.WITNESS``) anywhere within ``span`` before the query's time:
+    an instant query that reads only those few series."""
+    return " or ".join(
+        f'label_replace(group(last_over_time({family}[{span}])), "exporter", "{exporter}", "", "")'
+        for exporter, family in WITNESS.items()
+    )
