@@ -36,7 +36,7 @@ def bench_what_if_held_out() -> None:
     """diagnose --what-if and what-if on held-out workloads (``lab.whatifheldout``)."""
     from lab import whatifheldout
 
-    whatifheldout.main()
+    whatifheldout.main([])
 
 
 def bench_what_if_real() -> None:
