@@ -170,12 +170,18 @@ def what_if(
             got, noise = _judged(today_obs, slo)
             cal = judge(today, setup.gpu, *at, got, want, fitting.replays, noise)
             if not cal.ok and not today_obs.parts:  # one draw: how far chance moves it is unknown
+                held = [f.cancel() for f in results]  # levers not started wait behind it
                 again = pool.submit(with_factors(today, *at, setup.gpu), draws(fit))
                 other = _observed(pool.wait(again))
                 if other is not None:
                     today_obs = pooled([today_obs, other])
                     got, noise = _judged(today_obs, slo)
                     cal = judge(today, setup.gpu, *at, got, want, fitting.replays + 1, noise)
+                if cal.ok:
+                    results = [
+                        pool.submit(c) if cancelled else f
+                        for (_, c), f, cancelled in zip(jobs, results, held, strict=True)
+                    ]
             if cal.ok:
                 results = results or [pool.submit(cfg) for _, cfg in jobs]
                 for (i, _), f in zip(jobs, results, strict=False):

@@ -200,7 +200,7 @@ class Measured(Lengths):
         if n == 0:
             return np.zeros(0, dtype=np.int64)
         drawn = np.exp(np.interp(rng.random(n), self.shares, self.logs))
-        return np.clip(np.rint(drawn), self.min, self.max).astype(np.int64)
+        return np.asarray(np.clip(np.rint(drawn), self.min, self.max), dtype=np.int64)
 
 
 def lengths(shape: LogNormal, hist: Buckets | None, top: int) -> Lengths:
