@@ -27,7 +27,7 @@ def bench_what_if() -> None:
     """servediag what-if on one model's 1-hour window with five levers, timed."""
     from lab import whatifbench
 
-    whatifbench.main()
+    whatifbench.main([])
     bench_what_if_held_out()
     bench_what_if_real()
 
@@ -36,7 +36,7 @@ def bench_what_if_held_out() -> None:
     """diagnose --what-if and what-if on held-out workloads (``lab.whatifheldout``)."""
     from lab import whatifheldout
 
-    whatifheldout.main()
+    whatifheldout.main([])
 
 
 def bench_what_if_real() -> None:

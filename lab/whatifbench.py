@@ -88,12 +88,13 @@ def command(url: str, end: float) -> list[str]:
     return args
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     from diagnoser.sim.scenario import load_scenario
     from lab.args import refuse
 
-    if sys.argv[1:]:
-        refuse("python -m lab.whatifbench", f"takes no arguments (given: {' '.join(sys.argv[1:])})")
+    argv = sys.argv[1:] if argv is None else argv
+    if argv:
+        refuse("python -m lab.whatifbench", f"takes no arguments (given: {' '.join(argv)})")
     from lab import harness
     from lab.promserver import Prometheus
 

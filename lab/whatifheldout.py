@@ -181,11 +181,12 @@ def _variant(sc: Any, name: str, settings: dict[str, Any]) -> Any:
     return out
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     from lab.args import refuse
 
-    if sys.argv[1:]:
-        given = " ".join(sys.argv[1:])
+    argv = sys.argv[1:] if argv is None else argv
+    if argv:
+        given = " ".join(argv)
         refuse("python -m lab.whatifheldout", f"takes no arguments (given: {given})")
     findings = covered = 0
     errors: list[str] = []

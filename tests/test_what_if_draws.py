@@ -9,10 +9,26 @@ import numpy as np
 import pytest
 
 from diagnoser.whatif import replay as rp
-from diagnoser.whatif.calibrate import NOISE_Z, REMEDY, TOLERANCE, Fitting, gap, judge
+from diagnoser.whatif.calibrate import (
+    NOISE_Z,
+    REMEDY,
+    TOLERANCE,
+    Fitting,
+    calibrate,
+    gap,
+    judge,
+)
 from diagnoser.whatif.fit import EngineCache, Fit
 from diagnoser.whatif.predict import band
-from diagnoser.whatif.stats import QUANTILES, Buckets, LogNormal, Observed, pooled, quantile
+from diagnoser.whatif.stats import (
+    QUANTILES,
+    Buckets,
+    LogNormal,
+    Observed,
+    fit_lognormal,
+    pooled,
+    quantile,
+)
 from lab.real import whatif as lab
 
 BOUNDS = np.array([0.1, 0.2, 0.5, 1.0, 2.0, 5.0])
@@ -185,3 +201,51 @@ def test_a_quantile_on_a_knee_says_how_far_a_point_of_slow_tokens_moves_it():
     assert c.in_band("itl_p95") is False
     c.knee = {"itl_p95": [lo, hi]}
     assert c.in_band("itl_p95") is True
+
+
+def test_a_one_draw_replay_that_misses_is_judged_beside_a_second_draw():
+    setup = lab.setup(lab.find("kv-room"))
+    today, _ = rp.baseline(_fit(250), setup)
+    measured = _observed([0, 5, 5, 0, 0, 0, 0], 0.3, 0.0)
+    stormy = _observed([0, 0, 2, 2, 2, 2, 2], 0.3, 0.0)  # the same speeds, a queue that ran away
+
+    # Another draw as calm as the window: chance alone spans the miss, and it is no refusal.
+    cal, got = calibrate(today, setup.gpu, measured, lambda _: stormy, SLO, lambda _: measured)
+    assert cal.ok and cal.replays == 2 and len(got.parts) == 2
+    assert cal.noise["ttft_p95"] and cal.noise["ttft_p95"] > 0
+    # Another draw as stormy: chance does not reach the window, and the refusal says so.
+    cal, _ = calibrate(today, setup.gpu, measured, lambda _: stormy, SLO, lambda _: stormy)
+    assert not cal.ok and cal.replays == 2 and "ttft p95" in (cal.reason or "")
+    # A replay that matches at once is not drawn again.
+    cal, _ = calibrate(today, setup.gpu, measured, lambda _: measured, SLO, lambda _: stormy)
+    assert cal.ok and cal.replays == 1
+
+
+def _two_classes(n: int, seed: int) -> Buckets:
+    """Lengths of chat turns of about 500 tokens with one in five a document of about 2,500,
+    counted into vLLM's 1-2-5 buckets."""
+    rng = np.random.default_rng(seed)
+    x = rng.lognormal(np.log(500), 0.5, n)
+    docs = rng.random(n) < 0.2
+    x[docs] = rng.lognormal(np.log(2500), 0.25, int(docs.sum()))
+    bounds = np.array([1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000], float)
+    cum = np.array([(x <= b).sum() for b in bounds] + [n], dtype=np.float64)
+    return Buckets(bounds, cum, float(x.sum()))
+
+
+def test_lengths_a_log_normal_fits_only_loosely_are_drawn_in_the_histograms_shares():
+    hist = _two_classes(20_000, seed=4)
+    shape = fit_lognormal(hist)
+    assert shape.error > 0.03  # one log-normal, a few points off at a bound
+    drawn = rp.lengths(shape, hist, top=8191)
+    assert isinstance(drawn, rp.Measured)
+    x = drawn.sample(np.random.default_rng(0), 50_000)
+    alone = rp.Lengths(shape.median, shape.sigma).sample(np.random.default_rng(0), 50_000)
+    docs = float(hist.cumulative[11] - hist.cumulative[10]) / hist.count  # (2000, 5000]
+    assert np.mean((x > 2000) & (x <= 5000)) == pytest.approx(docs, abs=0.01)
+    assert abs(np.mean((alone > 2000) & (alone <= 5000)) - docs) > 0.05  # the tail it spreads
+    assert np.mean(x) == pytest.approx(hist.mean, rel=0.03)
+    assert x.max() <= 8191  # none past the longest the server takes
+    # A log-normal within chance of its histogram is the lengths replayed, as it was.
+    few = _two_classes(150, seed=5)
+    assert type(rp.lengths(fit_lognormal(few), few, top=8191)) is rp.Lengths

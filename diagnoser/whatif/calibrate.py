@@ -15,8 +15,11 @@ Then every figure compared (TTFT and ITL p50 and p95, KV usage, preemptions, the
 be within 30% of the measured one, or within a small absolute margin for figures near zero,
 or within twice the spread of the replay's own draws of a window as long (``NOISE_Z``): the
 measured window is one draw too, and a p95 read off a few hundred requests strays further
-than 30% by chance. Otherwise the calibration refuses and nothing is predicted. What is left
-(the residual of each figure) is the uncertainty every prediction carries.
+than 30% by chance. A replay of one draw (a window of many requests) has no such spread of
+its own: before it refuses, a second draw of other requests at the same speeds is replayed
+and the two judged together, since near overload one draw's queue can be twice another's.
+Otherwise the calibration refuses and nothing is predicted. What is left (the residual of
+each figure) is the uncertainty every prediction carries.
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ from dataclasses import dataclass, field
 
 from diagnoser.hardware.presets import GpuSpec
 from diagnoser.whatif.replay import Config
-from diagnoser.whatif.stats import Observed
+from diagnoser.whatif.stats import Observed, pooled
 
 TOLERANCE = 0.30
 CLOSE_ENOUGH = 0.03  # means this close need no factor
@@ -284,10 +287,14 @@ def calibrate(
     measured: Observed,
     run: Callable[[Config], Observed],
     slo: tuple[float, float],
+    again: Callable[[Config], Observed] | None = None,
 ) -> tuple[Calibration, Observed]:
     """Fit the two factors with ``run`` (a replay at a configuration), one replay after
     another; the calibration and the replay of today that the predictions are compared
-    with. (``predict`` runs the same steps with the levers' replays alongside.)"""
+    with. A replay of one draw that does not match is judged again with a second draw
+    (``again``: the same configuration, other requests) beside it, so that chance has a
+    measure before the calibration refuses. (``predict`` runs the same steps with the
+    levers' replays alongside.)"""
     want = measured.figures(*slo)
     fitting = Fitting(today, gpu, seen(measured, slo))
     at = (1.0, 1.0)
@@ -295,8 +302,11 @@ def calibrate(
     while (step := fitting.next(at, seen(got_obs, slo))) is not None:
         at = step
         got_obs = run(with_factors(today, *at, gpu))
-    got = got_obs.figures(*slo)
-    cal = judge(today, gpu, *at, got, want, fitting.replays, got_obs.noise(*slo))
+    cal = judge(today, gpu, *at, got_obs.figures(*slo), want, fitting.replays, got_obs.noise(*slo))
+    if not cal.ok and again is not None and not got_obs.parts:
+        got_obs = pooled([got_obs, again(with_factors(today, *at, gpu))])
+        got, noise = got_obs.figures(*slo), got_obs.noise(*slo)
+        cal = judge(today, gpu, *at, got, want, fitting.replays + 1, noise)
     return cal, got_obs
 
 

@@ -2,7 +2,8 @@
 
 From vLLM's own series over the window: the arrival rate at each step (requests finished in
 the step plus the change in requests inside the servers, so a queue that builds counts as
-arrivals), prompt and output lengths as log-normals fitted to the token histograms, the share
+arrivals), prompt and output lengths as log-normals fitted to the token histograms (and the
+histograms themselves, whose buckets' shares the replay keeps), the share
 stopping on length (which places the ``max_tokens`` cap), the prefix-cache hit rate, the
 number of servers and engines, and the engine's KV cache from ``vllm:cache_config_info``.
 The window's own latencies, KV usage, preemptions and queue are kept as what was measured,
@@ -96,6 +97,10 @@ class Fit:
     # The whole window fitted, when the replay covers only its steadiest busy part
     # (``start``-``end``); None when it covers all of it.
     window: tuple[float, float] | None = None
+    # The window's prompt and output token histograms: the replay draws each bucket's share
+    # of the lengths from them (None: from the log-normals alone).
+    prompt_hist: Buckets | None = None
+    output_hist: Buckets | None = None
 
     @property
     def seconds(self) -> float:
@@ -340,6 +345,8 @@ def fit_window(
         notes=notes,
         window=window,
         backlog=backlog,
+        prompt_hist=prompt_b,
+        output_hist=output_b,
     )
 
 

@@ -49,9 +49,10 @@ from diagnoser.whatif.replay import (
     ReplayError,
     Setup,
     baseline,
+    draws,
     replay,
 )
-from diagnoser.whatif.stats import METRICS, Observed
+from diagnoser.whatif.stats import METRICS, Observed, pooled
 
 
 @dataclass
@@ -132,7 +133,9 @@ def what_if(
     levers at the factors being tried, alongside it; a replay that moves the factors again
     drops them (those not yet started cost nothing). The levers wait for the calibration
     otherwise: on a machine shared with other work, replays that a refusal or a further step
-    would throw away take the time of those that count. A refusal replays no lever.
+    would throw away take the time of those that count. A replay of one draw that does not
+    match is judged again beside a second draw of other requests (``calibrate.calibrate``),
+    on the first worker free. A refusal replays no lever.
 
     ``deadline`` (``time.monotonic()``) bounds it all: a replay not done by then is stopped,
     and what it would have said is ``LATE`` (the calibration: ``late``, nothing predicted).
@@ -164,8 +167,21 @@ def what_if(
                 outcomes[i].error = LATE
             got: dict[str, float | None] = dict(cal.replayed)
         else:
-            got, noise = today_obs.figures(*slo), today_obs.noise(*slo)
+            got, noise = _judged(today_obs, slo)
             cal = judge(today, setup.gpu, *at, got, want, fitting.replays, noise)
+            if not cal.ok and not today_obs.parts:  # one draw: how far chance moves it is unknown
+                held = [f.cancel() for f in results]  # levers not started wait behind it
+                again = pool.submit(with_factors(today, *at, setup.gpu), draws(fit))
+                other = _observed(pool.wait(again))
+                if other is not None:
+                    today_obs = pooled([today_obs, other])
+                    got, noise = _judged(today_obs, slo)
+                    cal = judge(today, setup.gpu, *at, got, want, fitting.replays + 1, noise)
+                if cal.ok:
+                    results = [
+                        pool.submit(c) if cancelled else f
+                        for (_, c), f, cancelled in zip(jobs, results, held, strict=True)
+                    ]
             if cal.ok:
                 results = results or [pool.submit(cfg) for _, cfg in jobs]
                 for (i, _), f in zip(jobs, results, strict=False):
@@ -181,6 +197,13 @@ def what_if(
         notes=[*fit.notes, *notes, *_knife_edge(cal)],
         seconds=time.monotonic() - t0,
     )
+
+
+def _judged(
+    obs: Observed, slo: tuple[float, float]
+) -> tuple[dict[str, float | None], dict[str, float | None]]:
+    """A replay of today's figures and their spread over its draws (what ``judge`` takes)."""
+    return obs.figures(*slo), obs.noise(*slo)
 
 
 def unique(levers: list[Lever]) -> list[Lever]:
@@ -274,6 +297,10 @@ def _observed(got: Observed | str) -> Observed | None:
     return got
 
 
+# A replay's arguments: the fit, the setup, the configuration, the first draw.
+_Args = tuple[Fit, Setup, Config, int]
+
+
 class _Pending(Protocol):
     def result(self, timeout: float | None = None) -> Observed | str: ...
 
@@ -284,8 +311,8 @@ class _Later:
     """A replay in this process, run when its result is first asked for (never, once
     cancelled), stopped when ``late()``."""
 
-    def __init__(self, args: tuple[Fit, Setup, Config], late: Late):
-        self.args: tuple[Fit, Setup, Config] | None = args
+    def __init__(self, args: _Args, late: Late):
+        self.args: _Args | None = args
         self.late = late
         self.got: Observed | str | None = None
 
@@ -329,8 +356,9 @@ class _Replays:
     def late(self) -> bool:
         return self.deadline is not None and time.monotonic() >= self.deadline
 
-    def submit(self, cfg: Config) -> _Pending:
-        args = (self.fit, self.setup, cfg)
+    def submit(self, cfg: Config, first: int = 0) -> _Pending:
+        """A replay of ``cfg``, its draws from the ``first`` on (``replay``)."""
+        args = (self.fit, self.setup, cfg, first)
         if self.pool is None:
             return _Later(args, self.late)
         return self.pool.submit(_safe, args)
@@ -428,8 +456,9 @@ def _late_here() -> bool:
     return _DEADLINE is not None and time.monotonic() >= _DEADLINE
 
 
-def _safe(args: tuple[Fit, Setup, Config], late: Late | None = None) -> Observed | str:
+def _safe(args: _Args, late: Late | None = None) -> Observed | str:
+    fit, setup, cfg, first = args
     try:
-        return replay(*args, late=late or _late_here)
+        return replay(fit, setup, cfg, late or _late_here, first)
     except ReplayError as exc:
         return str(exc)

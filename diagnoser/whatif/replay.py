@@ -1,11 +1,12 @@
 """The fitted workload replayed through the simulator, read off its histograms directly.
 
 A replay builds one model's scenario from a ``Fit`` (the arrival rate step by step, the
-fitted lengths, the prefix-cache hits, the servers and their engine) and runs the simulator's
-servers without writing any series: after a warm-up at the window's first rates, the
-histograms and counters are read at the window's start and end, and KV usage and the queue
-are sampled at every scrape interval, as Prometheus would have. Every replay of one fit uses
-the same random draws, so two configurations see the same requests.
+lengths in the shares of the server's histograms, the prefix-cache hits, the servers and
+their engine) and runs the simulator's servers without writing any series: after a warm-up
+at the window's first rates, the histograms and counters are read at the window's start and
+end, and KV usage and the queue are sampled at every scrape interval, as Prometheus would
+have. Every replay of one fit uses the same random draws, so two configurations see the same
+requests.
 
 A window of few requests is replayed several times over, each time with other draws of
 arrivals and lengths, and the draws pooled: a p95 read off 200 requests rests on ten of them,
@@ -40,7 +41,7 @@ from diagnoser.sim.scenario import Change, Client, ModelScenario, Probe, Scenari
 from diagnoser.sim.server import ApiServerConfig, Fault
 from diagnoser.sim.workload import Lengths, Rate, Workload
 from diagnoser.whatif.fit import Fit
-from diagnoser.whatif.stats import Buckets, Observed, pooled
+from diagnoser.whatif.stats import Buckets, LogNormal, Observed, length_table, pooled
 
 WARMUP = 180.0  # seconds replayed at the window's first rates before it is read
 RUSH = 60.0  # the warm-up's last seconds, in which the queue the window began with arrives
@@ -56,6 +57,9 @@ BURST_STEPS = 10
 # other draws, up to MAX_DRAWS times (a draw costs as much as the window's requests).
 DRAW_REQUESTS = 2000
 MAX_DRAWS = 8
+# A log-normal this close to a length histogram's CDF at every bound (or as close as chance
+# lets the histogram be) is the lengths replayed; further, the histogram's buckets are.
+LOGNORMAL_GAP = 0.02
 # Simulated seconds between two looks at whether the replay is late (a few milliseconds of
 # work at the busiest loads replayed).
 LOOK = 30
@@ -177,6 +181,41 @@ def smooth(rates: np.ndarray, step: float, seconds: float = SMOOTH) -> np.ndarra
     return np.asarray(base + keep * left, dtype=np.float64)
 
 
+def lognormal_fits(shape: LogNormal, count: float) -> bool:
+    """Whether the log-normal's largest gap to the CDF of ``count`` measured lengths is within
+    chance (twice a CDF's standard error at its widest, ``1/sqrt(count)``), or within
+    ``LOGNORMAL_GAP`` however many there are."""
+    return shape.error <= max(LOGNORMAL_GAP, 1.0 / math.sqrt(max(count, 1.0)))
+
+
+@dataclass
+class Measured(Lengths):
+    """Lengths drawn from a table of cumulative shares and log-lengths (``length_table``):
+    the server's histogram, bucket by bucket."""
+
+    shares: np.ndarray = dataclasses.field(default_factory=lambda: np.array([0.0, 1.0]))
+    logs: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(2))
+
+    def sample(self, rng: np.random.Generator, n: int) -> np.ndarray:
+        if n == 0:
+            return np.zeros(0, dtype=np.int64)
+        drawn = np.exp(np.interp(rng.random(n), self.shares, self.logs))
+        return np.asarray(np.clip(np.rint(drawn), self.min, self.max), dtype=np.int64)
+
+
+def lengths(shape: LogNormal, hist: Buckets | None, top: int) -> Lengths:
+    """What the replay draws lengths from: the log-normal where it is as close to the
+    histogram as chance lets a histogram be (``lognormal_fits``), else the histogram's
+    buckets in their measured shares, shaped within each by the log-normal
+    (``length_table``). A log-normal a few points off the buckets' CDF can hold a second
+    class of long prompts (documents among chat turns) at a fraction of its weight, and long
+    prompts are what fill a KV cache and make it preempt."""
+    if hist is None or hist.count <= 0 or lognormal_fits(shape, hist.count):
+        return Lengths(median=shape.median, sigma=shape.sigma)
+    shares, logs = length_table(hist, shape, max(2, top))
+    return Measured(median=shape.median, sigma=shape.sigma, shares=shares, logs=logs)
+
+
 def scenario(fit: Fit, setup: Setup, cfg: Config, seed: int = SEED) -> Scenario:
     """The fit as a one-model scenario: a warm-up, then the window's rates step by step
     (the scenario's objects are its own: the simulation changes them as it runs)."""
@@ -194,8 +233,8 @@ def scenario(fit: Fit, setup: Setup, cfg: Config, seed: int = SEED) -> Scenario:
         timeline.insert(0, Change(at=WARMUP - RUSH, set={"workload.rate.mean": rushed}))
     workload = Workload(
         rate=Rate(mean=first, noise=0.0),
-        prompt=Lengths(median=fit.prompt.median, sigma=fit.prompt.sigma),
-        output=Lengths(median=fit.output.median, sigma=fit.output.sigma),
+        prompt=lengths(fit.prompt, fit.prompt_hist, cfg.engine.max_model_len - 1),
+        output=lengths(fit.output, fit.output_hist, cfg.engine.max_model_len),
         max_tokens=cfg.max_tokens,
     )
     m = ModelScenario(
@@ -273,12 +312,15 @@ def draws(fit: Fit) -> int:
 Late = Callable[[], bool]
 
 
-def replay(fit: Fit, setup: Setup, cfg: Config, late: Late | None = None) -> Observed:
+def replay(
+    fit: Fit, setup: Setup, cfg: Config, late: Late | None = None, first: int = 0
+) -> Observed:
     """Replay the fit at ``cfg``; what the servers did over the window's span, pooled over
     ``draws(fit)`` draws, each from the same warm-up (a queue that runs away grows as long in
-    each as it would in the window). ``OutOfTime`` once ``late()`` says so."""
-    parts = [observe(scenario(fit, setup, cfg, SEED + k), WARMUP, late) for k in range(draws(fit))]
-    return pooled(parts)
+    each as it would in the window), the draws ``first`` onwards. ``OutOfTime`` once
+    ``late()`` says so."""
+    seeds = range(SEED + first, SEED + first + draws(fit))
+    return pooled([observe(scenario(fit, setup, cfg, seed), WARMUP, late) for seed in seeds])
 
 
 def observe(sc: Scenario, skip: float, late: Late | None = None) -> Observed:

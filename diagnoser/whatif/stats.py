@@ -134,6 +134,44 @@ def fit_lognormal(b: Buckets, length_share: float = 0.0) -> LogNormal:
     return LogNormal(math.exp(best_mu), best_sigma, cap_value, gap)
 
 
+# Points of a length table within each bucket (``length_table``).
+TABLE_POINTS = 48
+
+
+def length_table(b: Buckets, shape: LogNormal, top: float) -> tuple[np.ndarray, np.ndarray]:
+    """The lengths as the server's histogram has them, as a table to draw from: cumulative
+    shares and the logarithms of the lengths at them (increasing, from 0 to 1). Each bucket
+    keeps its measured share of the requests, so a second class of lengths (documents among
+    chat turns) that one log-normal spreads over its tail keeps its weight where it was;
+    within a bucket the lengths follow ``shape`` (log-uniform where it has next to no
+    mass). None lie above ``top`` (the longest a server takes): a bucket past it ends
+    there."""
+    total = b.count
+    if total <= 0:
+        raise ValueError("an empty histogram")
+    mu, sigma = math.log(shape.median), max(shape.sigma, 1e-3)
+    finite = [float(x) for x in b.bounds if 0 < x < top]
+    edges = [min(0.5, finite[0] / 2) if finite else 0.5, *finite, float(top)]
+    counts = b.cumulative[: b.bounds.size]  # the finite bounds' (the last count is +Inf's)
+    below = [0.0, *[float(c) / total for c, x in zip(counts, b.bounds, strict=True) if 0 < x < top]]
+    shares, logs = [np.zeros(1)], [np.array([math.log(edges[0])])]
+    for k in range(len(edges) - 1):
+        lo, hi = edges[k], edges[k + 1]
+        start, end = below[k], below[k + 1] if k + 1 < len(below) else 1.0
+        if end - start <= 0 or hi <= lo:
+            continue
+        x = np.linspace(math.log(lo), math.log(hi), TABLE_POINTS + 1)[1:]
+        f = _cdf((x - mu) / sigma)
+        f0 = float(_cdf(np.array([(math.log(lo) - mu) / sigma]))[0])
+        mass = float(f[-1]) - f0
+        frac = (f - f0) / mass if mass > 1e-9 else (x - math.log(lo)) / (x[-1] - math.log(lo))
+        shares.append(start + (end - start) * np.clip(frac, 0.0, 1.0))
+        logs.append(x)
+    cum, at = np.concatenate(shares), np.concatenate(logs)
+    keep = np.concatenate([[True], np.diff(cum) > 0])  # strictly increasing, for np.interp
+    return cum[keep] / cum[keep][-1], at[keep]
+
+
 # Each latency quantile: the histogram it is read from, and where.
 QUANTILE_OF = {
     "ttft_p50": ("ttft", 0.5),
