@@ -23,7 +23,7 @@ import numpy as np
 
 from diagnoser.catalog.shapes.base import episodes, events, whole
 from diagnoser.diagnosis.match import ScopeData
-from diagnoser.diagnosis.platform import UNREAD
+from diagnoser.diagnosis.platform import NEVER_UNREAD, UNREAD
 from diagnoser.metrics.signals.server import DOWN_HELD
 from diagnoser.plumbing.durations import parse_seconds
 from diagnoser.site import Site
@@ -106,6 +106,9 @@ class Health:
     # Of the window, the share with every target of the model down: no request could be
     # served, which the availability SLI counts as unavailable time.
     all_down_share: float | None = None
+    # Of its targets, those a rollout's new pods that never served (``run._heirs``): counted
+    # as its own, so the time none of its targets answers is unavailable.
+    never_served: int = 0
     # Why its servers went down, as the platform says it (``diagnosis.platform``); None where
     # nothing went down or nothing of the platform is scraped.
     platform: str | None = None
@@ -244,10 +247,12 @@ def assess(
     window: tuple[float, float],
     before: tuple[float, float],
     platform: str | None = None,
+    never_served: int = 0,
 ) -> Health:
     """The scope's state over ``window``; ``before`` is a period it may have served in;
-    ``platform`` the platform's reason its servers went down, where it says one."""
-    h = Health(dict(data.scope), platform=platform)
+    ``platform`` the platform's reason its servers went down, where it says one;
+    ``never_served`` of its targets (in ``data``'s) are new pods that never served."""
+    h = Health(dict(data.scope), platform=platform, never_served=never_served)
     objectives = site.config.slo.for_labels(data.scope)
     rate = _inside(data, "request_rate", window)
     h.request_rate = _mean(rate)
@@ -291,7 +296,9 @@ def assess(
     total = _inside(data, "targets_total", window)
     down = _inside(data, "targets_down", window)
     if total is not None and total.size:
-        h.targets_total = whole(float(np.nanmax(total, initial=0.0)))
+        # With a rollout's new pods: those at the end (the pods they replaced are gone).
+        most = np.nan_to_num(total[-1:]) if never_served else total
+        h.targets_total = whole(float(np.nanmax(most, initial=0.0)))
         h.targets_down = whole(float(down[-1])) if down is not None and down.size else 0
         h.down_since = _down_since(data, window) if h.targets_down else None
         h.down_share = float(np.mean(np.nan_to_num(down) > 0)) if down is not None else 0.0
@@ -357,13 +364,18 @@ def _verdict(h: Health, seconds: float) -> None:
             if h.down_since is not None
             else " all through the window"
         )
-        why = h.platform or (
-            "a crash or kill with no restart, or a restart that fails to start (the server's "
-            f"log and exit status tell which; {UNREAD})"
-        )
-        reasons.append(
-            f"{h.targets_down} of {h.targets_total} target(s) down{since}, after serving: {why}"
-        )
+        if h.never_served:
+            after = (
+                f"{min(h.never_served, h.targets_down)} of them a rollout's new pods that never "
+                f"served: {h.platform or NEVER_UNREAD}"
+            )
+        else:
+            after = "after serving: " + (
+                h.platform
+                or "a crash or kill with no restart, or a restart that fails to start (the "
+                f"server's log and exit status tell which; {UNREAD})"
+            )
+        reasons.append(f"{h.targets_down} of {h.targets_total} target(s) down{since}, {after}")
     elif h.down_share is not None and h.down_share >= DOWN_SHARE:
         downtime = f"a target was down {h.down_share:.0%} of the window"
         if h.platform and h.restarts < 2:  # (two or more: the restarts say it below)

@@ -111,6 +111,24 @@ def _gpu_uncorrectable(sel: str) -> str:
     return f"({either})"
 
 
+def _restarts_in(scope: q.Scope) -> pq.PlatformExpr:
+    return lambda sel: f"increase({q.selector(P.RESTARTS.name, sel)}[{scope.window}])"
+
+
+def target_reads() -> dict[str, q.Expr]:
+    """What kube-state-metrics says of each scrape target's own pod, by target
+    (``pq.by_target``), for a pod that never served (a rollout's new pod, which no model
+    series joins to): why its container waits and last ended (by ``reason``), its last exit
+    code, its restarts over the window and its memory limit."""
+    return {
+        "waiting_reason": pq.by_target(_ksm(P.WAITING_REASON.name), keep="reason"),
+        "terminated_reason": pq.by_target(_ksm(P.LAST_TERMINATED_REASON.name), keep="reason"),
+        "container_exit_code": pq.by_target(_ksm(P.LAST_TERMINATED_EXITCODE.name)),
+        "container_restarts": lambda scope: pq.by_target(_restarts_in(scope))(scope),
+        "container_memory_limit_bytes": pq.by_target(_ksm(P.CONTAINER_LIMITS.name, _MEMORY)),
+    }
+
+
 def signals() -> list[Signal]:
     s = Signal
     return [
