@@ -392,6 +392,16 @@ def _verdict(h: Health, seconds: float) -> None:
             h.notes.append(f"{said}, none at its end")
         else:
             reasons.append(said)
+    if h.platform and not any(h.platform in said for said in (*reasons, *h.notes)):
+        # Downtime too short to be a reason of its own, or a target that left service
+        # discovery at once (an evicted pod, replaced elsewhere): the platform says why.
+        if h.down_seconds:
+            how = f"a target was down {h.down_seconds:.0f} s"
+        elif h.restarts:
+            how = "a server restarted"
+        else:
+            how = "a server's target left service discovery at once"
+        (h.notes if h.calm_now else reasons).append(f"{how}: {h.platform}")
     if h.stopped_at is not None:
         when = time.strftime("%H:%M UTC", time.gmtime(h.stopped_at))
         reasons.append(
