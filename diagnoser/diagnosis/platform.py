@@ -148,7 +148,7 @@ def read_targets(
                 continue
             # Restarts add up over the pods; a reason, a code or a limit: the highest.
             fn = np.add if as_ == "container_restarts" else np.fmax
-            out[as_] = _merged(out.get(as_), s, fn)
+            out[as_] = merged(out.get(as_), s, fn)
             on = s.t[np.nan_to_num(s.v) > 0]
             if as_ == "container_start_failing" and said and on.size:
                 waited[said] = min(waited.get(said, np.inf), float(on[0]))
@@ -159,7 +159,7 @@ def read_targets(
     return out, len(exprs)
 
 
-def _merged(a: Series | None, b: Series, fn: np.ufunc) -> Series:
+def merged(a: Series | None, b: Series, fn: np.ufunc) -> Series:
     """``a`` and ``b`` as one series: at each time both have a value, ``fn`` of the two."""
     if a is None:
         return Series({}, b.t, b.v)

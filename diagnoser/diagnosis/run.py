@@ -125,7 +125,7 @@ def _diagnose(
             matches.append(judge(pb, data, span, base, window.step))
     by = site.config.by
     heirs = _heirs(fetched, result.health, by)
-    _inherit(source, site, window, workers, fetched, heirs, result, judged)
+    _inherit(source, site, window, workers, fetched, heirs, result, judged, matches)
     for target, data in sorted(fetched.targets.items()):
         in_time(source)
         result.data[data.key] = data
@@ -201,11 +201,14 @@ def _inherit(
     heirs: dict[Target, Served],
     result: Diagnosis,
     judged: dict[tuple[tuple[str, str], ...], tuple[ScopeData, Health]],
+    matches: list[Match],
 ) -> None:
     """Each model given targets that never served (``_heirs``) judged again with them as its
     own targets: the time none of them answers is unavailable, and the reason says why its
     new pods never came up, as their own pods' series say it (``platform.read_targets``).
-    Its playbooks were judged on its own targets, and stay so."""
+    The playbooks that require a platform signal those pods' series gave are judged again
+    with them (a liveness probe that kills the new pods while they load); the others stay
+    judged on the model's own targets."""
     given: dict[tuple[str, ...], list[Target]] = {}
     for target, owner in heirs.items():
         given.setdefault(owner.model, []).append(target)
@@ -230,6 +233,12 @@ def _inherit(
         )
         result.health[result.health.index(old)] = new
         judged[key] = (data, new)
+        heard = {n: platform.merged(data.series.get(n), s, np.fmax) for n, s in said.items()}
+        with_pods = replace(data, series={**data.series, **heard})
+        for i, m in enumerate(matches):
+            sig = m.playbook.signature
+            if m.scope == data.scope and sig is not None and set(sig.requires) & set(said):
+                matches[i] = judge(m.playbook, with_pods, window.span, window.baseline, window.step)
 
 
 def window_verdicts(matches: Sequence[Match], scope: dict[str, str]) -> dict[str, Match]:

@@ -119,11 +119,13 @@ def target_reads() -> dict[str, q.Expr]:
     """What kube-state-metrics says of each scrape target's own pod, by target
     (``pq.by_target``), for a pod that never served (a rollout's new pod, which no model
     series joins to): why its container waits and last ended (by ``reason``), its last exit
-    code, its restarts over the window and its memory limit."""
+    code, whether that end was a kill from outside, its restarts over the window and its
+    memory limit."""
     return {
         "waiting_reason": pq.by_target(_ksm(P.WAITING_REASON.name), keep="reason"),
         "terminated_reason": pq.by_target(_ksm(P.LAST_TERMINATED_REASON.name), keep="reason"),
         "container_exit_code": pq.by_target(_ksm(P.LAST_TERMINATED_EXITCODE.name)),
+        "container_killed": pq.by_target(_killed),
         "container_restarts": lambda scope: pq.by_target(_restarts_in(scope))(scope),
         "container_memory_limit_bytes": pq.by_target(_ksm(P.CONTAINER_LIMITS.name, _MEMORY)),
     }
@@ -199,6 +201,17 @@ def signals() -> list[Signal]:
             "by target, through the pod on its up, so a new pod that never served is read too.",
             everywhere(pq.on_targets(_reason(P.WAITING_REASON.name, P.START_FAILURES))),
             ("kube_start_failing", "max"),
+            by=TARGET,
+        ),
+        s(
+            "target_killed",
+            "containers",
+            "1 where the target is down and its pod's container last ended killed from outside "
+            "(kube-state-metrics: reason Error with exit code 137 or 143, the kubelet's kill "
+            "after a failed liveness probe), 0 where kube-state-metrics knows the pod otherwise; "
+            "read by target, as target_start_failing is.",
+            everywhere(pq.on_targets(_killed)),
+            ("kube_killed", "max"),
             by=TARGET,
         ),
         s(
