@@ -108,6 +108,13 @@ def test_a_real_oom_kill_is_named_from_the_real_node_exporter(tmp_path, site):
     )
     assert health.reasons[0].endswith(f"of the window: {health.platform}")
     assert health.slis[0].name == "availability" and 0.7 < health.slis[0].good < 0.9
+    # Without kube-state-metrics, the playbook reads node-exporter's kill as the server went
+    # down in its place: found, at the lower confidence of what cannot name the process.
+    (oom,) = [m for m in result.findings if m.playbook.id == "container-oom-killed"]
+    assert oom.confidence <= 0.7
+    assert [r.condition.signal for r in oom.results if r.group == "all"] == [
+        "host_oom_kills_at_down"
+    ]
 
 
 def _never_served(t0: float) -> str:

@@ -69,9 +69,8 @@ def needed_signals(site: Site, catalog: Catalog | None = None) -> list[Signal]:
     for pb in (catalog or site.catalog).detectable():
         assert pb.signature is not None
         names |= set(pb.evidence)
-        if pb.signature.onset:
-            names.add(pb.signature.onset)
-        names.update(pb.signature.requires)
+        for sig in filter(None, (pb.signature, pb.signature.otherwise)):
+            names.update((*sig.requires, *filter(None, (sig.onset,))))
         for c in pb.signature.conditions():
             names.update(c.needs())
     names |= {site.vocabulary[n].ceiling for n in names} - {""}
