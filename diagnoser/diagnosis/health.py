@@ -103,6 +103,9 @@ class Health:
     down_seconds: float = 0.0  # how long any target was down in the window
     down_episodes: int = 0  # separate stretches of it
     restarts: int = 0  # distinct restarts (separate rises of the restart count)
+    # The synthetic probe's failed share outside the time every target was down (None: no
+    # probe runs): counted in the availability SLI where it saw more fail than the servers.
+    probe_error_share: float | None = None
     # Of the window, the share with every target of the model down: no request could be
     # served, which the availability SLI counts as unavailable time.
     all_down_share: float | None = None
@@ -210,16 +213,43 @@ def _all_down(data: ScopeData, span: tuple[float, float]) -> float | None:
     that lasted ``DOWN_HELD`` or more (one failed scrape among good ones is no outage; None:
     no target series). Read afterwards, a stretch counts whole; the recording rules, which
     cannot wait to see how long it lasts, count it from its first minute on."""
+    every = _every_down(data)
+    if every is None:
+        return None
+    t, on = every
+    inside = (t >= span[0]) & (t <= span[1])
+    if not inside.any():
+        return None
+    held = _lasting(t, on, parse_seconds(DOWN_HELD), _step(data, "targets_total"))
+    return float(np.mean(held[inside]))
+
+
+def _every_down(data: ScopeData) -> tuple[np.ndarray, np.ndarray] | None:
+    """The times of the scope's target series, and whether every target was down at each
+    (None: no target series)."""
     total, down = data.series.get("targets_total"), data.series.get("targets_down")
     if total is None or down is None or total.t.size != down.t.size:
         return None
-    inside = (total.t >= span[0]) & (total.t <= span[1])
-    if not inside.any():
-        return None
     t, d = np.nan_to_num(total.v), np.nan_to_num(down.v)
-    every = (t > 0) & (d >= t)
-    held = _lasting(total.t, every, parse_seconds(DOWN_HELD), _step(data, "targets_total"))
-    return float(np.mean(held[inside]))
+    return total.t, (t > 0) & (d >= t)
+
+
+def _probe_errors(data: ScopeData, span: tuple[float, float]) -> float | None:
+    """The synthetic probe's failed share of its requests over ``span`` (the mean of its
+    samples; None where no probe runs), outside the time every target was down and the rate
+    window after it (that time is counted already, as unavailable time): what the clients
+    saw fail that the servers may never have counted - a connection refused by a server that
+    is down while others serve, a gateway's 502, a stream cut off."""
+    s = data.series.get("probe_error_share")
+    if s is None:
+        return None
+    keep = (s.t >= span[0]) & (s.t <= span[1]) & np.isfinite(s.v)
+    every = _every_down(data)
+    if every is not None:
+        downs = every[0][every[1]]
+        lo = np.searchsorted(downs, s.t - max(data.smoothing, _step(data, "targets_total")))
+        keep &= np.searchsorted(downs, s.t, side="right") == lo
+    return float(np.mean(s.v[keep])) if keep.any() else None
 
 
 def _lasting(t: np.ndarray, on: np.ndarray, least: float, step: float) -> np.ndarray:
@@ -233,12 +263,17 @@ def _lasting(t: np.ndarray, on: np.ndarray, least: float, step: float) -> np.nda
     return out
 
 
-def _available(error_share: float | None, all_down: float | None) -> float | None:
+def _available(
+    error_share: float | None, all_down: float | None, probe: float | None = None
+) -> float | None:
     """The availability SLI: the requests served without an error, over the time anything
-    could be served (time with every target down is unavailable, whatever was counted)."""
-    if error_share is None and not all_down:
+    could be served (time with every target down is unavailable, whatever was counted). The
+    failed share is the servers' count or, where a probe runs and saw more fail outside that
+    time, the probe's (it sees the servers' errors too: the larger, not the sum)."""
+    failed = max((e for e in (error_share, probe) if e is not None), default=None)
+    if failed is None and not all_down:
         return None
-    return (1 - (error_share or 0.0)) * (1 - (all_down or 0.0))
+    return (1 - (failed or 0.0)) * (1 - (all_down or 0.0))
 
 
 def assess(
@@ -311,10 +346,11 @@ def assess(
     # Time with every target down is unavailable; a single restart's load is not (the note
     # below says it), as long as it stays one short stretch.
     h.all_down_share = 0.0 if h.single_restart else _all_down(data, window)
-    h.slis[0].good = _available(h.error_share, h.all_down_share)
+    h.probe_error_share = _probe_errors(data, window)
+    h.slis[0].good = _available(h.error_share, h.all_down_share, h.probe_error_share)
     all_down_now = 0.0 if h.single_restart else _all_down(data, now)
     errors_now = None if h.slis[0].now is None else 1 - h.slis[0].now
-    h.slis[0].now = _available(errors_now, all_down_now)
+    h.slis[0].now = _available(errors_now, all_down_now, _probe_errors(data, now))
     # Calm at the end: no target down and no restart counted over the present (a restart
     # stays counted five minutes): downtime and restarts earlier in the window are then what
     # the window went through, said beside a verdict on the state at its end.
