@@ -281,7 +281,7 @@ def test_an_otherwise_stands_in_only_for_what_its_signature_requires(tmp_path):
     ):
         path = _with(tmp_path, "container-oom-killed", edit)
         with pytest.raises(CatalogError, match=re.escape(says)):
-            load_catalog(path.parent)
+            load_playbook(path)
 
 
 def _site_playbooks(tmp_path, explains: dict[str, list[str]]) -> None:
