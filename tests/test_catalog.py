@@ -251,6 +251,39 @@ def test_thresholds_have_one_source_and_a_broken_binding_is_one_line(tmp_path, e
         load_catalog(path.parent)
 
 
+def test_an_otherwise_stands_in_only_for_what_its_signature_requires(tmp_path):
+    """container-oom-killed's otherwise (node-exporter's OOM kills where kube-state-metrics
+    is not scraped) inherits its onset-free parts and binds no alert parameter; one nested
+    in another, one that reads nothing in its place, or one with nothing to stand in for is
+    refused in one line."""
+    pb = load_playbook(builtin_dir() / "container-oom-killed.yaml")
+    assert pb.signature is not None and pb.signature.otherwise is not None
+    other = pb.signature.otherwise
+    assert other.requires == ("host_oom_kills_at_down",) and other.max_confidence < 0.95
+    assert other.explains == pb.signature.explains
+    assert pb.signature.judged_on(lambda name: name != "container_oom_killed") is other
+    assert pb.signature.judged_on(lambda name: True) is pb.signature
+    assert pb.signature.judged_on(lambda name: False) is pb.signature
+
+    def nested(d):
+        d["signature"]["otherwise"]["otherwise"] = dict(d["signature"]["otherwise"])
+
+    for edit, says in (
+        (nested, "signature.otherwise.otherwise: an otherwise has no otherwise of its own"),
+        (
+            lambda d: d["signature"]["otherwise"].pop("requires"),
+            "signature.otherwise.requires: say what it reads in their place",
+        ),
+        (
+            lambda d: d["signature"].pop("requires"),
+            "signature.otherwise: judged where requires has no series: name them",
+        ),
+    ):
+        path = _with(tmp_path, "container-oom-killed", edit)
+        with pytest.raises(CatalogError, match=re.escape(says)):
+            load_playbook(path)
+
+
 def _site_playbooks(tmp_path, explains: dict[str, list[str]]) -> None:
     """A site's own playbooks (copies of queue-saturation) that explain the others given."""
     base = yaml.safe_load((builtin_dir() / "queue-saturation.yaml").read_text())

@@ -118,3 +118,21 @@ def test_scoping_to_an_unknown_model_finds_nothing_to_diagnose(
         diagnose(PrometheusSource(prom.url), site, window, matchers=('model_name="no-such-model"',))
     )
     assert doc["scopes"] == [] and doc["findings"] == []
+
+
+def test_a_model_whose_new_pods_never_serve_is_unavailable_for_that_time(diagnoses):
+    """A rollout's new pods that never served count as the model's targets: once the pods
+    they replaced are gone nothing answers, which the availability SLI counts, and the
+    health says why as the new pods' own kube-state-metrics series say it. A rollout whose
+    new pods serve stays at 100%."""
+    (stuck,) = diagnoses("rollout-never-starts")["health"]
+    assert stuck["verdict"] == "unhealthy"
+    assert stuck["targets"]["total"] == stuck["targets"]["down"] == 2
+    assert stuck["slo"]["availability"]["good_share"] < 0.2
+    assert stuck["slo"]["availability"]["good_share_now"] == 0
+    assert stuck["reasons"][0].endswith(
+        "2 of them a rollout's new pods that never served: its container cannot start "
+        "(ImagePullBackOff: its image cannot be pulled; kube-state-metrics' waiting reason)"
+    )
+    (rolled,) = diagnoses("healthy-kubernetes-rollout")["health"]
+    assert rolled["verdict"] == "healthy" and rolled["slo"]["availability"]["good_share"] == 1

@@ -267,6 +267,44 @@ def test_one_restart_the_platform_explains_is_no_deploy_its_downtime_counts(site
     assert long_down.reasons[0] == f"a target was down 39% of the window: {oom}"
 
 
+def test_the_probes_failed_requests_count_against_availability_once(site):
+    """Where the synthetic probe runs, what it saw fail outside the time every target was
+    down counts against availability (the servers never counted a refused connection); its
+    failures while every target was down are that downtime's, counted once."""
+    from diagnoser.diagnosis.health import assess
+    from diagnoser.plumbing.source import Series
+
+    span, base = (900.0, 1800.0), (0.0, 900.0)
+    data = _deployed((), (1200.0, 1500.0))  # every target down 1200..1485: 20 of 61 samples
+    t = data.series["request_rate"].t
+    down = (t >= 1200.0) & (t < 1500.0)
+    alone = assess(site, data, span, base).slis[0].good
+    assert alone == pytest.approx(1 - 20 / 61)
+    data.series["probe_error_share"] = Series({}, t, down.astype(float))
+    assert assess(site, data, span, base).slis[0].good == pytest.approx(alone)
+    data.series["probe_error_share"] = Series({}, t, np.where(down, 1.0, 0.1))
+    h = assess(site, data, span, base)
+    assert h.probe_error_share == pytest.approx(0.1)
+    assert h.slis[0].good == pytest.approx(0.9 * (1 - 20 / 61))
+
+
+def test_an_eviction_whose_target_left_at_once_is_said_with_the_platforms_reason(site):
+    """An evicted pod's target leaves service discovery at once (its replacement serves
+    elsewhere): no downtime or restart carries the platform's reason, a note of its own
+    does, and a reason where it is still going on at the window's end."""
+    from diagnoser.diagnosis.health import assess
+
+    evicted = "evicted by its node under memory pressure at 00:20 (kube-state-metrics)"
+    span, base = (900.0, 1800.0), (0.0, 900.0)
+    h = assess(site, _deployed((), (0.0, 0.0)), span, base, evicted)
+    assert h.notes == [f"a server's target left service discovery at once: {evicted}"]
+    assert h.verdict == "healthy"
+    briefly = assess(site, _deployed((), (1200.0, 1245.0)), span, base, evicted)
+    assert briefly.notes == [f"a target was down 45 s: {evicted}"]
+    now = assess(site, _deployed((), (1785.0, 1800.0)), span, base, evicted)
+    assert f"a target was down 15 s: {evicted}" in now.reasons
+
+
 def test_a_restart_down_longer_than_a_model_load_or_with_slos_broken_is_unhealthy(site):
     # Four minutes down, back up in the window's last minutes: the state at its end decides.
     long_down = _assess(site, _deployed((1620.0,), (1260.0, 1620.0)))

@@ -3,6 +3,8 @@ node-exporter's and DCGM's series as diagnose reads them (``diagnosis.platform``
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import pytest
 
@@ -107,6 +109,14 @@ def test_a_real_oom_kill_is_named_from_the_real_node_exporter(tmp_path, site):
     assert health.reasons[0].endswith(f"of the window: {health.platform}")
     assert health.slis[0].name == "availability" and 0.7 < health.slis[0].good < 0.9
 
+    # Without kube-state-metrics, the playbook reads node-exporter's kill as the server went
+    # down in its place: found, at the lower confidence of what cannot name the process.
+    (oom,) = [m for m in result.findings if m.playbook.id == "container-oom-killed"]
+    assert oom.confidence <= 0.7
+    assert [r.condition.signal for r in oom.results if r.group == "all"] == [
+        "host_oom_kills_at_down"
+    ]
+
 
 @pytest.mark.parametrize(
     ("scenario", "scraped"),
@@ -128,3 +138,75 @@ def test_an_exporter_that_is_not_scraped_is_not_asked_about(
     assert ("pods_evicted" in skipped) is not bool(scraped)
     assert ("node_memory_available_share" in skipped) is not ("node-exporter" in scraped)
     assert "requests_waiting" not in skipped
+
+
+def _never_served(t0: float) -> str:
+    """40 minutes at 30 s: the pod chat-0 serves the model chat for 10 minutes and is deleted;
+    its replacement chat-0-r1 never serves (its target down from its first scrape), its
+    container started and killed by the kubelet (reason Error, exit 137) every 4 minutes."""
+    pod = 'namespace="llm",pod="{}"'
+    ksm = f'job="kube-state-metrics",instance="ksm:8080",{pod.format("chat-0-r1")},uid="u1"'
+    lines = {
+        "vllm:num_requests_running": "gauge",
+        "up": "gauge",
+        "kube_pod_info": "gauge",
+        "kube_pod_container_status_restarts_total": "counter",
+        "kube_pod_container_status_last_terminated_reason": "gauge",
+        "kube_pod_container_status_last_terminated_exitcode": "gauge",
+    }
+    out: dict[str, list[str]] = {name: [] for name in lines}
+    old = f'job="vllm",instance="chat-0:8000",{pod.format("chat-0")}'
+    new = f'job="vllm",instance="chat-0-r1:8000",{pod.format("chat-0-r1")}'
+    for i in range(80):
+        t, minute = t0 + 30.0 * i, i / 2
+        if minute < 10:
+            out["vllm:num_requests_running"].append(f'{{{old},model_name="chat"}} 3 {t:.0f}')
+            out["up"].append(f"{{{old}}} 1 {t:.0f}")
+            continue
+        kills = int((minute - 10) // 4)
+        out["up"].append(f"{{{new}}} 0 {t:.0f}")
+        out["kube_pod_info"].append(f'{{{ksm},node="n1",host_ip="10.0.0.9"}} 1 {t:.0f}')
+        out["kube_pod_container_status_restarts_total"].append(
+            f'{{{ksm},container="vllm"}} {kills} {t:.0f}'
+        )
+        if kills:
+            for name, value in (("reason", 1), ("exitcode", 137)):
+                labels = f'{ksm},container="vllm"' + (',reason="Error"' if name == "reason" else "")
+                out[f"kube_pod_container_status_last_terminated_{name}"].append(
+                    f"{{{labels}}} {value} {t:.0f}"
+                )
+    text = []
+    for name, type_ in lines.items():
+        text.append(f"# TYPE {name} {type_}")
+        text += [f"{name}{sample}" for sample in out[name]]
+    return "\n".join([*text, "# EOF", ""])
+
+
+@pytest.mark.prometheus
+def test_a_pod_that_never_served_is_read_through_its_own_series(tmp_path, site):
+    """A rollout's new pod whose server never served (killed by its liveness probe while it
+    loads) has no model series to be joined through: its own pod's kube-state-metrics series,
+    read through its target's up, say why, the time nothing answered is unavailable, and the
+    liveness probe's playbook reads the kill."""
+    from lab.promserver import Prometheus, backfill
+
+    t0 = float(int(time.time()) // 60 * 60 - 3600)
+    om = tmp_path / "never-served.om"
+    om.write_text(_never_served(t0))
+    backfill(om, tmp_path / "tsdb")
+    with Prometheus(tmp_path / "tsdb") as prom:
+        result = diagnose(PrometheusSource(prom.url), site, Window.plan(1800, t0 + 39.5 * 60))
+    (health,) = result.health
+    assert health.never_served == 1 and health.targets_down == health.targets_total == 1
+    restarted = time.strftime("%H:%M", time.gmtime(t0 + 14 * 60))
+    assert health.platform == (
+        f"killed by the kubelet (reason Error, exit code 137: its liveness probe failed) at "
+        f"{restarted}, 7 restarts (kube-state-metrics)"
+    )
+    assert health.reasons[0].endswith(
+        f"1 of them a rollout's new pods that never served: {health.platform}"
+    )
+    assert health.slis[0].good < 0.8 and health.slis[0].now == 0
+    # The kill read through the pod names the cause; a server that never came up is not
+    # taken for one whose KV cache cannot fit (that exits with code 1, not a signal's 137).
+    assert [m.playbook.id for m in result.findings] == ["liveness-probe-kill"]

@@ -146,29 +146,29 @@ def _test(c: Condition) -> tuple[object, ...]:
     return (c.signal, c.over, c.shape, c.value, c.held, c.stat, c.floor, c.min_corr, c.exponent)
 
 
-def _signature(path: Path, raw: dict[str, Any]) -> Signature:
+def _signature(path: Path, raw: dict[str, Any], where: str = "signature") -> Signature:
     groups: dict[str, tuple[Condition, ...]] = {}
     for group in ("all", "any", "none", "supporting", "absolute"):
         groups[group] = tuple(
-            _condition(path, f"signature.{group}[{i}]", c) for i, c in enumerate(raw.get(group, []))
+            _condition(path, f"{where}.{group}[{i}]", c) for i, c in enumerate(raw.get(group, []))
         )
     for i, c in enumerate(groups["absolute"]):
         if SHAPES[c.shape].relative:
             raise CatalogError(
                 path,
-                f"signature.absolute[{i}].{c.shape}",
+                f"{where}.absolute[{i}].{c.shape}",
                 "an absolute state is judged without a baseline: use a level shape",
             )
     for i, c in enumerate(raw.get("none", [])):
         if "why" not in c:
             raise CatalogError(
-                path, f"signature.none[{i}].why", "an exclusion must say which cause it points to"
+                path, f"{where}.none[{i}].why", "an exclusion must say which cause it points to"
             )
     for group in ("all", "any", "supporting", "absolute"):
         for i, c in enumerate(raw.get(group, [])):
             if "instead" in c:
                 raise CatalogError(
-                    path, f"signature.{group}[{i}].instead", "only an exclusion (none) can name one"
+                    path, f"{where}.{group}[{i}].instead", "only an exclusion (none) can name one"
                 )
     # A parameter binds one test: several conditions may hold it only if they are that test
     # (the same signal, shape and threshold, e.g. in ``absolute`` and ``any``).
@@ -176,17 +176,37 @@ def _signature(path: Path, raw: dict[str, Any]) -> Signature:
     for group in ("all", "any", "none", "supporting", "absolute"):
         for i, c in enumerate(groups[group]):
             if c.param is not None:
-                where = f"signature.{group}[{i}].param"
-                first = seen.setdefault(c.param, (where, c))
+                at = f"{where}.{group}[{i}].param"
+                first = seen.setdefault(c.param, (at, c))
                 if _test(first[1]) != _test(c):
-                    raise CatalogError(path, where, f"{c.param!r} is bound at {first[0]}")
+                    raise CatalogError(path, at, f"{c.param!r} is bound at {first[0]}")
     onset = raw.get("onset")
     if onset is not None and onset not in SIGNALS:
-        raise CatalogError(path, "signature.onset", f"unknown signal {onset!r}")
+        raise CatalogError(path, f"{where}.onset", f"unknown signal {onset!r}")
     for name in raw.get("requires", []):
         if name not in SIGNALS:
-            raise CatalogError(path, "signature.requires", f"unknown signal {name!r}")
+            raise CatalogError(path, f"{where}.requires", f"unknown signal {name!r}")
+    otherwise = None
+    if "otherwise" in raw:
+        inner = f"{where}.otherwise"
+        if where != "signature":
+            raise CatalogError(path, inner, "an otherwise has no otherwise of its own")
+        if not raw.get("requires"):
+            raise CatalogError(path, inner, "judged where requires has no series: name them")
+        otherwise = _signature(path, raw["otherwise"], inner)
+        if any(c.param for c in otherwise.conditions()):
+            raise CatalogError(
+                path, inner, "binds no alert parameter: the alert is the signature's"
+            )
+        if not otherwise.requires:
+            raise CatalogError(path, f"{inner}.requires", "say what it reads in their place")
+        otherwise = replace(
+            otherwise,
+            onset=otherwise.onset or onset,
+            explains=otherwise.explains or tuple(raw.get("explains", [])),
+        )
     return Signature(
+        otherwise=otherwise,
         all=groups["all"],
         any=groups["any"],
         none=groups["none"],

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -69,6 +69,11 @@ class Signature:
     # measures the cause itself (a GPU's memory for a GPU-memory cause). Without them the
     # pattern is undecided, whatever its symptoms' conditions say.
     requires: tuple[str, ...] = ()
+    # Where ``requires`` has no series on a scope: the signature judged there instead, from
+    # weaker evidence of the same cause (node-exporter's host-wide OOM kills where
+    # kube-state-metrics does not say which container), with its own ``requires``, conditions
+    # and lower ``max_confidence``; its ``onset`` and ``explains`` are this one's unless given.
+    otherwise: Signature | None = None
 
     def groups(self) -> Iterator[tuple[str, tuple[Condition, ...]]]:
         """The groups a change is judged by (``absolute`` apart)."""
@@ -80,9 +85,21 @@ class Signature:
         )
 
     def conditions(self) -> Iterator[Condition]:
+        """Every condition, ``otherwise``'s included."""
         for _, conds in self.groups():
             yield from conds
         yield from self.absolute
+        if self.otherwise is not None:
+            yield from self.otherwise.conditions()
+
+    def judged_on(self, has: Callable[[str], bool]) -> Signature:
+        """The signature a scope is judged by: this one, or ``otherwise`` where a signal this
+        one requires has no series (``has``: whether the scope has a signal's) and every one
+        ``otherwise`` requires has."""
+        other = self.otherwise
+        if other is None or all(has(n) for n in self.requires):
+            return self
+        return other if all(has(n) for n in other.requires) else self
 
     def bound(self) -> dict[str, Condition]:
         """Alert parameter name -> the condition that holds its value."""

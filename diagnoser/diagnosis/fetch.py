@@ -70,9 +70,8 @@ def needed_signals(site: Site, catalog: Catalog | None = None) -> list[Signal]:
     for pb in (catalog or site.catalog).detectable():
         assert pb.signature is not None
         names |= set(pb.evidence)
-        if pb.signature.onset:
-            names.add(pb.signature.onset)
-        names.update(pb.signature.requires)
+        for sig in filter(None, (pb.signature, pb.signature.otherwise)):
+            names.update((*sig.requires, *filter(None, (sig.onset,))))
         for c in pb.signature.conditions():
             names.update(c.needs())
     names |= {site.vocabulary[n].ceiling for n in names} - {""}
@@ -319,14 +318,19 @@ def _engines(out: Fetched, signals: Sequence[Signal]) -> None:
                 break
 
 
-def _attribute(out: Fetched, by: tuple[str, ...]) -> None:
-    """The model-level scrape-health series, from each target's ``up`` and its owner."""
-    up = {
+def target_ups(out: Fetched) -> dict[Target, Series]:
+    """Each scrape target's ``up``, whichever engine it serves."""
+    return {
         key: d.series[name]
         for key, d in out.targets.items()
         for name in (*(target_up_of(e.name) for e in registry.others()), "target_up")
         if name in d.series
     }
+
+
+def _attribute(out: Fetched, by: tuple[str, ...]) -> None:
+    """The model-level scrape-health series, from each target's ``up`` and its owner."""
+    up = target_ups(out)
     for key, s in up.items():  # served within the lookback: it came up at least once
         served = 1.0 if key in out.owners else 0.0
         out.targets[key].series["target_served"] = Series(

@@ -23,7 +23,7 @@ import numpy as np
 
 from diagnoser.catalog.shapes.base import episodes, events, whole
 from diagnoser.diagnosis.match import ScopeData
-from diagnoser.diagnosis.platform import UNREAD
+from diagnoser.diagnosis.platform import NEVER_UNREAD, UNREAD
 from diagnoser.metrics.signals.server import DOWN_HELD
 from diagnoser.plumbing.durations import parse_seconds
 from diagnoser.site import Site
@@ -103,9 +103,15 @@ class Health:
     down_seconds: float = 0.0  # how long any target was down in the window
     down_episodes: int = 0  # separate stretches of it
     restarts: int = 0  # distinct restarts (separate rises of the restart count)
+    # The synthetic probe's failed share outside the time every target was down (None: no
+    # probe runs): counted in the availability SLI where it saw more fail than the servers.
+    probe_error_share: float | None = None
     # Of the window, the share with every target of the model down: no request could be
     # served, which the availability SLI counts as unavailable time.
     all_down_share: float | None = None
+    # Of its targets, those a rollout's new pods that never served (``run._heirs``): counted
+    # as its own, so the time none of its targets answers is unavailable.
+    never_served: int = 0
     # Why its servers went down, as the platform says it (``diagnosis.platform``); None where
     # nothing went down or nothing of the platform is scraped.
     platform: str | None = None
@@ -207,16 +213,43 @@ def _all_down(data: ScopeData, span: tuple[float, float]) -> float | None:
     that lasted ``DOWN_HELD`` or more (one failed scrape among good ones is no outage; None:
     no target series). Read afterwards, a stretch counts whole; the recording rules, which
     cannot wait to see how long it lasts, count it from its first minute on."""
+    every = _every_down(data)
+    if every is None:
+        return None
+    t, on = every
+    inside = (t >= span[0]) & (t <= span[1])
+    if not inside.any():
+        return None
+    held = _lasting(t, on, parse_seconds(DOWN_HELD), _step(data, "targets_total"))
+    return float(np.mean(held[inside]))
+
+
+def _every_down(data: ScopeData) -> tuple[np.ndarray, np.ndarray] | None:
+    """The times of the scope's target series, and whether every target was down at each
+    (None: no target series)."""
     total, down = data.series.get("targets_total"), data.series.get("targets_down")
     if total is None or down is None or total.t.size != down.t.size:
         return None
-    inside = (total.t >= span[0]) & (total.t <= span[1])
-    if not inside.any():
-        return None
     t, d = np.nan_to_num(total.v), np.nan_to_num(down.v)
-    every = (t > 0) & (d >= t)
-    held = _lasting(total.t, every, parse_seconds(DOWN_HELD), _step(data, "targets_total"))
-    return float(np.mean(held[inside]))
+    return total.t, (t > 0) & (d >= t)
+
+
+def _probe_errors(data: ScopeData, span: tuple[float, float]) -> float | None:
+    """The synthetic probe's failed share of its requests over ``span`` (the mean of its
+    samples; None where no probe runs), outside the time every target was down and the rate
+    window after it (that time is counted already, as unavailable time): what the clients
+    saw fail that the servers may never have counted - a connection refused by a server that
+    is down while others serve, a gateway's 502, a stream cut off."""
+    s = data.series.get("probe_error_share")
+    if s is None:
+        return None
+    keep = (s.t >= span[0]) & (s.t <= span[1]) & np.isfinite(s.v)
+    every = _every_down(data)
+    if every is not None:
+        downs = every[0][every[1]]
+        lo = np.searchsorted(downs, s.t - max(data.smoothing, _step(data, "targets_total")))
+        keep &= np.searchsorted(downs, s.t, side="right") == lo
+    return float(np.mean(s.v[keep])) if keep.any() else None
 
 
 def _lasting(t: np.ndarray, on: np.ndarray, least: float, step: float) -> np.ndarray:
@@ -230,12 +263,17 @@ def _lasting(t: np.ndarray, on: np.ndarray, least: float, step: float) -> np.nda
     return out
 
 
-def _available(error_share: float | None, all_down: float | None) -> float | None:
+def _available(
+    error_share: float | None, all_down: float | None, probe: float | None = None
+) -> float | None:
     """The availability SLI: the requests served without an error, over the time anything
-    could be served (time with every target down is unavailable, whatever was counted)."""
-    if error_share is None and not all_down:
+    could be served (time with every target down is unavailable, whatever was counted). The
+    failed share is the servers' count or, where a probe runs and saw more fail outside that
+    time, the probe's (it sees the servers' errors too: the larger, not the sum)."""
+    failed = max((e for e in (error_share, probe) if e is not None), default=None)
+    if failed is None and not all_down:
         return None
-    return (1 - (error_share or 0.0)) * (1 - (all_down or 0.0))
+    return (1 - (failed or 0.0)) * (1 - (all_down or 0.0))
 
 
 def assess(
@@ -244,10 +282,12 @@ def assess(
     window: tuple[float, float],
     before: tuple[float, float],
     platform: str | None = None,
+    never_served: int = 0,
 ) -> Health:
     """The scope's state over ``window``; ``before`` is a period it may have served in;
-    ``platform`` the platform's reason its servers went down, where it says one."""
-    h = Health(dict(data.scope), platform=platform)
+    ``platform`` the platform's reason its servers went down, where it says one;
+    ``never_served`` of its targets (in ``data``'s) are new pods that never served."""
+    h = Health(dict(data.scope), platform=platform, never_served=never_served)
     objectives = site.config.slo.for_labels(data.scope)
     rate = _inside(data, "request_rate", window)
     h.request_rate = _mean(rate)
@@ -291,7 +331,9 @@ def assess(
     total = _inside(data, "targets_total", window)
     down = _inside(data, "targets_down", window)
     if total is not None and total.size:
-        h.targets_total = whole(float(np.nanmax(total, initial=0.0)))
+        # With a rollout's new pods: those at the end (the pods they replaced are gone).
+        most = np.nan_to_num(total[-1:]) if never_served else total
+        h.targets_total = whole(float(np.nanmax(most, initial=0.0)))
         h.targets_down = whole(float(down[-1])) if down is not None and down.size else 0
         h.down_since = _down_since(data, window) if h.targets_down else None
         h.down_share = float(np.mean(np.nan_to_num(down) > 0)) if down is not None else 0.0
@@ -304,10 +346,11 @@ def assess(
     # Time with every target down is unavailable; a single restart's load is not (the note
     # below says it), as long as it stays one short stretch.
     h.all_down_share = 0.0 if h.single_restart else _all_down(data, window)
-    h.slis[0].good = _available(h.error_share, h.all_down_share)
+    h.probe_error_share = _probe_errors(data, window)
+    h.slis[0].good = _available(h.error_share, h.all_down_share, h.probe_error_share)
     all_down_now = 0.0 if h.single_restart else _all_down(data, now)
     errors_now = None if h.slis[0].now is None else 1 - h.slis[0].now
-    h.slis[0].now = _available(errors_now, all_down_now)
+    h.slis[0].now = _available(errors_now, all_down_now, _probe_errors(data, now))
     # Calm at the end: no target down and no restart counted over the present (a restart
     # stays counted five minutes): downtime and restarts earlier in the window are then what
     # the window went through, said beside a verdict on the state at its end.
@@ -357,13 +400,18 @@ def _verdict(h: Health, seconds: float) -> None:
             if h.down_since is not None
             else " all through the window"
         )
-        why = h.platform or (
-            "a crash or kill with no restart, or a restart that fails to start (the server's "
-            f"log and exit status tell which; {UNREAD})"
-        )
-        reasons.append(
-            f"{h.targets_down} of {h.targets_total} target(s) down{since}, after serving: {why}"
-        )
+        if h.never_served:
+            after = (
+                f"{min(h.never_served, h.targets_down)} of them a rollout's new pods that never "
+                f"served: {h.platform or NEVER_UNREAD}"
+            )
+        else:
+            after = "after serving: " + (
+                h.platform
+                or "a crash or kill with no restart, or a restart that fails to start (the "
+                f"server's log and exit status tell which; {UNREAD})"
+            )
+        reasons.append(f"{h.targets_down} of {h.targets_total} target(s) down{since}, {after}")
     elif h.down_share is not None and h.down_share >= DOWN_SHARE:
         downtime = f"a target was down {h.down_share:.0%} of the window"
         if h.platform and h.restarts < 2:  # (two or more: the restarts say it below)
@@ -380,6 +428,16 @@ def _verdict(h: Health, seconds: float) -> None:
             h.notes.append(f"{said}, none at its end")
         else:
             reasons.append(said)
+    if h.platform and not any(h.platform in said for said in (*reasons, *h.notes)):
+        # Downtime too short to be a reason of its own, or a target that left service
+        # discovery at once (an evicted pod, replaced elsewhere): the platform says why.
+        if h.down_seconds:
+            how = f"a target was down {h.down_seconds:.0f} s"
+        elif h.restarts:
+            how = "a server restarted"
+        else:
+            how = "a server's target left service discovery at once"
+        (h.notes if h.calm_now else reasons).append(f"{how}: {h.platform}")
     if h.stopped_at is not None:
         when = time.strftime("%H:%M UTC", time.gmtime(h.stopped_at))
         reasons.append(

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from diagnoser.catalog import Condition, Playbook
+from diagnoser.catalog import Condition, Playbook, Signature
 from diagnoser.catalog.shapes import SHAPES, Periods, Verdict
 from diagnoser.diagnosis.onset import periods_for
 from diagnoser.plumbing.source import Series
@@ -163,9 +163,9 @@ def evaluate(
     periods: Periods | None = None,
     basis: str = "window",
 ) -> Match:
-    """The playbook's signature on the scope; ``periods`` instead of finding the onset."""
-    sig = pb.signature
-    assert sig is not None
+    """The playbook's signature on the scope (or its ``otherwise``, ``judged_on``);
+    ``periods`` instead of finding the onset."""
+    sig = judged_on(pb, data)
     if periods is None:
         onset_series = data.series.get(sig.onset) if sig.onset else None
         periods = periods_for(onset_series, window, baseline, step)
@@ -212,15 +212,26 @@ def evaluate(
     return match
 
 
+def _measured(data: ScopeData, name: str) -> bool:
+    return (s := data.series.get(name)) is not None and bool(np.isfinite(s.v).any())
+
+
+def judged_on(pb: Playbook, data: ScopeData) -> Signature:
+    """The signature the scope is judged by: the playbook's, or its ``otherwise`` where
+    what it requires is not scraped and what the other requires is."""
+    assert pb.signature is not None
+    return pb.signature.judged_on(lambda name: _measured(data, name))
+
+
 def unmeasured(pb: Playbook, data: ScopeData, match: Match) -> bool:
     """Whether a signal the playbook requires (what measures its cause) has no sample on the
-    scope; if so ``match`` is made undecided, naming it."""
+    scope, nor one its ``otherwise`` requires in its place; if so ``match`` is made
+    undecided, naming them."""
     assert pb.signature is not None
-    absent = [
-        name
-        for name in pb.signature.requires
-        if (s := data.series.get(name)) is None or not np.isfinite(s.v).any()
-    ]
+    sig = judged_on(pb, data)
+    absent = [name for name in sig.requires if not _measured(data, name)]
+    if absent and sig.otherwise is not None:
+        absent += [n for n in sig.otherwise.requires if not _measured(data, n)]
     if absent:
         match.status = "undecided"
         match.missing = absent
@@ -242,8 +253,7 @@ def evaluate_absolute(
     playbook's verdict on the window's change: where it contradicts the playbook over a clean
     baseline (see ``contradicted``), the state is ruled out, since the change that brought it
     is not this cause's."""
-    sig = pb.signature
-    assert sig is not None
+    sig = judged_on(pb, data)
     p = Periods(window, window, window, None)
     match = Match(pb, data.scope, "not_matched", periods=p, basis="absolute")
     if not sig.absolute:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from concurrent.futures import ThreadPoolExecutor
 
@@ -18,11 +18,14 @@ import numpy as np
 
 from diagnoser.catalog.shapes.base import events
 from diagnoser.diagnosis.fetch import query
-from diagnoser.diagnosis.window import Window
+from diagnoser.diagnosis.targets import Target
+from diagnoser.diagnosis.window import Window, rate_text
 from diagnoser.metrics import families
-from diagnoser.metrics.platform import KILL_EXITS, WITNESS
+from diagnoser.metrics.platform import KILL_EXITS, START_FAILURES, WITNESS
 from diagnoser.metrics.promql_platform import exporters_scraped
 from diagnoser.metrics.signals.base import Signal
+from diagnoser.metrics.signals.platform import EVENT_WINDOW, target_reads
+from diagnoser.plumbing.durations import parse_seconds
 from diagnoser.plumbing.source import MetricSource, OverLimit, Series
 from diagnoser.site import Site
 
@@ -48,6 +51,16 @@ UNREAD = (
     "where scraped, kube-state-metrics' last terminated reason and exit code, or "
     "node-exporter's OOM kills off Kubernetes, would name it"
 )
+# Said of a rollout's new pods that never served where kube-state-metrics is not scraped.
+NEVER_UNREAD = "where scraped, kube-state-metrics' waiting reason would name why"
+# What each waiting reason a container cannot start for means.
+_WAITING = {
+    "ErrImagePull": "its image cannot be pulled",
+    "ImagePullBackOff": "its image cannot be pulled",
+    "InvalidImageName": "its image's name is invalid",
+    "CreateContainerConfigError": "a Secret or ConfigMap it reads is missing",
+    "CreateContainerError": "the runtime cannot create it",
+}
 Key = tuple[str, ...]
 # How near a host's OOM kill must come to a target of the model going down (or restarting) to
 # be named the cause: the kill, the server's exit and the failed scrape that shows it fall a
@@ -72,26 +85,18 @@ def read(
     The signals of ``asked`` were read over the same window already (``read_before``, by
     model): they are taken from there, not asked again."""
     wanted, by = set(keys), site.config.by
-
-    def one(name: str) -> tuple[str, list[Series]]:
-        expr = query(site, site.vocabulary[name], window, matchers)
-        try:
-            return name, source.query_range(expr, window.first, window.end, window.step)
-        except OverLimit as exc:
-            raise exc.about(name) from None
-
     out: dict[Key, dict[str, Series]] = {}
     for key in wanted:
         before = (read_before or {}).get(key, {})
         for name in asked & set(SIGNALS):
             if name in before:
                 out.setdefault(key, {})[name] = before[name]
-    with ThreadPoolExecutor(max_workers=workers) as pool:
-        for name, series in pool.map(one, still_to_ask(asked)):
-            for s in series:
-                key = tuple(s.labels.get(k, "") for k in by)
-                if key in wanted:
-                    out.setdefault(key, {})[name] = s
+    exprs = {n: query(site, site.vocabulary[n], window, matchers) for n in still_to_ask(asked)}
+    for name, series in _ranges(source, window, exprs, workers):
+        for s in series:
+            key = tuple(s.labels.get(k, "") for k in by)
+            if key in wanted:
+                out.setdefault(key, {})[name] = s
     return out
 
 
@@ -122,6 +127,81 @@ def _provider(family: str) -> str | None:
         return families.family(family).provider
     except KeyError:
         return None
+
+
+def _ranges(
+    source: MetricSource, window: Window, exprs: Mapping[str, str], workers: int
+) -> Iterator[tuple[str, list[Series]]]:
+    """Each of ``exprs`` (by name) over the window, asked concurrently; a query past the
+    source's limits is named in its error."""
+
+    def one(name: str) -> tuple[str, list[Series]]:
+        try:
+            return name, source.query_range(exprs[name], window.first, window.end, window.step)
+        except OverLimit as exc:
+            raise exc.about(name) from None
+
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        yield from pool.map(one, exprs)
+
+
+# What a pod's own waiting and terminated reasons are read as, in ``reason``'s names.
+_BY_REASON = {
+    ("waiting_reason", "CrashLoopBackOff"): "container_crash_looping",
+    **{("waiting_reason", r): "container_start_failing" for r in START_FAILURES},
+    ("terminated_reason", "OOMKilled"): "container_oom_killed",
+    ("terminated_reason", "Error"): "container_error_exit",
+}
+
+
+def read_targets(
+    source: MetricSource, site: Site, window: Window, targets: Iterable[Target], workers: int = 8
+) -> tuple[dict[str, Series], int]:
+    """What kube-state-metrics says of ``targets``' own pods, through each target's ``up``
+    (``signals.platform.target_reads``), in the names ``reason`` reads, the targets taken
+    together: for the pods of a rollout that never served, which no model's series joins
+    (``read`` joins through pods that served). The waiting reasons seen are kept, in the
+    order they came, in the ``reason`` label of ``container_start_failing``. Also: the
+    number of queries asked."""
+    wanted = set(targets)
+    rate = window.rate_window
+    if parse_seconds(rate) < EVENT_WINDOW:
+        rate = rate_text(int(EVENT_WINDOW))
+    scope = site.scope(window=rate)
+    exprs = {name: read(scope) for name, read in target_reads().items()}
+    out: dict[str, Series] = {}
+    waited: dict[str, float] = {}
+    for name, series in _ranges(source, window, exprs, workers):
+        for s in series:
+            if (s.labels.get("job", ""), s.labels.get("instance", "")) not in wanted:
+                continue
+            said = s.labels.get("reason")
+            as_ = _BY_REASON.get((name, said or "")) if said is not None else name
+            if as_ is None:
+                continue
+            # Restarts add up over the pods; a reason, a code or a limit: the highest.
+            fn = np.add if as_ == "container_restarts" else np.fmax
+            out[as_] = merged(out.get(as_), s, fn)
+            on = s.t[np.nan_to_num(s.v) > 0]
+            if as_ == "container_start_failing" and said and on.size:
+                waited[said] = min(waited.get(said, np.inf), float(on[0]))
+    if "container_start_failing" in out:
+        order = sorted(waited, key=lambda r: waited[r])
+        s = out["container_start_failing"]
+        out["container_start_failing"] = Series({"reason": " then ".join(order)}, s.t, s.v)
+    return out, len(exprs)
+
+
+def merged(a: Series | None, b: Series, fn: np.ufunc) -> Series:
+    """``a`` and ``b`` as one series: at each time both have a value, ``fn`` of the two."""
+    if a is None:
+        return Series({}, b.t, b.v)
+    t = np.union1d(a.t, b.t)
+    v = np.full(t.size, np.nan)
+    for s in (a, b):
+        at = np.searchsorted(t, s.t)
+        v[at] = np.where(np.isnan(v[at]), s.v, np.where(np.isnan(s.v), v[at], fn(v[at], s.v)))
+    return Series({}, t, v)
 
 
 def still_to_ask(asked: AbstractSet[str]) -> tuple[str, ...]:
@@ -215,10 +295,14 @@ def reason(
         when = _first_rise(series, "gpu_xid_last" if xid else "gpu_uncorrectable_errors", span)
         return f"its GPU raised {fault}{_at(when)}{counted} (DCGM): drain the node"
     if peak("container_start_failing"):
-        return (
-            "its container cannot start: the image cannot be pulled or its configuration is "
-            "wrong (kube-state-metrics' waiting reason)"
+        waited = series["container_start_failing"].labels.get("reason", "")
+        meaning = _WAITING.get(waited.rsplit(" ", 1)[-1], "")
+        why = (
+            f"{waited}: {meaning}"
+            if meaning
+            else ("the image cannot be pulled or its configuration is wrong")
         )
+        return f"its container cannot start ({why}; kube-state-metrics' waiting reason)"
     code = peak("container_exit_code")
     if peak("container_error_exit") and code in KILL_EXITS:
         when = _first_rise(series, "container_restarts", span)

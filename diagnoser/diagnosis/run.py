@@ -8,6 +8,7 @@ server that never starts) are diagnosed per vLLM scrape target.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from functools import partial
 
 import numpy as np
@@ -21,16 +22,17 @@ from diagnoser.diagnosis.fetch import (
     needed_signals,
     scrape_interval,
     server_buckets,
+    target_ups,
 )
 from diagnoser.diagnosis.health import Health, assess, flag, met_since, went_down
 from diagnoser.diagnosis.lookback import fetch_lookback, reassess
 from diagnoser.diagnosis.match import Match, ScopeData, evaluate_absolute
 from diagnoser.diagnosis.model import ByScope, Diagnosis, ScopeKey, scope_key
 from diagnoser.diagnosis.rank import ordered, rank
-from diagnoser.diagnosis.targets import Served
+from diagnoser.diagnosis.targets import Served, Target, by_model
 from diagnoser.diagnosis.window import Window
 from diagnoser.plumbing.durations import parse_seconds
-from diagnoser.plumbing.source import MetricSource, in_time, one_operation, warnings_of
+from diagnoser.plumbing.source import MetricSource, Series, in_time, one_operation, warnings_of
 from diagnoser.site import Site
 
 DEFAULT_LOOKBACK = 86400.0
@@ -128,6 +130,7 @@ def _diagnose(
             matches.append(judge(pb, data, span, base, window.step))
     by = site.config.by
     heirs = _heirs(fetched, result.health, by)
+    _inherit(source, site, window, workers, fetched, heirs, result, judged, matches)
     for target, data in sorted(fetched.targets.items()):
         in_time(source)
         result.data[data.key] = data
@@ -192,6 +195,55 @@ def _heirs(
         if target not in fetched.owners and len(models) == 1:
             out[target] = Served(next(iter(models)), float("nan"))
     return out
+
+
+def _inherit(
+    source: MetricSource,
+    site: Site,
+    window: Window,
+    workers: int,
+    fetched: Fetched,
+    heirs: dict[Target, Served],
+    result: Diagnosis,
+    judged: dict[tuple[tuple[str, str], ...], tuple[ScopeData, Health]],
+    matches: list[Match],
+) -> None:
+    """Each model given targets that never served (``_heirs``) judged again with them as its
+    own targets: the time none of them answers is unavailable, and the reason says why its
+    new pods never came up, as their own pods' series say it (``platform.read_targets``).
+    The playbooks that require a platform signal those pods' series gave are judged again
+    with them (a liveness probe that kills the new pods while they load); the others stay
+    judged on the model's own targets."""
+    given: dict[tuple[str, ...], list[Target]] = {}
+    for target, owner in heirs.items():
+        given.setdefault(owner.model, []).append(target)
+    ups, by = target_ups(fetched), site.config.by
+    for model, targets in sorted(given.items()):
+        key = tuple(sorted(zip(by, model, strict=True)))
+        if key not in judged:  # idle: nothing it served to lose
+            continue
+        data, old = judged[key]
+        owners = {**fetched.owners, **{t: heirs[t] for t in targets}}
+        down, total = by_model(ups, owners)[model]
+        series = {
+            **data.series,
+            "targets_down": Series(dict(data.scope), down.t, down.v),
+            "targets_total": Series(dict(data.scope), total.t, total.v),
+        }
+        said, asked = platform.read_targets(source, site, window, targets, workers)
+        result.queries += asked
+        why = platform.reason(said, window.span) or old.platform
+        new = assess(
+            site, replace(data, series=series), window.span, window.baseline, why, len(targets)
+        )
+        result.health[result.health.index(old)] = new
+        judged[key] = (data, new)
+        heard = {n: platform.merged(data.series.get(n), s, np.fmax) for n, s in said.items()}
+        with_pods = replace(data, series={**data.series, **heard})
+        for i, m in enumerate(matches):
+            sig = m.playbook.signature
+            if m.scope == data.scope and sig is not None and set(sig.requires) & set(said):
+                matches[i] = judge(m.playbook, with_pods, window.span, window.baseline, window.step)
 
 
 def window_verdicts(matches: Sequence[Match], scope: dict[str, str]) -> dict[str, Match]:

@@ -120,3 +120,26 @@ def exporters_scraped(span: str) -> str:
         f'label_replace(group(last_over_time({family}[{span}])), "exporter", "{exporter}", "", "")'
         for exporter, family in WITNESS.items()
     )
+
+
+def by_target(inner: PlatformExpr, fn: str = "max", keep: str = "") -> Expr:
+    """A series about a pod or its containers read on each scrape target of that pod, ``fn``
+    by target (and by the label ``keep``, such as a waiting ``reason``): the pod's own series
+    through service discovery's ``namespace`` and ``pod`` on ``up``, so a pod that never
+    served (no model to be joined through) is read too. With ``keep``, a pod's value is the
+    one of its series that reads highest (``topk``: two containers with two reasons would
+    otherwise match a target twice)."""
+
+    def build(scope: Scope) -> str:
+        pods = _labels(*GPU_JOIN_LABELS)
+        up = scraped(replace(scope, matchers=(*scope.matchers, HAS_POD)))
+        targets = f"group by (job, instance, {pods}) ({up})"
+        per_pod = (
+            f"{fn} by ({_labels(*GPU_JOIN_LABELS, *filter(None, (keep,)))}) ({inner((HAS_POD,))})"
+        )
+        if keep:
+            per_pod = f"topk by ({pods}) (1, {per_pod})"
+        by = _labels("job", "instance", *filter(None, (keep,)))
+        return f"{fn} by ({by}) ({targets} * on ({pods}) group_left ({keep}) {per_pod})"
+
+    return build

@@ -44,6 +44,25 @@ def _increase(fn: str, family: str, host: bool = False) -> q.Expr:
     return build
 
 
+def _kills_at_down(scope: q.Scope) -> str:
+    """Per model, the OOM kills node-exporter counted over the window on each host of its
+    servers where a target of the model went down (or came back) within the same window, 0
+    for every other host node-exporter is scraped on: a kill as a server on its host went
+    down, joined by the host part of their instances (``on_hosts``)."""
+    w = scope.window
+
+    def inner(sel: tuple[str, ...]) -> str:
+        kills = q.host_of(f"increase({q.selector(P.NODE_OOM_KILLS.name, sel)}[{w}])")
+        ups = [q.selector("up", (*scope.target_matchers(), t)) for t in scope.targets]
+        went = " or ".join(
+            f"(min_over_time({up}[{w}]) == 0 and max_over_time({up}[{w}]) == 1)"
+            for up in ups or [q.selector("up", scope.target_matchers())]
+        )
+        return f"(({kills} > 0) and on (host) {q.host_of(f'({went})')}) or ({kills} * 0)"
+
+    return pq.on_hosts(inner, "sum")(scope)
+
+
 def _limit_share(sel: tuple[str, ...]) -> str:
     keys = "namespace, pod, container"
     used = q.selector(P.CONTAINER_WORKING_SET.name, (*sel, 'container!=""'))
@@ -109,6 +128,26 @@ def _gpu_uncorrectable(sel: str) -> str:
         for f in (exporters.GPU_ECC_DBE, exporters.GPU_REMAPPED_UNCORRECTABLE)
     )
     return f"({either})"
+
+
+def _restarts_in(scope: q.Scope) -> pq.PlatformExpr:
+    return lambda sel: f"increase({q.selector(P.RESTARTS.name, sel)}[{scope.window}])"
+
+
+def target_reads() -> dict[str, q.Expr]:
+    """What kube-state-metrics says of each scrape target's own pod, by target
+    (``pq.by_target``), for a pod that never served (a rollout's new pod, which no model
+    series joins to): why its container waits and last ended (by ``reason``), its last exit
+    code, whether that end was a kill from outside, its restarts over the window and its
+    memory limit."""
+    return {
+        "waiting_reason": pq.by_target(_ksm(P.WAITING_REASON.name), keep="reason"),
+        "terminated_reason": pq.by_target(_ksm(P.LAST_TERMINATED_REASON.name), keep="reason"),
+        "container_exit_code": pq.by_target(_ksm(P.LAST_TERMINATED_EXITCODE.name)),
+        "container_killed": pq.by_target(_killed),
+        "container_restarts": lambda scope: pq.by_target(_restarts_in(scope))(scope),
+        "container_memory_limit_bytes": pq.by_target(_ksm(P.CONTAINER_LIMITS.name, _MEMORY)),
+    }
 
 
 def signals() -> list[Signal]:
@@ -184,6 +223,17 @@ def signals() -> list[Signal]:
             by=TARGET,
         ),
         s(
+            "target_killed",
+            "containers",
+            "1 where the target is down and its pod's container last ended killed from outside "
+            "(kube-state-metrics: reason Error with exit code 137 or 143, the kubelet's kill "
+            "after a failed liveness probe), 0 where kube-state-metrics knows the pod otherwise; "
+            "read by target, as target_start_failing is.",
+            everywhere(pq.on_targets(_killed)),
+            ("kube_killed", "max"),
+            by=TARGET,
+        ),
+        s(
             "target_crash_looping",
             "containers",
             "1 where the target is down and its pod has a container in CrashLoopBackOff "
@@ -240,6 +290,18 @@ def signals() -> list[Signal]:
             "(node-exporter) over the rate window, five minutes at least.",
             everywhere(_increase("sum", P.NODE_OOM_KILLS.name, host=True)),
             ("node_oom_kills", "sum"),
+            least_window=EVENT_WINDOW,
+        ),
+        s(
+            "host_oom_kills_at_down",
+            "kills",
+            "Processes the kernel's OOM killer killed on a host of the model's servers "
+            "(node-exporter) over the rate window, five minutes at least, where a target of the "
+            "model on that host went down or came back within it; 0 on every other host "
+            "node-exporter is scraped on. A kill as a server went down: which process it was, "
+            "the count does not say.",
+            everywhere(_kills_at_down),
+            ("node_oom_kills_at_down", "sum"),
             least_window=EVENT_WINDOW,
         ),
         s(
