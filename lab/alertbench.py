@@ -6,9 +6,9 @@ Healthy cases: the library's healthy scenarios, the wider healthy world of
 intervals from 5 s to 60 s, pre-0.11 names, replicas with normal skew, steady speculative
 decoding and LoRA), variants of both (other seeds, pre-0.11 names on odd ``k``, scrape
 intervals of 5, 30 and 60 s, and failed scrapes and one-scrape gaps on even ``k``: variants
-2 and 3 were looked at while the rules were fixed, 9 and 10 are kept out of tuning), and the
-healthy phases of every real recording (the baselines, a planned restart, the windows after
-each recovery of the evening sequence). A page is an alert that starts firing in a healthy
+2, 3 and 4 were looked at while the rules were fixed, 9, 10 and 12 are kept out of tuning),
+and the healthy phases of every real recording (the baselines, a planned restart, the windows
+after each recovery of the evening sequence). A page is an alert that starts firing in a healthy
 stretch whose expression began to hold there too (one still resolving from the incident
 before it is reported apart). Incidents: every library incident must raise its playbook's
 alert at or after its onset (the scenario's first change), evaluated over the whole scenario
@@ -50,9 +50,9 @@ ALERTS = ROOT / "rules" / "alerts.rules.yaml"
 HEALTHY_WORLD = ROOT / "fixtures" / "healthy"
 REAL = ROOT / "tests" / "data" / "real"
 SEQUENCES = ROOT / "tests" / "data" / "real-sequences"
-TUNED, HELD_OUT = (2, 3), (9, 10)
+TUNED, HELD_OUT = (2, 3, 4), (9, 10, 12)
 # A variant's scrape interval, by k: the healthy world is scraped from 5 s to 60 s.
-SCRAPES = {2: 30.0, 3: 60.0, 9: 30.0, 10: 5.0}
+SCRAPES = {2: 30.0, 3: 60.0, 4: 60.0, 9: 30.0, 10: 5.0, 12: 60.0}
 # The history the rules need before a stretch is judged (their hour-ago comparisons).
 HISTORY = 3600.0
 # After an incident, a stretch is judged once the rules' 5-minute rates no longer see it.

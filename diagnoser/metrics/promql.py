@@ -158,14 +158,14 @@ def serving(matchers: tuple[str, ...], *extra: str) -> str:
     return " or ".join(selector(m, matchers, *extra) for m in engines.running_gauges())
 
 
-def up(scope: Scope, highest_over: str = "") -> str:
+def up(scope: Scope, highest_over: str = "", fn: str = "max_over_time") -> str:
     """``up`` of the servers' scrape targets, each engine's alternative (``Scope.targets``);
     with ``highest_over``, each target's highest ``up`` over that window (0: every scrape in
-    it failed)."""
+    it failed), or another ``fn`` of it (``count_over_time``: how many scrapes it holds)."""
 
     def one(extra: tuple[str, ...]) -> str:
         sel = selector("up", (*scope.target_matchers(), *extra))
-        return f"max_over_time({sel}[{highest_over}])" if highest_over else sel
+        return f"{fn}({sel}[{highest_over}])" if highest_over else sel
 
     alts = [one((t,)) for t in scope.targets] or [one(())]
     return alts[0] if len(alts) == 1 else f"({' or '.join(alts)})"

@@ -14,6 +14,7 @@ from diagnoser.metrics import promql_sglang as sg
 from diagnoser.metrics.engines import Gap
 from diagnoser.metrics.exporters import INFERENCE_HANDLERS
 from diagnoser.metrics.signals.base import TARGET, Signal, everywhere, on
+from diagnoser.plumbing.durations import parse_seconds
 
 
 def api_requests(status: str | None) -> q.Expr:
@@ -151,19 +152,41 @@ def api_server() -> list[Signal]:
 # How long a target that went down still counts as serving the model it served last.
 TARGET_MEMORY = "1h"
 # How long every scrape of a target must have failed before the availability SLI counts it
-# as down: two scrapes or more at 30 s or less, a minute of silence at 60 s. One failed scrape
-# among good ones is more often a scrape that timed out on a busy server than an outage; the
-# page for a target that is down is VllmTargetDown's, not the SLI's.
+# as down, and how many scrapes at least: two or more within the minute at 30 s or less, two
+# minutes of silence at 60 s (a minute holds one scrape there). One failed scrape among good
+# ones is more often a scrape that timed out on a busy server than an outage, at any scrape
+# interval; the page for a target that is down is VllmTargetDown's, not the SLI's.
 DOWN_HELD = "1m"
+DOWN_SCRAPES = 2
+
+
+def _held_down(scope: q.Scope, held: str) -> str:
+    """1 for a target whose every scrape over ``held`` failed, ``DOWN_SCRAPES`` of them or
+    more: counted over ``held``, or, where ``held`` holds fewer (a slow scrape interval), over
+    ``DOWN_SCRAPES`` times ``held``, every scrape of which failed too; 0 for any other target
+    scraped within ``held``."""
+    seconds = int(parse_seconds(held) * DOWN_SCRAPES)
+    longer = f"{seconds // 60}m" if seconds % 60 == 0 else f"{seconds}s"
+
+    def failed(window: str) -> str:
+        return f"({q.up(scope, window)} == bool 0)"
+
+    def enough(window: str) -> str:
+        return f"({q.up(scope, window, 'count_over_time')} >= bool {DOWN_SCRAPES})"
+
+    either = f"{enough(held)} + {failed(longer)} * {enough(longer)}"
+    return f"({failed(held)} * clamp_max({either}, 1))"
 
 
 def _targets(down: bool, held: str = "") -> q.Expr:
     """Per model, its scrape targets (those that served it within TARGET_MEMORY), or those of
-    them that are down now (with ``held``: whose every scrape over that window failed)."""
+    them that are down now (with ``held``: ``_held_down`` over that window)."""
 
     def build(scope: q.Scope) -> str:
-        up = q.up(scope, held)
+        up = q.up(scope)
         each = f"({up} == bool 0)" if down else f"({up} >= bool 0)"
+        if held:
+            each = _held_down(scope, held)
         keep = scope.group_labels()
         keys = ", ".join(("job", "instance", *keep))
         joined = f"{each} * on ({keys}) group_left (model_name) {q.model_map(scope, TARGET_MEMORY)}"
@@ -196,7 +219,8 @@ def attributed() -> list[Signal]:
 
 
 def targets_held_down(scope: q.Scope) -> str:
-    """Per model, its targets whose every scrape over ``DOWN_HELD`` failed."""
+    """Per model, its targets whose every scrape over ``DOWN_HELD`` failed, ``DOWN_SCRAPES``
+    of them or more (``_held_down``)."""
     return _targets(down=True, held=DOWN_HELD)(scope)
 
 
