@@ -252,6 +252,15 @@ def test_downtime_counts_against_availability_when_it_lasted_a_minute(site):
     assert _all_down(held, (900.0, 1800.0)) == pytest.approx(20 / 61)
     short = _deployed((), (1200.0, 1245.0))  # down 45 s: three samples, no outage
     assert _all_down(short, (900.0, 1800.0)) == 0.0
+    # At 60 s scrapes read at 15 s, one failed scrape reads down for a minute: no outage;
+    # two in a row (two minutes) are one, as the recording rules count them.
+    minute = _deployed((), (1200.0, 1260.0))
+    assert _all_down(minute, (900.0, 1800.0)) > 0
+    minute.scrape = 60.0
+    assert _all_down(minute, (900.0, 1800.0)) == 0.0
+    two = _deployed((), (1200.0, 1320.0))
+    two.scrape = 60.0
+    assert _all_down(two, (900.0, 1800.0)) == pytest.approx(8 / 61)
 
 
 def test_one_restart_the_platform_explains_is_no_deploy_its_downtime_counts(site):

@@ -251,9 +251,9 @@ def fetch(
                 owner.series[sig.name] = s
     if any(s.attributed for s in signals):
         _attribute(out, by)
-    smoothing = parse_seconds(window.rate_window)
+    smoothing, scrape = parse_seconds(window.rate_window), window.scrape or 0.0
     for data in (*out.models.values(), *out.targets.values()):
-        data.smoothing = smoothing
+        data.smoothing, data.scrape = smoothing, scrape
     out.models = {key: thawed(data) for key, data in out.models.items()}
     return out
 

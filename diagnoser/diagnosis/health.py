@@ -24,7 +24,7 @@ import numpy as np
 from diagnoser.catalog.shapes.base import episodes, events, whole
 from diagnoser.diagnosis.match import ScopeData
 from diagnoser.diagnosis.platform import NEVER_UNREAD, UNREAD
-from diagnoser.metrics.signals.server import DOWN_HELD
+from diagnoser.metrics.signals.server import DOWN_HELD, DOWN_SCRAPES
 from diagnoser.plumbing.durations import parse_seconds
 from diagnoser.site import Site
 
@@ -210,9 +210,10 @@ def went_down(data: ScopeData, window: tuple[float, float]) -> bool:
 
 def _all_down(data: ScopeData, span: tuple[float, float]) -> float | None:
     """The share of ``span``'s samples with every target of the scope down, in stretches
-    that lasted ``DOWN_HELD`` or more (one failed scrape among good ones is no outage; None:
-    no target series). Read afterwards, a stretch counts whole; the recording rules, which
-    cannot wait to see how long it lasts, count it from its first minute on."""
+    that lasted ``DOWN_HELD`` or more and ``DOWN_SCRAPES`` scrapes or more (one failed scrape
+    among good ones is no outage, also at 60 s scrapes read at a finer step; None: no target
+    series). Read afterwards, a stretch counts whole; the recording rules, which cannot wait
+    to see how long it lasts, count it from its first failed minute (and scrape) on."""
     every = _every_down(data)
     if every is None:
         return None
@@ -220,7 +221,8 @@ def _all_down(data: ScopeData, span: tuple[float, float]) -> float | None:
     inside = (t >= span[0]) & (t <= span[1])
     if not inside.any():
         return None
-    held = _lasting(t, on, parse_seconds(DOWN_HELD), _step(data, "targets_total"))
+    least = max(parse_seconds(DOWN_HELD), DOWN_SCRAPES * data.scrape)
+    held = _lasting(t, on, least, _step(data, "targets_total"))
     return float(np.mean(held[inside]))
 
 

@@ -42,6 +42,8 @@ class ScopeData:
     # The rate window the series were read with, in seconds: a change seen through it is
     # spread over that long (a step becomes a ramp), which shapes of a trend must allow for.
     smoothing: float = 0.0
+    # The targets' scrape interval in seconds, where known (0: not known).
+    scrape: float = 0.0
     # A quantile's histogram's top finite bucket bounds (``Signal.ceiling``): a value at one
     # fell in the +Inf bucket and is a lower bound.
     ceilings: dict[str, tuple[float, ...]] = field(default_factory=dict)

@@ -45,6 +45,8 @@ class Window:
     rate_window: str
     # The rate window was given (``with_step``), not fitted to the window and its scrapes.
     rate_given: bool = False
+    # The targets' scrape interval in seconds, once read (``fitted``).
+    scrape: float | None = None
 
     @classmethod
     def plan(cls, since: float, end: float, baseline_offset: float | None = None) -> Window:
@@ -68,9 +70,10 @@ class Window:
     def fitted(self, scrape: float | None) -> Window:
         """This window with its rates fitted to the scrape interval (seconds; None: unknown),
         unless they were given."""
-        if self.rate_given or scrape is None:
-            return self
         from dataclasses import replace
+
+        if self.rate_given or scrape is None:
+            return self if scrape is None else replace(self, scrape=scrape)
 
         since, step = self.end - self.start, self.step
         rate = rate_seconds(since, step, scrape)
@@ -81,7 +84,7 @@ class Window:
             # from a count of samples (300 s / 21) is a fraction, which Prometheus refuses.
             step = float(max(MIN_STEP_FITTED, round(max(scrape, fine / 4 // scrape * scrape))))
             rate = max(fine, int(4 * step))
-        return replace(self, step=step, rate_window=rate_text(rate))
+        return replace(self, step=step, rate_window=rate_text(rate), scrape=scrape)
 
     def rated_at_least(self, seconds: float) -> Window:
         """This window with rates over ``seconds`` at least (a recording rule's five
