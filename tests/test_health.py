@@ -243,7 +243,7 @@ def test_one_restart_with_a_minute_down_and_the_slos_met_is_a_deploy(site):
 def test_downtime_counts_against_availability_when_it_lasted_a_minute(site):
     """One failed scrape of a replica that serves is no outage; a target down five minutes
     is unavailable all five (the rules count it from its first minute on)."""
-    from diagnoser.diagnosis.health import _all_down
+    from diagnoser.diagnosis.availability import all_down as _all_down
 
     blip = _deployed((), (1200.0, 1215.0))  # one scrape at 15 s
     assert _all_down(blip, (900.0, 1800.0)) == 0.0

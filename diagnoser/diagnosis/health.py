@@ -22,10 +22,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from diagnoser.catalog.shapes.base import episodes, events, whole
+from diagnoser.diagnosis.availability import all_down, available, probe_errors, step_of
 from diagnoser.diagnosis.match import ScopeData
 from diagnoser.diagnosis.platform import NEVER_UNREAD, UNREAD
-from diagnoser.metrics.signals.server import DOWN_HELD, DOWN_SCRAPES
-from diagnoser.plumbing.durations import parse_seconds
 from diagnoser.site import Site
 
 IDLE_RPS = 0.01  # finished requests per second below which a model counts as idle
@@ -164,7 +163,7 @@ def _gone(data: ScopeData, span: tuple[float, float]) -> float | None:
     with ``up`` 0)."""
     s = data.series["targets_total"]
     seen = s.t[np.isfinite(s.v) & (s.v > 0)]
-    late = max(GONE_AFTER, GONE_STEPS * _step(data, "targets_total"))
+    late = max(GONE_AFTER, GONE_STEPS * step_of(data, "targets_total"))
     if not seen.size or seen[-1] < span[0] or span[1] - seen[-1] <= late:
         return None
     return float(seen[-1])
@@ -191,13 +190,6 @@ def _mean(values: np.ndarray | None) -> float | None:
     return float(v.mean()) if v.size else None
 
 
-def _step(data: ScopeData, name: str) -> float:
-    s = data.series.get(name)
-    if s is None or s.t.size < 2:
-        return 0.0
-    return float(np.median(np.diff(s.t)))
-
-
 def went_down(data: ScopeData, window: tuple[float, float]) -> bool:
     """Whether a target of the scope was down or restarted in ``window``: the platform is
     asked why only then."""
@@ -206,76 +198,6 @@ def went_down(data: ScopeData, window: tuple[float, float]) -> bool:
         if v is not None and np.nan_to_num(v).any():
             return True
     return _gone(data, window) is not None if "targets_total" in data.series else False
-
-
-def _all_down(data: ScopeData, span: tuple[float, float]) -> float | None:
-    """The share of ``span``'s samples with every target of the scope down, in stretches
-    that lasted ``DOWN_HELD`` or more and ``DOWN_SCRAPES`` scrapes or more (one failed scrape
-    among good ones is no outage, also at 60 s scrapes read at a finer step; None: no target
-    series). Read afterwards, a stretch counts whole; the recording rules, which cannot wait
-    to see how long it lasts, count it from its first failed minute (and scrape) on."""
-    every = _every_down(data)
-    if every is None:
-        return None
-    t, on = every
-    inside = (t >= span[0]) & (t <= span[1])
-    if not inside.any():
-        return None
-    least = max(parse_seconds(DOWN_HELD), DOWN_SCRAPES * data.scrape)
-    held = _lasting(t, on, least, _step(data, "targets_total"))
-    return float(np.mean(held[inside]))
-
-
-def _every_down(data: ScopeData) -> tuple[np.ndarray, np.ndarray] | None:
-    """The times of the scope's target series, and whether every target was down at each
-    (None: no target series)."""
-    total, down = data.series.get("targets_total"), data.series.get("targets_down")
-    if total is None or down is None or total.t.size != down.t.size:
-        return None
-    t, d = np.nan_to_num(total.v), np.nan_to_num(down.v)
-    return total.t, (t > 0) & (d >= t)
-
-
-def _probe_errors(data: ScopeData, span: tuple[float, float]) -> float | None:
-    """The synthetic probe's failed share of its requests over ``span`` (the mean of its
-    samples; None where no probe runs), outside the time every target was down and the rate
-    window after it (that time is counted already, as unavailable time): what the clients
-    saw fail that the servers may never have counted - a connection refused by a server that
-    is down while others serve, a gateway's 502, a stream cut off."""
-    s = data.series.get("probe_error_share")
-    if s is None:
-        return None
-    keep = (s.t >= span[0]) & (s.t <= span[1]) & np.isfinite(s.v)
-    every = _every_down(data)
-    if every is not None:
-        downs = every[0][every[1]]
-        lo = np.searchsorted(downs, s.t - max(data.smoothing, _step(data, "targets_total")))
-        keep &= np.searchsorted(downs, s.t, side="right") == lo
-    return float(np.mean(s.v[keep])) if keep.any() else None
-
-
-def _lasting(t: np.ndarray, on: np.ndarray, least: float, step: float) -> np.ndarray:
-    """``on`` in the stretches that lasted ``least`` seconds or more, each sample standing
-    for its ``step``."""
-    edges = np.diff(np.concatenate(([0], on.astype(np.int8), [0])))
-    out = np.zeros_like(on)
-    for first, after in zip(np.flatnonzero(edges == 1), np.flatnonzero(edges == -1), strict=True):
-        if t[after - 1] - t[first] + step >= least - 1e-9:
-            out[first:after] = True
-    return out
-
-
-def _available(
-    error_share: float | None, all_down: float | None, probe: float | None = None
-) -> float | None:
-    """The availability SLI: the requests served without an error, over the time anything
-    could be served (time with every target down is unavailable, whatever was counted). The
-    failed share is the servers' count or, where a probe runs and saw more fail outside that
-    time, the probe's (it sees the servers' errors too: the larger, not the sum)."""
-    failed = max((e for e in (error_share, probe) if e is not None), default=None)
-    if failed is None and not all_down:
-        return None
-    return (1 - (failed or 0.0)) * (1 - (all_down or 0.0))
 
 
 def assess(
@@ -342,17 +264,17 @@ def assess(
         h.targets_gone_at = _gone(data, window)
         if down is not None:
             h.down_episodes = episodes(down)
-            h.down_seconds = float(np.sum(np.nan_to_num(down) > 0)) * _step(data, "targets_down")
+            h.down_seconds = float(np.sum(np.nan_to_num(down) > 0)) * step_of(data, "targets_down")
     restarts = _inside(data, "engine_restarts", window)
     h.restarts = events(restarts) if restarts is not None else 0
     # Time with every target down is unavailable; a single restart's load is not (the note
     # below says it), as long as it stays one short stretch.
-    h.all_down_share = 0.0 if h.single_restart else _all_down(data, window)
-    h.probe_error_share = _probe_errors(data, window)
-    h.slis[0].good = _available(h.error_share, h.all_down_share, h.probe_error_share)
-    all_down_now = 0.0 if h.single_restart else _all_down(data, now)
+    h.all_down_share = 0.0 if h.single_restart else all_down(data, window)
+    h.probe_error_share = probe_errors(data, window)
+    h.slis[0].good = available(h.error_share, h.all_down_share, h.probe_error_share)
+    all_down_now = 0.0 if h.single_restart else all_down(data, now)
     errors_now = None if h.slis[0].now is None else 1 - h.slis[0].now
-    h.slis[0].now = _available(errors_now, all_down_now, _probe_errors(data, now))
+    h.slis[0].now = available(errors_now, all_down_now, probe_errors(data, now))
     # Calm at the end: no target down and no restart counted over the present (a restart
     # stays counted five minutes): downtime and restarts earlier in the window are then what
     # the window went through, said beside a verdict on the state at its end.
