@@ -13,6 +13,7 @@ from diagnoser.diagnosis.match import ConditionResult, Match, ScopeData
 from diagnoser.diagnosis.rows import findings_frame, series_frame
 from diagnoser.diagnosis.window import Window
 from diagnoser.metrics import engines
+from diagnoser.metrics.family import PROVIDERS
 from diagnoser.plumbing.durations import iso
 from diagnoser.plumbing.finite import finite
 from diagnoser.site import Site
@@ -245,9 +246,9 @@ class Diagnosis:
         return to_json(self)
 
     def providers(self, m: Match) -> list[str]:
-        """What would provide the missing series (every version's vLLM is there already; on
-        SGLang, nothing provides the series it does not export)."""
-        vocab = self.site.vocabulary
+        """What would provide the missing series (every version's vLLM is there already, and
+        Prometheus's own ``up``; on SGLang, nothing provides the series it does not export)."""
+        vocab, always = self.site.vocabulary, PROVIDERS["prometheus"]
         data = self.data.get(tuple(sorted(m.scope.items())))
         if data is not None and data.gaps:
             engine = engines.get(data.engine)
@@ -257,9 +258,9 @@ class Diagnosis:
                 if s not in data.gaps
                 for p in vocab[s].provided_by_on(engine.name)
             }
-            return sorted(p for p in found if p != engine.provided_by)
+            return sorted(p for p in found if p not in (engine.provided_by, always))
         found = {p for s in m.missing for p in vocab[s].provided_by()}
-        return sorted(p for p in found if p != "vLLM (all V1 versions)")
+        return sorted(p for p in found if p not in ("vLLM (all V1 versions)", always))
 
 
 def evidence_json(r: ConditionResult) -> dict[str, Any]:
