@@ -86,11 +86,11 @@ def read(
     model): they are taken from there, not asked again."""
     wanted, by = set(keys), site.config.by
     out: dict[Key, dict[str, Series]] = {}
+    taken = asked & set(SIGNALS)
     for key in wanted:
         before = (read_before or {}).get(key, {})
-        for name in asked & set(SIGNALS):
-            if name in before:
-                out.setdefault(key, {})[name] = before[name]
+        for name in taken & before.keys():
+            out.setdefault(key, {})[name] = before[name]
     exprs = {n: query(site, site.vocabulary[n], window, matchers) for n in still_to_ask(asked)}
     for name, series in _ranges(source, window, exprs, workers):
         for s in series:

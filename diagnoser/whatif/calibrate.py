@@ -281,6 +281,20 @@ def unfinished(
     )
 
 
+def judge_replay(
+    today: Config,
+    gpu: GpuSpec,
+    at: tuple[float, float],
+    want: dict[str, float | None],
+    replays: int,
+    obs: Observed,
+    slo: tuple[float, float],
+) -> Calibration:
+    """``judge`` of a replay of today at the factors ``at``: its figures against ``want``,
+    with their spread over the replay's draws as chance."""
+    return judge(today, gpu, *at, obs.figures(*slo), want, replays, obs.noise(*slo))
+
+
 def calibrate(
     today: Config,
     gpu: GpuSpec,
@@ -302,11 +316,10 @@ def calibrate(
     while (step := fitting.next(at, seen(got_obs, slo))) is not None:
         at = step
         got_obs = run(with_factors(today, *at, gpu))
-    cal = judge(today, gpu, *at, got_obs.figures(*slo), want, fitting.replays, got_obs.noise(*slo))
+    cal = judge_replay(today, gpu, at, want, fitting.replays, got_obs, slo)
     if not cal.ok and again is not None and not got_obs.parts:
         got_obs = pooled([got_obs, again(with_factors(today, *at, gpu))])
-        got, noise = got_obs.figures(*slo), got_obs.noise(*slo)
-        cal = judge(today, gpu, *at, got, want, fitting.replays + 1, noise)
+        cal = judge_replay(today, gpu, at, want, fitting.replays + 1, got_obs, slo)
     return cal, got_obs
 
 

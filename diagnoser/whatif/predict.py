@@ -34,7 +34,7 @@ from diagnoser.whatif.calibrate import (
     NOISE_Z,
     Calibration,
     Fitting,
-    judge,
+    judge_replay,
     relative,
     seen,
     unfinished,
@@ -165,18 +165,16 @@ def what_if(
             cal = unfinished(today, setup.gpu, *at, want, fitting.replays)
             for i, _ in jobs:
                 outcomes[i].error = LATE
-            got: dict[str, float | None] = dict(cal.replayed)
         else:
-            got, noise = _judged(today_obs, slo)
-            cal = judge(today, setup.gpu, *at, got, want, fitting.replays, noise)
+            cal = judge_replay(today, setup.gpu, at, want, fitting.replays, today_obs, slo)
             if not cal.ok and not today_obs.parts:  # one draw: how far chance moves it is unknown
                 held = [f.cancel() for f in results]  # levers not started wait behind it
                 again = pool.submit(with_factors(today, *at, setup.gpu), draws(fit))
                 other = _observed(pool.wait(again))
                 if other is not None:
                     today_obs = pooled([today_obs, other])
-                    got, noise = _judged(today_obs, slo)
-                    cal = judge(today, setup.gpu, *at, got, want, fitting.replays + 1, noise)
+                    replays = fitting.replays + 1
+                    cal = judge_replay(today, setup.gpu, at, want, replays, today_obs, slo)
                 if cal.ok:
                     results = [
                         pool.submit(c) if cancelled else f
@@ -191,19 +189,12 @@ def what_if(
         setup=setup,
         today=cal.config,
         calibration=cal,
-        replayed=got,
+        replayed=dict(cal.replayed),
         outcomes=outcomes,
         slo=slo,
         notes=[*fit.notes, *notes, *_knife_edge(cal)],
         seconds=time.monotonic() - t0,
     )
-
-
-def _judged(
-    obs: Observed, slo: tuple[float, float]
-) -> tuple[dict[str, float | None], dict[str, float | None]]:
-    """A replay of today's figures and their spread over its draws (what ``judge`` takes)."""
-    return obs.figures(*slo), obs.noise(*slo)
 
 
 def unique(levers: list[Lever]) -> list[Lever]:
